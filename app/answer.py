@@ -1,0 +1,113 @@
+"""The ASGI answer to one call: JSON when the answer comes first, SSE when
+notifications come first and the client accepts SSE. A client that goes away
+cancels the call (2026-07-28 streamable-http "Cancellation")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from starlette.responses import Response
+
+from app import jsonio
+from app.gateway import Outgoing
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    # streamable-http "Receiving Messages": SHOULD, so proxies do not buffer.
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def sse_event(message: dict[str, Any]) -> bytes:
+    return b"event: message\ndata: " + jsonio.dumps(message) + b"\n\n"
+
+
+class CallAnswer(Response):
+    # A Response subclass only so FastAPI hands it to the server untouched;
+    # it writes its own status, headers and body in __call__.
+    def __init__(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        *,
+        accepts_sse: bool,
+        accepts_json: bool,
+        on_done: Callable[[int, bool], None],
+    ) -> None:
+        super().__init__(status_code=200)
+        self._events = events
+        self._sse_ok = accepts_sse
+        self._json_ok = accepts_json
+        self._on_done = on_done
+        self._status = 200
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        main = asyncio.current_task()
+        assert main is not None
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected.set()
+                    main.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await self._serve(send)
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise
+            main.uncancel()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await self._events.aclose()
+            self._on_done(self._status, disconnected.is_set())
+
+    async def _serve(self, send: Send) -> None:
+        first = await anext(self._events)
+        if first.final or not self._sse_ok:
+            final = first
+            while not final.final:
+                final = await anext(self._events)
+            if self._json_ok:
+                await self._send_json(send, final)
+            else:
+                await self._start_sse(send)
+                await send({"type": "http.response.body", "body": sse_event(final.message)})
+            return
+        await self._start_sse(send)
+        await send({"type": "http.response.body", "body": sse_event(first.message), "more_body": True})
+        async for out in self._events:
+            if out.final:
+                await send({"type": "http.response.body", "body": sse_event(out.message)})
+                return
+            await send({"type": "http.response.body", "body": sse_event(out.message), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _send_json(self, send: Send, out: Outgoing) -> None:
+        body = jsonio.dumps(out.message)
+        self._status = out.status
+        await send(
+            {
+                "type": "http.response.start",
+                "status": out.status,
+                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _start_sse(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})

@@ -1,0 +1,232 @@
+"""Validation of what a 2026-07-28 client sends to `POST /mcp`.
+
+Pure: takes the body bytes and the request headers, returns a parsed call or
+a Rejection. No I/O, so every rule here is unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app import jsonio
+from app.front.header_values import BadHeaderValue, decode_header_value
+from app.rejections import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Rejection,
+    RequestId,
+)
+from translators.registry import Version, get_version, modern_versions
+
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+
+# Methods whose `Mcp-Name` header mirrors a body field (streamable-http
+# "Standard Request Headers").
+NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+@dataclass(frozen=True, slots=True)
+class ModernCall:
+    """A validated 2026-07-28 request."""
+
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+    message: dict[str, Any]
+    version: Version
+    client_capabilities: dict[str, Any]
+    log_level: str | None
+    # `Mcp-Param-*` headers as sent, by lower-cased name: checked against the
+    # tool's `x-mcp-header` annotations once the tool list is known.
+    param_headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ModernNotification:
+    method: str
+    message: dict[str, Any]
+
+
+Parsed = ModernCall | ModernNotification | Rejection
+
+
+def supported_version_names() -> list[str]:
+    return [v.name for v in modern_versions()]
+
+
+def parse(body: bytes, headers: Mapping[str, str]) -> Parsed:
+    try:
+        message = jsonio.loads(body)
+    except jsonio.JSONDecodeError:
+        return Rejection(PARSE_ERROR, "Parse error: the request body is not valid JSON")
+    if isinstance(message, list):
+        return Rejection(
+            INVALID_REQUEST,
+            "Invalid request: JSON-RPC batches are not accepted; batching was removed in "
+            "protocol version 2025-06-18, send each request in its own POST",
+        )
+    if not isinstance(message, dict):
+        return Rejection(INVALID_REQUEST, "Invalid request: the body must be a JSON-RPC object")
+
+    has_id = "id" in message
+    request_id = message.get("id")
+    shape = _check_shape(message, has_id, request_id)
+    if shape is not None:
+        return shape
+    method: str = message["method"]
+    if not has_id:
+        return ModernNotification(method, message)
+    assert isinstance(request_id, str | int)
+    return _check_request(message, method, request_id, headers)
+
+
+def _check_shape(message: dict[str, Any], has_id: bool, request_id: Any) -> Rejection | None:
+    rid = request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+    if message.get("jsonrpc") != "2.0":
+        return Rejection(INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', rid)
+    if has_id and request_id is None:
+        return Rejection(
+            INVALID_REQUEST,
+            "Invalid request: the id must not be null (2026-07-28 basic/index: requests "
+            "MUST include a string or integer id)",
+        )
+    if has_id and rid is None:
+        return Rejection(INVALID_REQUEST, "Invalid request: the id must be a string or an integer")
+    if "result" in message or "error" in message:
+        return Rejection(
+            INVALID_REQUEST, "Invalid request: clients must not POST JSON-RPC responses", rid
+        )
+    if not isinstance(message.get("method"), str) or not message["method"]:
+        return Rejection(INVALID_REQUEST, 'Invalid request: "method" must be a non-empty string', rid)
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return Rejection(INVALID_REQUEST, 'Invalid request: "params" must be an object', rid)
+    return None
+
+
+def _check_request(
+    message: dict[str, Any], method: str, request_id: RequestId, headers: Mapping[str, str]
+) -> Parsed:
+    params: dict[str, Any] = message.get("params") or {}
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        meta = {}
+
+    # Order follows what clients rely on (docs/notes/conformance-scenarios.md 3.1):
+    # a missing header first, then missing _meta, then header/body mismatch,
+    # then an unsupported version.
+    header_version = headers.get("mcp-protocol-version")
+    if header_version is None:
+        return Rejection(
+            HEADER_MISMATCH, "Header mismatch: the MCP-Protocol-Version header is missing", request_id
+        )
+    requested = meta.get(META_VERSION)
+    capabilities = meta.get(META_CAPABILITIES)
+    missing = [k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None]
+    if missing:
+        return Rejection(
+            INVALID_PARAMS,
+            "Invalid params: every 2026-07-28 request must carry "
+            + " and ".join(f"params._meta[{k!r}]" for k in missing),
+            request_id,
+        )
+    if not isinstance(requested, str):
+        return Rejection(INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id)
+    if not isinstance(capabilities, dict):
+        return Rejection(
+            INVALID_PARAMS, f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object", request_id
+        )
+    if header_version.strip() != requested:
+        return Rejection(
+            HEADER_MISMATCH,
+            f"Header mismatch: MCP-Protocol-Version header value {header_version!r} does not "
+            f"match body value {requested!r}",
+            request_id,
+        )
+
+    version = get_version(requested)
+    if version is None or version not in modern_versions():
+        return Rejection(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            request_id,
+            data={"supported": supported_version_names(), "requested": requested},
+        )
+
+    mismatch = _check_standard_headers(method, params, headers)
+    if mismatch is not None:
+        return mismatch.with_id(request_id)
+
+    if method not in version.features.client_requests:
+        return Rejection(
+            METHOD_NOT_FOUND,
+            f"Method not found: {method!r} is not a {version.name} method",
+            request_id,
+        )
+
+    log_level = meta.get(META_LOG_LEVEL)
+    if log_level is not None and log_level not in LOG_LEVELS:
+        return Rejection(
+            INVALID_PARAMS, f"Invalid params: unknown log level {log_level!r}", request_id
+        )
+
+    param_headers = {
+        name[len("mcp-param-") :]: value
+        for name, value in headers.items()
+        if name.lower().startswith("mcp-param-")
+    }
+    return ModernCall(
+        id=request_id,
+        method=method,
+        params=params,
+        message=message,
+        version=version,
+        client_capabilities=capabilities,
+        log_level=log_level,
+        param_headers=param_headers,
+    )
+
+
+def _check_standard_headers(
+    method: str, params: dict[str, Any], headers: Mapping[str, str]
+) -> Rejection | None:
+    header_method = headers.get("mcp-method")
+    if header_method is not None:
+        header_method = header_method.strip(" \t")
+    if header_method is None:
+        return Rejection(HEADER_MISMATCH, "Header mismatch: the Mcp-Method header is missing")
+    if header_method != method:
+        return Rejection(
+            HEADER_MISMATCH,
+            f"Header mismatch: Mcp-Method header value {header_method!r} does not match "
+            f"body value {method!r}",
+        )
+    field = NAME_FIELD.get(method)
+    if field is None:
+        return None
+    body_name = params.get(field)
+    raw = headers.get("mcp-name")
+    if raw is None:
+        return Rejection(HEADER_MISMATCH, f"Header mismatch: the Mcp-Name header is missing for {method}")
+    try:
+        header_name = decode_header_value(raw.strip(" \t"))
+    except BadHeaderValue as exc:
+        return Rejection(HEADER_MISMATCH, f"Header mismatch: Mcp-Name header: {exc}")
+    if header_name != body_name:
+        return Rejection(
+            HEADER_MISMATCH,
+            f"Header mismatch: Mcp-Name header value {header_name!r} does not match body "
+            f"value {body_name!r}",
+        )
+    return None

@@ -1,0 +1,283 @@
+"""One modern call, end to end: pick the upstream session, translate, forward,
+relay what belongs to the call, translate the answer back.
+
+`Gateway.run` yields the messages the client should receive, in order; the
+last one is the answer. The HTTP layer decides JSON or SSE from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from app.front import param_headers
+from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
+from app.rejections import INTERNAL_ERROR, Rejection, http_status_for
+from app.upstream.base import Message
+from app.upstream.errors import SessionExpired, UpstreamError
+from app.upstream.pool import PooledSession, SessionPool
+from translators import translate
+from translators.registry import Version
+
+log = structlog.get_logger("mcp_shim.gateway")
+
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+
+
+@dataclass(slots=True)
+class Outgoing:
+    message: Message
+    final: bool = False
+    status: int = 200
+
+
+@dataclass(slots=True)
+class CallState:
+    """What the HTTP layer logs about a call once it ends."""
+
+    upstream_version: str | None = None
+    outcome: str = "pending"
+
+
+def _level_rank(level: Any) -> int:
+    try:
+        return LOG_LEVELS.index(level)
+    except ValueError:
+        return len(LOG_LEVELS)  # unknown levels from the server are relayed if any logging is on
+
+
+class Gateway:
+    def __init__(
+        self, pool: SessionPool, *, offered_version: Version, ttl_ms: int, cache_scope: str
+    ) -> None:
+        self._pool = pool
+        self._offered_version = offered_version
+        self._ttl_ms = ttl_ms
+        self._cache_scope = cache_scope
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- entry point -------------------------------------------------------
+
+    async def run(
+        self, call: ModernCall, authorization: str | None, state: CallState
+    ) -> AsyncIterator[Outgoing]:
+        try:
+            upstream_caps = translate.client_capabilities(
+                call.client_capabilities, call.version, self._offered_version
+            )
+            key = self._pool.key_for(upstream_caps, self._offered_version, authorization)
+            pooled = await self._pool.acquire(key, upstream_caps, authorization)
+            state.upstream_version = pooled.version.name
+            if call.method == "server/discover":
+                state.outcome = "ok"
+                yield Outgoing(self._discover(call, pooled), final=True)
+                return
+            if call.method == "tools/call":
+                rejection = await self._check_param_headers(call, pooled)
+                if rejection is not None:
+                    state.outcome = "rejected"
+                    yield Outgoing(rejection.to_message(), True, rejection.http_status)
+                    return
+            async for out in self._forward(call, pooled, upstream_caps, authorization, state):
+                yield out
+        except UpstreamError as exc:
+            state.outcome = type(exc).__name__
+            log.warning("upstream_error", error=exc.message)
+            rejection = Rejection(
+                INTERNAL_ERROR,
+                f"Internal error: the upstream MCP server could not serve the request ({exc.message})",
+                call.id,
+                status=exc.status,
+            )
+            yield Outgoing(rejection.to_message(), True, rejection.http_status)
+
+    # -- server/discover ---------------------------------------------------
+
+    def _discover(self, call: ModernCall, pooled: PooledSession) -> Message:
+        init = pooled.init_result
+        result: dict[str, Any] = {
+            "resultType": "complete",
+            "supportedVersions": supported_version_names(),
+            "capabilities": translate.server_capabilities(
+                pooled.server_capabilities, pooled.version, call.version
+            ),
+            "ttlMs": self._ttl_ms,
+            "cacheScope": self._cache_scope,
+        }
+        if pooled.server_info is not None:
+            result["_meta"] = {SERVER_INFO_META: pooled.server_info}
+        if isinstance(init.get("instructions"), str):
+            result["instructions"] = init["instructions"]
+        return {"jsonrpc": "2.0", "id": call.id, "result": result}
+
+    # -- Mcp-Param-* -------------------------------------------------------
+
+    async def _check_param_headers(self, call: ModernCall, pooled: PooledSession) -> Rejection | None:
+        name = call.params.get("name")
+        if not isinstance(name, str):
+            return None
+        paths = await pooled.tool_header_paths(name)
+        if not paths:
+            return None
+        rejection = param_headers.check(paths, call.params.get("arguments"), call.param_headers)
+        return rejection.with_id(call.id) if rejection is not None else None
+
+    # -- forwarding --------------------------------------------------------
+
+    def _context(self, pooled: PooledSession) -> translate.Context:
+        return translate.Context(
+            ttl_ms=self._ttl_ms, cache_scope=self._cache_scope, server_info=pooled.server_info
+        )
+
+    async def _forward(
+        self,
+        call: ModernCall,
+        pooled: PooledSession,
+        upstream_caps: Mapping[str, Any],
+        authorization: str | None,
+        state: CallState,
+    ) -> AsyncIterator[Outgoing]:
+        ctx = self._context(pooled)
+        outbound = translate.request(call.message, call.version, pooled.version, ctx)
+        client_token = _progress_token(call.params)
+        try:
+            upstream_id, exchange = await self._send(pooled, outbound)
+        except SessionExpired:
+            # The upstream forgot the session: its handler never ran, so one
+            # resend on a fresh session cannot run the call twice.
+            pooled = await self._pool.renew(pooled, upstream_caps, authorization)
+            upstream_id, exchange = await self._send(pooled, outbound)
+        pooled.in_flight += 1
+        answered = False
+        try:
+            async for message in exchange:
+                if "method" not in message:
+                    if message.get("id") != upstream_id:
+                        continue
+                    answered = True
+                    yield self._answer(call, pooled, message, state)
+                    return
+                if "id" in message:
+                    await self._refuse_server_request(pooled, message)
+                    continue
+                relayed = self._relay(call, pooled, message, client_token, upstream_id)
+                if relayed is not None:
+                    yield Outgoing(relayed)
+            answered = True
+            state.outcome = "upstream_closed"
+            rejection = Rejection(
+                INTERNAL_ERROR,
+                "Internal error: the upstream MCP server closed the stream without answering",
+                call.id,
+                status=502,
+            )
+            yield Outgoing(rejection.to_message(), True, rejection.http_status)
+        finally:
+            pooled.in_flight -= 1
+            pooled.last_used = time.monotonic()
+            if not answered:
+                state.outcome = "cancelled"
+                self._spawn(self._cancel_upstream(pooled, upstream_id))
+            await exchange.aclose()
+
+    async def _send(self, pooled: PooledSession, outbound: Message) -> tuple[int, Any]:
+        upstream_id = pooled.next_id()
+        message = dict(outbound)
+        message["id"] = upstream_id
+        token = _progress_token(message.get("params") or {})
+        if token is not None:
+            # Progress tokens must be unique per session; callers sharing one
+            # session may all use token 1, so the upstream sees our request id.
+            params = dict(message["params"])
+            params["_meta"] = {**params["_meta"], "progressToken": upstream_id}
+            message["params"] = params
+        exchange = await pooled.session.request(message)
+        return upstream_id, exchange
+
+    def _answer(
+        self, call: ModernCall, pooled: PooledSession, message: Message, state: CallState
+    ) -> Outgoing:
+        if "error" in message and isinstance(message["error"], dict):
+            error = translate.error(message["error"], pooled.version, call.version)
+            state.outcome = f"error {error.get('code')}"
+            code = error.get("code")
+            status = http_status_for(code) if isinstance(code, int) else 200
+            return Outgoing({"jsonrpc": "2.0", "id": call.id, "error": error}, True, status)
+        result = message.get("result")
+        if not isinstance(result, dict):
+            result = {}
+        state.outcome = "ok"
+        translated = translate.result(result, call.method, pooled.version, call.version, self._context(pooled))
+        return Outgoing({"jsonrpc": "2.0", "id": call.id, "result": translated}, True)
+
+    def _relay(
+        self,
+        call: ModernCall,
+        pooled: PooledSession,
+        message: Message,
+        client_token: Any,
+        upstream_id: int,
+    ) -> Message | None:
+        method = message.get("method")
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        if method == "notifications/progress":
+            if client_token is None or params.get("progressToken") != upstream_id:
+                return None
+            message = {**message, "params": {**params, "progressToken": client_token}}
+        elif method == "notifications/message":
+            # 2026-07-28 server/utilities/logging: no notifications/message for a
+            # request that did not carry io.modelcontextprotocol/logLevel.
+            if call.log_level is None:
+                return None
+            if _level_rank(params.get("level")) < _level_rank(call.log_level):
+                return None
+        else:
+            # Change notifications belong to subscriptions/listen, not to a call.
+            return None
+        return translate.notification(message, pooled.version, call.version)
+
+    async def _refuse_server_request(self, pooled: PooledSession, message: Message) -> None:
+        reply = {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "error": {
+                "code": -32601,
+                "message": f"{message.get('method')} is not available through this gateway",
+            },
+        }
+        with contextlib.suppress(UpstreamError):
+            await pooled.session.respond(reply)
+
+    async def _cancel_upstream(self, pooled: PooledSession, upstream_id: int) -> None:
+        note = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": upstream_id, "reason": "client closed the response stream"},
+        }
+        try:
+            await pooled.session.notify(note)
+        except UpstreamError as exc:
+            log.info("upstream_cancel_failed", error=exc.message)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        for task in list(self._background):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 2.0)
+
+
+def _progress_token(params: Mapping[str, Any]) -> Any:
+    meta = params.get("_meta")
+    if isinstance(meta, dict):
+        return meta.get("progressToken")
+    return None

@@ -1,0 +1,169 @@
+"""The FastAPI front: routes parse, call, answer. Logic lives below them."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response
+
+from app import jsonio
+from app.answer import CallAnswer
+from app.config import Settings
+from app.front import modern, security
+from app.gateway import CallState, Gateway
+from app.rejections import INVALID_REQUEST, Rejection
+from app.upstream.pool import SessionPool
+from app.upstream.streamable_http import StreamableHttpTransport, build_client
+from translators.registry import get_version
+
+log = structlog.get_logger("mcp_shim.http")
+
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > limit:
+            raise BodyTooLarge
+    return bytes(chunks)
+
+
+def _json(rejection: Rejection) -> Response:
+    return Response(
+        jsonio.dumps(rejection.to_message()),
+        status_code=rejection.http_status,
+        media_type="application/json",
+    )
+
+
+def _accepts(accept: str) -> tuple[bool, bool]:
+    if not accept:
+        return True, True
+    kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    any_kind = "*/*" in kinds
+    return (
+        any_kind or "text/event-stream" in kinds or "text/*" in kinds,
+        any_kind or "application/json" in kinds or "application/*" in kinds,
+    )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    offered = get_version(settings.upstream_protocol_version)
+    assert offered is not None  # validated in Settings
+    allowed_hosts = [h.lower() for h in settings.allowed_hosts]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = build_client(
+            connect_timeout_s=settings.connect_timeout_s,
+            max_connections=settings.max_upstream_connections,
+            transport=settings.upstream_http_transport,
+        )
+        transport = StreamableHttpTransport(
+            client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+        )
+        pool = SessionPool(transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s)
+        pool.start()
+        app.state.gateway = Gateway(
+            pool, offered_version=offered, ttl_ms=settings.cache_ttl_ms, cache_scope=settings.cache_scope
+        )
+        log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
+        try:
+            yield
+        finally:
+            await app.state.gateway.aclose()
+            await pool.aclose()
+            await transport.aclose()
+            log.info("gateway_stopped")
+
+    app = FastAPI(title="mcp-shim", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
+    async def mcp_other(request: Request) -> Response:
+        # streamable-http "Backward Compatibility": a modern-only endpoint
+        # answers GET and DELETE with 405.
+        return Response(status_code=405, headers={"allow": "POST"})
+
+    @app.post("/mcp")
+    async def mcp_post(request: Request) -> Response:
+        started = time.perf_counter()
+        raw_id = request.headers.get("x-request-id", "")
+        request_id = raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16]
+        bound = log.bind(request_id=request_id)
+
+        refused = security.check_host(request.headers.get("host"), allowed_hosts) or security.check_origin(
+            request.headers.get("origin"), settings.allowed_origins
+        )
+        if refused is not None:
+            bound.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+            return _json(refused)
+        content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            rejection = Rejection(
+                INVALID_REQUEST, "Unsupported media type: send the JSON-RPC message as application/json", status=415
+            )
+            bound.warning("request_refused", reason="content_type", status=415)
+            return _json(rejection)
+        try:
+            body = await _read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            bound.warning("request_refused", reason="body_too_large", status=413)
+            return _json(
+                Rejection(
+                    INVALID_REQUEST,
+                    f"Request body too large: the limit is {settings.max_body_bytes} bytes "
+                    "(MCP_SHIM_MAX_BODY_BYTES)",
+                    status=413,
+                )
+            )
+
+        parsed = modern.parse(body, request.headers)
+        if isinstance(parsed, Rejection):
+            bound.info("request_rejected", code=parsed.code, status=parsed.http_status)
+            return _json(parsed)
+        if isinstance(parsed, modern.ModernNotification):
+            bound.info("notification_accepted", method=parsed.method)
+            return Response(status_code=202)
+
+        sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+        state = CallState()
+        gateway: Gateway = request.app.state.gateway
+
+        def done(status: int, disconnected: bool) -> None:
+            bound.info(
+                "call",
+                method=parsed.method,
+                client_version=parsed.version.name,
+                upstream_version=state.upstream_version,
+                outcome="client_disconnected" if disconnected else state.outcome,
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+        return CallAnswer(
+            gateway.run(parsed, request.headers.get("authorization"), state),
+            accepts_sse=sse_ok,
+            accepts_json=json_ok,
+            on_done=done,
+        )
+
+    return app

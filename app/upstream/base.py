@@ -1,0 +1,48 @@
+"""The seam between the gateway and an upstream MCP server.
+
+A transport module (Streamable HTTP today; HTTP+SSE and stdio later) provides a
+`Transport` that opens sessions, and sessions that send messages and hand back
+the messages the server answers with. Everything above this seam deals only
+in parsed JSON-RPC dicts and the errors of `app.upstream.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+
+class Exchange(Protocol):
+    """The server's answer stream to one request: notifications and server requests
+    related to it, then (normally) the response."""
+
+    def __aiter__(self) -> AsyncIterator[Message]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Session(Protocol):
+    session_id: str | None
+
+    async def request(self, message: Message) -> Exchange: ...
+
+    async def notify(self, message: Message) -> None: ...
+
+    async def respond(self, message: Message) -> None:
+        """Answer a request the server sent us (a JSON-RPC response)."""
+
+    async def listen(self) -> Exchange:
+        """The session's standalone stream of server messages (legacy GET stream)."""
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    async def open_session(
+        self, initialize: Message, headers: Mapping[str, str]
+    ) -> tuple[Session, Message]:
+        """Run the initialize handshake; return the session and the initialize result."""
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,42 @@
+"""The gateway's own upstream errors. Library exceptions become these in one place
+(`app.upstream.streamable_http._library_errors`); nothing above the transport sees httpx."""
+
+from __future__ import annotations
+
+
+class UpstreamError(Exception):
+    """Base: the upstream could not serve a message. `status` is what the client sees."""
+
+    status = 502
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UpstreamUnavailable(UpstreamError):
+    """Could not connect, or the connection broke before an answer."""
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered something that is not MCP over Streamable HTTP."""
+
+
+class UpstreamHttpError(UpstreamError):
+    """A non-2xx answer without a JSON-RPC body."""
+
+    def __init__(self, message: str, http_status: int) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+class SessionExpired(UpstreamError):
+    """404 for our Mcp-Session-Id: the server forgot the session; its handler never ran."""
+
+
+class PoolExhausted(UpstreamError):
+    status = 503

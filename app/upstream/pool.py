@@ -1,0 +1,232 @@
+"""Pooled legacy sessions.
+
+A legacy server fixes, at `initialize`, the client capabilities, the protocol
+version and (through the HTTP request) the caller's credentials. A session can
+therefore serve exactly the callers that agree on all three: the pool key.
+Two callers with different `Authorization` headers never share a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from app import jsonio
+from app.front.param_headers import HeaderPaths, annotated_paths
+from app.upstream.base import Message, Session, Transport
+from app.upstream.errors import PoolExhausted, SessionExpired, UpstreamProtocolError
+from translators.registry import Version, get_version
+
+log = structlog.get_logger("mcp_shim.pool")
+
+GATEWAY_INFO = {"name": "mcp-shim", "version": "0.1.0"}
+
+
+def credential_hash(authorization: str | None) -> str:
+    if authorization is None:
+        return "-"
+    return hashlib.sha256(authorization.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    capabilities: bytes  # canonical JSON of the legacy client capabilities
+    version: str
+    credentials: str  # credential_hash(Authorization)
+
+
+@dataclass(eq=False)
+class PooledSession:
+    key: SessionKey
+    session: Session
+    version: Version
+    init_result: dict[str, Any]
+    last_used: float = field(default_factory=time.monotonic)
+    in_flight: int = 0
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _tools: dict[str, HeaderPaths] | None = None
+    _tools_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    @property
+    def server_capabilities(self) -> dict[str, Any]:
+        caps = self.init_result.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def server_info(self) -> dict[str, Any] | None:
+        info = self.init_result.get("serverInfo")
+        return info if isinstance(info, dict) else None
+
+    def invalidate_tools(self) -> None:
+        self._tools = None
+
+    async def tool_header_paths(self, name: str) -> HeaderPaths:
+        """`x-mcp-header` annotations of one tool, from a cached upstream tools/list."""
+        if self._tools is None:
+            async with self._tools_lock:
+                if self._tools is None:
+                    self._tools = await self._list_tool_paths()
+        return self._tools.get(name, ())
+
+    async def _list_tool_paths(self) -> dict[str, HeaderPaths]:
+        tools: dict[str, HeaderPaths] = {}
+        cursor: Any = None
+        for _ in range(100):  # bounded: a server that pages forever is not followed
+            params: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
+            message = {"jsonrpc": "2.0", "id": f"shim-{self.next_id()}", "method": "tools/list", "params": params}
+            exchange = await self.session.request(message)
+            result = None
+            try:
+                async for reply in exchange:
+                    if reply.get("id") == message["id"]:
+                        result = reply.get("result")
+                        break
+            finally:
+                await exchange.aclose()
+            if not isinstance(result, dict):
+                return tools
+            for tool in result.get("tools") or []:
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    paths = annotated_paths(tool.get("inputSchema"))
+                    if paths:
+                        tools[tool["name"]] = paths
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return tools
+
+
+class SessionPool:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        max_sessions: int,
+        idle_s: float,
+    ) -> None:
+        self._transport = transport
+        self._max = max_sessions
+        self._idle_s = idle_s
+        self._sessions: dict[SessionKey, PooledSession] = {}
+        self._opening: dict[SessionKey, asyncio.Future[PooledSession]] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap_idle())
+
+    @staticmethod
+    def key_for(capabilities: Mapping[str, Any], version: Version, authorization: str | None) -> SessionKey:
+        canonical = jsonio.dumps_sorted(capabilities)
+        return SessionKey(canonical, version.name, credential_hash(authorization))
+
+    async def acquire(
+        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> PooledSession:
+        pooled = self._sessions.get(key)
+        if pooled is not None:
+            pooled.last_used = time.monotonic()
+            return pooled
+        pending = self._opening.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[PooledSession] = asyncio.get_running_loop().create_future()
+        self._opening[key] = future
+        try:
+            pooled = await self._open(key, capabilities, authorization)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            self._opening.pop(key, None)
+        future.set_result(pooled)
+        return pooled
+
+    async def _open(
+        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> PooledSession:
+        if len(self._sessions) >= self._max:
+            await self._evict_one()
+        headers = {"authorization": authorization} if authorization is not None else {}
+        initialize: Message = {
+            "jsonrpc": "2.0",
+            "id": "shim-init",
+            "method": "initialize",
+            "params": {
+                "protocolVersion": key.version,
+                "capabilities": dict(capabilities),
+                "clientInfo": GATEWAY_INFO,
+            },
+        }
+        session, result = await self._transport.open_session(initialize, headers)
+        version = get_version(result.get("protocolVersion"))
+        if version is None:
+            await session.close()
+            raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
+        pooled = PooledSession(key, session, version, result)
+        self._sessions[key] = pooled
+        log.info(
+            "upstream_session_opened",
+            upstream_version=version.name,
+            sessions=len(self._sessions),
+        )
+        return pooled
+
+    async def _evict_one(self) -> None:
+        idle = [p for p in self._sessions.values() if p.in_flight == 0]
+        if not idle:
+            raise PoolExhausted(
+                f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
+                "or retry later"
+            )
+        victim = min(idle, key=lambda p: p.last_used)
+        await self.discard(victim)
+
+    async def discard(self, pooled: PooledSession) -> None:
+        if self._sessions.get(pooled.key) is pooled:
+            del self._sessions[pooled.key]
+        with contextlib.suppress(Exception):
+            await pooled.session.close()
+
+    async def renew(
+        self, stale: PooledSession, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> PooledSession:
+        """Replace a session the upstream expired (404) with a fresh one, once."""
+        if self._sessions.get(stale.key) is stale:
+            del self._sessions[stale.key]
+        log.info("upstream_session_expired", upstream_version=stale.version.name)
+        return await self.acquire(stale.key, capabilities, authorization)
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_s / 2, 30.0))
+            now = time.monotonic()
+            for pooled in list(self._sessions.values()):
+                if pooled.in_flight == 0 and now - pooled.last_used > self._idle_s:
+                    await self.discard(pooled)
+                    log.info("upstream_session_closed_idle", upstream_version=pooled.version.name)
+
+    async def aclose(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for pooled in list(self._sessions.values()):
+            await self.discard(pooled)
+
+
+__all__ = ["PooledSession", "SessionExpired", "SessionKey", "SessionPool", "credential_hash"]

@@ -1,0 +1,257 @@
+"""Legacy Streamable HTTP (2025-03-26 .. 2025-11-25) toward the upstream server.
+
+httpx is the API; its transport is aiohttp's (httpx-aiohttp), chosen by
+measurement: bench/README.md. Every httpx/aiohttp exception is turned into an
+`app.upstream.errors` error in `_library_errors`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import httpx
+from httpx_aiohttp import AiohttpTransport
+from httpx_sse import EventSource, SSEError
+
+from app import jsonio
+from app.upstream.base import Message
+from app.upstream.errors import (
+    SessionExpired,
+    UpstreamError,
+    UpstreamHttpError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from translators.registry import Version, get_version
+
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+_ACCEPT = "application/json, text/event-stream"
+
+
+@contextlib.contextmanager
+def _library_errors(what: str) -> Iterator[None]:
+    """The one place where library exceptions become the gateway's own."""
+    try:
+        yield
+    except UpstreamError:
+        raise
+    except httpx.TimeoutException as exc:
+        raise UpstreamTimeout(f"upstream timed out during {what}") from exc
+    except (httpx.TransportError, OSError) as exc:
+        raise UpstreamUnavailable(
+            f"upstream unreachable during {what}: {type(exc).__name__}"
+        ) from exc
+    except (SSEError, jsonio.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UpstreamProtocolError(f"upstream sent malformed data during {what}") from exc
+
+
+def build_client(
+    *, connect_timeout_s: float, max_connections: int, transport: str = "aiohttp"
+) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    chosen: httpx.AsyncBaseTransport = (
+        AiohttpTransport(limits=limits, trust_env=False)
+        if transport == "aiohttp"
+        else httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+    )
+    return httpx.AsyncClient(
+        transport=chosen,
+        timeout=httpx.Timeout(connect_timeout_s, read=None),
+        trust_env=False,
+    )
+
+
+def _content_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+class HttpExchange:
+    """One POST's answer: a single JSON message, or the events of its SSE stream."""
+
+    def __init__(self, response: httpx.Response, what: str) -> None:
+        self._response = response
+        self._what = what
+
+    async def __aiter__(self) -> AsyncIterator[Message]:
+        response = self._response
+        try:
+            if _content_type(response) == "text/event-stream":
+                with _library_errors(self._what):
+                    async for event in EventSource(response).aiter_sse():
+                        # 2025-11-25 priming events carry an id and no data.
+                        if not event.data:
+                            continue
+                        if event.event not in ("message", ""):
+                            continue
+                        parsed = jsonio.loads(event.data)
+                        if isinstance(parsed, dict):
+                            yield parsed
+                        elif isinstance(parsed, list):
+                            for item in parsed:
+                                if isinstance(item, dict):
+                                    yield item
+                return
+            with _library_errors(self._what):
+                body = await response.aread()
+            if not body:
+                return
+            with _library_errors(self._what):
+                parsed = jsonio.loads(body)
+            if isinstance(parsed, dict):
+                yield parsed
+            elif isinstance(parsed, list):
+                for item in parsed:
+                    if isinstance(item, dict):
+                        yield item
+            else:
+                raise UpstreamProtocolError(f"upstream answered {self._what} with a non-object")
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._response.aclose()
+
+
+class StreamableHttpSession:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        headers: Mapping[str, str],
+        session_id: str | None,
+        version: Version,
+        request_timeout_s: float,
+    ) -> None:
+        self._client = client
+        self._url = url
+        self.session_id = session_id
+        self.version = version
+        self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
+        base = {"accept": _ACCEPT, "content-type": "application/json", **headers}
+        if session_id is not None:
+            base[SESSION_HEADER] = session_id
+        if version.features.protocol_version_header:
+            base[VERSION_HEADER] = version.name
+        self._headers = base
+
+    async def _post(self, message: Message, what: str) -> httpx.Response:
+        request = self._client.build_request(
+            "POST", self._url, content=jsonio.dumps(message), headers=self._headers,
+            timeout=self._timeout,
+        )
+        with _library_errors(what):
+            response = await self._client.send(request, stream=True)
+        if response.status_code == 404 and self.session_id is not None:
+            await response.aclose()
+            raise SessionExpired("upstream no longer knows the session")
+        return response
+
+    async def request(self, message: Message) -> HttpExchange:
+        what = f"{message.get('method')}"
+        response = await self._post(message, what)
+        if response.status_code >= 400 and _content_type(response) != "application/json":
+            status = response.status_code
+            await response.aclose()
+            raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
+        return HttpExchange(response, what)
+
+    async def _post_expect_accepted(self, message: Message, what: str) -> None:
+        response = await self._post(message, what)
+        try:
+            if response.status_code >= 400:
+                raise UpstreamHttpError(
+                    f"upstream refused {what} with HTTP {response.status_code}",
+                    response.status_code,
+                )
+        finally:
+            await response.aclose()
+
+    async def notify(self, message: Message) -> None:
+        await self._post_expect_accepted(message, str(message.get("method")))
+
+    async def respond(self, message: Message) -> None:
+        await self._post_expect_accepted(message, "response to a server request")
+
+    async def listen(self, last_event_id: str | None = None) -> HttpExchange:
+        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
+        headers["accept"] = "text/event-stream"
+        if last_event_id is not None:
+            headers["last-event-id"] = last_event_id
+        request = self._client.build_request(
+            "GET", self._url, headers=headers, timeout=httpx.Timeout(None, connect=self._timeout.connect)
+        )
+        with _library_errors("GET stream"):
+            response = await self._client.send(request, stream=True)
+        if response.status_code == 404 and self.session_id is not None:
+            await response.aclose()
+            raise SessionExpired("upstream no longer knows the session")
+        if response.status_code >= 400:
+            status = response.status_code
+            await response.aclose()
+            raise UpstreamHttpError(f"upstream refused the GET stream with HTTP {status}", status)
+        return HttpExchange(response, "GET stream")
+
+    async def close(self) -> None:
+        if self.session_id is None:
+            return
+        request = self._client.build_request("DELETE", self._url, headers=self._headers)
+        with contextlib.suppress(UpstreamError), _library_errors("DELETE"):
+            response = await self._client.send(request)
+            await response.aclose()
+
+
+class StreamableHttpTransport:
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, *, request_timeout_s: float
+    ) -> None:
+        self._client = client
+        self._url = url
+        self._request_timeout_s = request_timeout_s
+
+    async def open_session(
+        self, initialize: Message, headers: Mapping[str, str]
+    ) -> tuple[StreamableHttpSession, Message]:
+        offered = get_version(initialize["params"]["protocolVersion"])
+        assert offered is not None
+        bootstrap = StreamableHttpSession(
+            self._client, self._url, headers, None, offered, self._request_timeout_s
+        )
+        response = await bootstrap._post(initialize, "initialize")
+        if response.status_code >= 400 and _content_type(response) != "application/json":
+            await response.aclose()
+            raise UpstreamHttpError(
+                f"upstream refused initialize with HTTP {response.status_code}", response.status_code
+            )
+        session_id = response.headers.get(SESSION_HEADER)
+        answer: Message | None = None
+        async for message in HttpExchange(response, "initialize"):
+            if message.get("id") == initialize["id"] and ("result" in message or "error" in message):
+                answer = message
+                break
+        if answer is None:
+            raise UpstreamProtocolError("upstream closed the initialize stream without answering")
+        if "error" in answer:
+            err = answer["error"]
+            raise UpstreamProtocolError(
+                f"upstream refused initialize: {err.get('code')} {err.get('message')}"
+            )
+        result: dict[str, Any] = answer["result"]
+        negotiated = get_version(result.get("protocolVersion"))
+        if negotiated is None or negotiated.features.per_request_meta:
+            raise UpstreamProtocolError(
+                f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+                "which is not a legacy version this gateway knows"
+            )
+        session = StreamableHttpSession(
+            self._client, self._url, headers, session_id, negotiated, self._request_timeout_s
+        )
+        await session.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return session, result
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

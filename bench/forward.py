@@ -1,0 +1,166 @@
+"""Forwarding cost: tools/call straight to the legacy fixture and through the
+gateway, side by side in one run.
+
+    .venv/bin/python bench/forward.py [--requests 3000] [--concurrency 8]
+
+Starts the legacy fixture server (mcp 1.x, .peers/legacy) and two gateways in
+front of it: one with the aiohttp transport under httpx (the default) and one
+with httpx's own transport. Prints requests/s and p50/p99 latency for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests import procs  # noqa: E402
+
+ACCEPT = "application/json, text/event-stream"
+
+
+def _parse(body: bytes, content_type: str) -> Any:
+    if content_type.startswith("text/event-stream"):
+        for line in body.split(b"\n"):
+            if line.startswith(b"data:") and line[5:].strip():
+                msg = orjson.loads(line[5:])
+                if "result" in msg or "error" in msg:
+                    return msg
+        raise RuntimeError("no response in SSE body")
+    return orjson.loads(body)
+
+
+async def _legacy_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+    }
+    async with http.post(url, data=orjson.dumps(init), headers={"accept": ACCEPT, "content-type": "application/json"}) as r:
+        sid = r.headers["mcp-session-id"]
+        await r.read()
+    headers = {
+        "accept": ACCEPT,
+        "content-type": "application/json",
+        "mcp-session-id": sid,
+        "mcp-protocol-version": "2025-11-25",
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, data=orjson.dumps(note), headers=headers) as r:
+        await r.read()
+    return headers
+
+
+def _modern_call(i: int) -> tuple[bytes, dict[str, str]]:
+    msg = {
+        "jsonrpc": "2.0",
+        "id": i,
+        "method": "tools/call",
+        "params": {
+            "name": "echo",
+            "arguments": {"message": "hi"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        "accept": ACCEPT,
+        "content-type": "application/json",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+        "mcp-name": "echo",
+    }
+    return orjson.dumps(msg), headers
+
+
+def _legacy_call(i: int) -> bytes:
+    msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}}
+    return orjson.dumps(msg)
+
+
+async def _drive(url: str, modern: bool, total: int, concurrency: int) -> dict[str, float]:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        legacy_headers = None if modern else await _legacy_session(http, url)
+        latencies: list[float] = []
+        counter = iter(range(1, total + 1))
+
+        async def worker() -> None:
+            for i in counter:
+                if modern:
+                    body, headers = _modern_call(i)
+                else:
+                    body, headers = _legacy_call(i), legacy_headers or {}
+                t0 = time.perf_counter()
+                async with http.post(url, data=body, headers=headers) as r:
+                    raw = await r.read()
+                    msg = _parse(raw, r.headers.get("content-type", ""))
+                latencies.append(time.perf_counter() - t0)
+                if "result" not in msg:
+                    raise RuntimeError(f"call failed: {msg}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "rps": total / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
+
+
+async def _bench(targets: list[tuple[str, str, bool]], total: int, concurrency: int, rounds: int) -> None:
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
+    for _ in range(rounds):
+        # Interleave targets each round so drift on the machine hits all alike.
+        for name, url, modern in targets:
+            await _drive(url, modern, min(300, total), concurrency)  # warm-up
+            results[name].append(await _drive(url, modern, total, concurrency))
+    print(f"tools/call 'echo', {total} requests x {rounds} rounds, concurrency {concurrency}")
+    print(f"{'target':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, runs in results.items():
+        best = max(runs, key=lambda r: r["rps"])
+        print(f"{name:<34} {best['rps']:>8.0f} {best['p50_ms']:>8.2f} {best['p99_ms']:>8.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    logs = Path("results")
+    logs.mkdir(exist_ok=True)
+    with procs.legacy_server(procs.free_port(), log_path=logs / "bench-legacy.log") as upstream:
+        env_quiet = {"MCP_SHIM_LOG_LEVEL": "warning"}
+        with (
+            procs.gateway(upstream, procs.free_port(), env=env_quiet, log_path=logs / "bench-gw-aiohttp.log") as gw_aio,
+            procs.gateway(
+                upstream,
+                procs.free_port(),
+                env={**env_quiet, "MCP_SHIM_UPSTREAM_HTTP_TRANSPORT": "httpx"},
+                log_path=logs / "bench-gw-httpx.log",
+            ) as gw_httpx,
+        ):
+            targets = [
+                ("direct to legacy fixture", upstream, False),
+                ("gateway (httpx + aiohttp transport)", gw_aio + "/mcp", True),
+                ("gateway (httpx default transport)", gw_httpx + "/mcp", True),
+            ]
+            asyncio.run(_bench(targets, args.requests, args.concurrency, args.rounds))
+
+
+if __name__ == "__main__":
+    main()

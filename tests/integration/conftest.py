@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import procs
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def legacy_url(logs_dir: Path) -> Iterator[str]:
+    """The legacy fixture server (mcp 1.x, Streamable HTTP with sessions)."""
+    with procs.legacy_server(procs.free_port(), log_path=logs_dir / "legacy.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def gateway_url(legacy_url: str, logs_dir: Path) -> Iterator[str]:
+    """Base URL of a gateway process in front of the legacy fixture; MCP endpoint at /mcp."""
+    with procs.gateway(legacy_url, procs.free_port(), log_path=logs_dir / "gateway.log") as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def gateway_log(logs_dir: Path) -> Path:
+    return logs_dir / "gateway.log"

