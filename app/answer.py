@@ -31,6 +31,15 @@ def sse_event(message: dict[str, Any]) -> bytes:
     return b"event: message\ndata: " + jsonio.dumps(message) + b"\n\n"
 
 
+_KEEPALIVE = b":\n\n"
+
+
+def _frame(out: Outgoing) -> bytes:
+    # streamable-http "Receiving Messages": a comment line keeps quiet
+    # long-lived streams open through intermediaries.
+    return _KEEPALIVE if out.keepalive else sse_event(out.message)
+
+
 class CallAnswer(Response):
     # A Response subclass only so FastAPI hands it to the server untouched;
     # it writes its own status, headers and body in __call__.
@@ -78,6 +87,8 @@ class CallAnswer(Response):
 
     async def _serve(self, send: Send) -> None:
         first = await anext(self._events)
+        while first.keepalive and not self._sse_ok:
+            first = await anext(self._events)
         if first.final or not self._sse_ok:
             final = first
             while not final.final:
@@ -89,12 +100,12 @@ class CallAnswer(Response):
                 await send({"type": "http.response.body", "body": sse_event(final.message)})
             return
         await self._start_sse(send)
-        await send({"type": "http.response.body", "body": sse_event(first.message), "more_body": True})
+        await send({"type": "http.response.body", "body": _frame(first), "more_body": True})
         async for out in self._events:
             if out.final:
-                await send({"type": "http.response.body", "body": sse_event(out.message)})
+                await send({"type": "http.response.body", "body": _frame(out)})
                 return
-            await send({"type": "http.response.body", "body": sse_event(out.message), "more_body": True})
+            await send({"type": "http.response.body", "body": _frame(out), "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
     async def _send_json(self, send: Send, out: Outgoing) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,13 @@ SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 
 @dataclass(slots=True)
 class Outgoing:
+    """One message for the client. `final` marks the answer; `keepalive` is an
+    SSE comment with no message (long-lived streams)."""
+
     message: Message
     final: bool = False
     status: int = 200
+    keepalive: bool = False
 
 
 @dataclass(slots=True)
@@ -66,7 +70,7 @@ class Gateway:
 
     async def run(
         self, call: ModernCall, authorization: str | None, state: CallState
-    ) -> AsyncIterator[Outgoing]:
+    ) -> AsyncGenerator[Outgoing, None]:
         try:
             upstream_caps = translate.client_capabilities(
                 call.client_capabilities, call.version, self._offered_version
@@ -91,7 +95,8 @@ class Gateway:
             log.warning("upstream_error", error=exc.message)
             rejection = Rejection(
                 INTERNAL_ERROR,
-                f"Internal error: the upstream MCP server could not serve the request ({exc.message})",
+                "Internal error: the upstream MCP server could not serve the request "
+                f"({exc.message})",
                 call.id,
                 status=exc.status,
             )
@@ -118,7 +123,9 @@ class Gateway:
 
     # -- Mcp-Param-* -------------------------------------------------------
 
-    async def _check_param_headers(self, call: ModernCall, pooled: PooledSession) -> Rejection | None:
+    async def _check_param_headers(
+        self, call: ModernCall, pooled: PooledSession
+    ) -> Rejection | None:
         name = call.params.get("name")
         if not isinstance(name, str):
             return None
@@ -213,7 +220,9 @@ class Gateway:
         if not isinstance(result, dict):
             result = {}
         state.outcome = "ok"
-        translated = translate.result(result, call.method, pooled.version, call.version, self._context(pooled))
+        translated = translate.result(
+            result, call.method, pooled.version, call.version, self._context(pooled)
+        )
         return Outgoing({"jsonrpc": "2.0", "id": call.id, "result": translated}, True)
 
     def _relay(
@@ -225,7 +234,8 @@ class Gateway:
         upstream_id: int,
     ) -> Message | None:
         method = message.get("method")
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        raw_params = message.get("params")
+        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
         if method == "notifications/progress":
             if client_token is None or params.get("progressToken") != upstream_id:
                 return None

@@ -77,10 +77,15 @@ def create_app(settings: Settings) -> FastAPI:
         transport = StreamableHttpTransport(
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
         )
-        pool = SessionPool(transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s)
+        pool = SessionPool(
+            transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
+        )
         pool.start()
         app.state.gateway = Gateway(
-            pool, offered_version=offered, ttl_ms=settings.cache_ttl_ms, cache_scope=settings.cache_scope
+            pool,
+            offered_version=offered,
+            ttl_ms=settings.cache_ttl_ms,
+            cache_scope=settings.cache_scope,
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
@@ -91,7 +96,9 @@ def create_app(settings: Settings) -> FastAPI:
             await transport.aclose()
             log.info("gateway_stopped")
 
-    app = FastAPI(title="mcp-shim", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="mcp-shim", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -110,16 +117,20 @@ def create_app(settings: Settings) -> FastAPI:
         request_id = raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16]
         bound = log.bind(request_id=request_id)
 
-        refused = security.check_host(request.headers.get("host"), allowed_hosts) or security.check_origin(
-            request.headers.get("origin"), settings.allowed_origins
-        )
+        refused = security.check_host(
+            request.headers.get("host"), allowed_hosts
+        ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
         if refused is not None:
             bound.warning("request_refused", reason="host_or_origin", status=refused.http_status)
             return _json(refused)
-        content_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        content_type = (
+            request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        )
         if content_type != "application/json":
             rejection = Rejection(
-                INVALID_REQUEST, "Unsupported media type: send the JSON-RPC message as application/json", status=415
+                INVALID_REQUEST,
+                "Unsupported media type: send the JSON-RPC message as application/json",
+                status=415,
             )
             bound.warning("request_refused", reason="content_type", status=415)
             return _json(rejection)

@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests import procs  # noqa: E402
+from tests import procs
 
 ACCEPT = "application/json, text/event-stream"
 
@@ -43,9 +43,15 @@ async def _legacy_session(http: aiohttp.ClientSession, url: str) -> dict[str, st
         "jsonrpc": "2.0",
         "id": 0,
         "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
     }
-    async with http.post(url, data=orjson.dumps(init), headers={"accept": ACCEPT, "content-type": "application/json"}) as r:
+    async with http.post(
+        url, data=orjson.dumps(init), headers={"accept": ACCEPT, "content-type": "application/json"}
+    ) as r:
         sid = r.headers["mcp-session-id"]
         await r.read()
     headers = {
@@ -85,7 +91,12 @@ def _modern_call(i: int) -> tuple[bytes, dict[str, str]]:
 
 
 def _legacy_call(i: int) -> bytes:
-    msg = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}}
+    msg = {
+        "jsonrpc": "2.0",
+        "id": i,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "hi"}},
+    }
     return orjson.dumps(msg)
 
 
@@ -121,7 +132,9 @@ async def _drive(url: str, modern: bool, total: int, concurrency: int) -> dict[s
     }
 
 
-async def _bench(targets: list[tuple[str, str, bool]], total: int, concurrency: int, rounds: int) -> None:
+async def _bench(
+    targets: list[tuple[str, str, bool]], total: int, concurrency: int, rounds: int
+) -> None:
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
     for _ in range(rounds):
         # Interleave targets each round so drift on the machine hits all alike.
@@ -146,7 +159,9 @@ def main() -> None:
     with procs.legacy_server(procs.free_port(), log_path=logs / "bench-legacy.log") as upstream:
         env_quiet = {"MCP_SHIM_LOG_LEVEL": "warning"}
         with (
-            procs.gateway(upstream, procs.free_port(), env=env_quiet, log_path=logs / "bench-gw-aiohttp.log") as gw_aio,
+            procs.gateway(
+                upstream, procs.free_port(), env=env_quiet, log_path=logs / "bench-gw-aiohttp.log"
+            ) as gw_aio,
             procs.gateway(
                 upstream,
                 procs.free_port(),

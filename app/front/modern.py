@@ -92,7 +92,11 @@ def parse(body: bytes, headers: Mapping[str, str]) -> Parsed:
 
 
 def _check_shape(message: dict[str, Any], has_id: bool, request_id: Any) -> Rejection | None:
-    rid = request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+    rid = (
+        request_id
+        if isinstance(request_id, str | int) and not isinstance(request_id, bool)
+        else None
+    )
     if message.get("jsonrpc") != "2.0":
         return Rejection(INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', rid)
     if has_id and request_id is None:
@@ -108,7 +112,9 @@ def _check_shape(message: dict[str, Any], has_id: bool, request_id: Any) -> Reje
             INVALID_REQUEST, "Invalid request: clients must not POST JSON-RPC responses", rid
         )
     if not isinstance(message.get("method"), str) or not message["method"]:
-        return Rejection(INVALID_REQUEST, 'Invalid request: "method" must be a non-empty string', rid)
+        return Rejection(
+            INVALID_REQUEST, 'Invalid request: "method" must be a non-empty string', rid
+        )
     params = message.get("params")
     if params is not None and not isinstance(params, dict):
         return Rejection(INVALID_REQUEST, 'Invalid request: "params" must be an object', rid)
@@ -129,11 +135,15 @@ def _check_request(
     header_version = headers.get("mcp-protocol-version")
     if header_version is None:
         return Rejection(
-            HEADER_MISMATCH, "Header mismatch: the MCP-Protocol-Version header is missing", request_id
+            HEADER_MISMATCH,
+            "Header mismatch: the MCP-Protocol-Version header is missing",
+            request_id,
         )
     requested = meta.get(META_VERSION)
     capabilities = meta.get(META_CAPABILITIES)
-    missing = [k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None]
+    missing = [
+        k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None
+    ]
     if missing:
         return Rejection(
             INVALID_PARAMS,
@@ -142,10 +152,14 @@ def _check_request(
             request_id,
         )
     if not isinstance(requested, str):
-        return Rejection(INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id)
+        return Rejection(
+            INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id
+        )
     if not isinstance(capabilities, dict):
         return Rejection(
-            INVALID_PARAMS, f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object", request_id
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
+            request_id,
         )
     if header_version.strip() != requested:
         return Rejection(
@@ -218,7 +232,9 @@ def _check_standard_headers(
     body_name = params.get(field)
     raw = headers.get("mcp-name")
     if raw is None:
-        return Rejection(HEADER_MISMATCH, f"Header mismatch: the Mcp-Name header is missing for {method}")
+        return Rejection(
+            HEADER_MISMATCH, f"Header mismatch: the Mcp-Name header is missing for {method}"
+        )
     try:
         header_name = decode_header_value(raw.strip(" \t"))
     except BadHeaderValue as exc:

@@ -19,7 +19,7 @@ HeaderPaths = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 def annotated_paths(input_schema: Any) -> HeaderPaths:
-    """(lower-cased header name, property path) for each `x-mcp-header` reachable via `properties`."""
+    """(lower-cased header name, property path) of each `x-mcp-header` under `properties`."""
     found: list[tuple[str, tuple[str, ...]]] = []
 
     def walk(schema: Any, path: tuple[str, ...]) -> None:

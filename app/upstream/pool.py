@@ -84,7 +84,12 @@ class PooledSession:
         cursor: Any = None
         for _ in range(100):  # bounded: a server that pages forever is not followed
             params: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
-            message = {"jsonrpc": "2.0", "id": f"shim-{self.next_id()}", "method": "tools/list", "params": params}
+            message = {
+                "jsonrpc": "2.0",
+                "id": f"shim-{self.next_id()}",
+                "method": "tools/list",
+                "params": params,
+            }
             exchange = await self.session.request(message)
             result = None
             try:
@@ -129,7 +134,9 @@ class SessionPool:
         self._reaper = asyncio.create_task(self._reap_idle())
 
     @staticmethod
-    def key_for(capabilities: Mapping[str, Any], version: Version, authorization: str | None) -> SessionKey:
+    def key_for(
+        capabilities: Mapping[str, Any], version: Version, authorization: str | None
+    ) -> SessionKey:
         canonical = jsonio.dumps_sorted(capabilities)
         return SessionKey(canonical, version.name, credential_hash(authorization))
 

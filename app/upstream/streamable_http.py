@@ -52,7 +52,9 @@ def _library_errors(what: str) -> Iterator[None]:
 def build_client(
     *, connect_timeout_s: float, max_connections: int, transport: str = "aiohttp"
 ) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
     chosen: httpx.AsyncBaseTransport = (
         AiohttpTransport(limits=limits, trust_env=False)
         if transport == "aiohttp"
@@ -66,7 +68,8 @@ def build_client(
 
 
 def _content_type(response: httpx.Response) -> str:
-    return response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    value: str = response.headers.get("content-type", "")
+    return value.partition(";")[0].strip().lower()
 
 
 class HttpExchange:
@@ -141,7 +144,10 @@ class StreamableHttpSession:
 
     async def _post(self, message: Message, what: str) -> httpx.Response:
         request = self._client.build_request(
-            "POST", self._url, content=jsonio.dumps(message), headers=self._headers,
+            "POST",
+            self._url,
+            content=jsonio.dumps(message),
+            headers=self._headers,
             timeout=self._timeout,
         )
         with _library_errors(what):
@@ -183,7 +189,10 @@ class StreamableHttpSession:
         if last_event_id is not None:
             headers["last-event-id"] = last_event_id
         request = self._client.build_request(
-            "GET", self._url, headers=headers, timeout=httpx.Timeout(None, connect=self._timeout.connect)
+            "GET",
+            self._url,
+            headers=headers,
+            timeout=httpx.Timeout(None, connect=self._timeout.connect),
         )
         with _library_errors("GET stream"):
             response = await self._client.send(request, stream=True)
@@ -206,9 +215,7 @@ class StreamableHttpSession:
 
 
 class StreamableHttpTransport:
-    def __init__(
-        self, client: httpx.AsyncClient, url: str, *, request_timeout_s: float
-    ) -> None:
+    def __init__(self, client: httpx.AsyncClient, url: str, *, request_timeout_s: float) -> None:
         self._client = client
         self._url = url
         self._request_timeout_s = request_timeout_s
@@ -225,12 +232,15 @@ class StreamableHttpTransport:
         if response.status_code >= 400 and _content_type(response) != "application/json":
             await response.aclose()
             raise UpstreamHttpError(
-                f"upstream refused initialize with HTTP {response.status_code}", response.status_code
+                f"upstream refused initialize with HTTP {response.status_code}",
+                response.status_code,
             )
         session_id = response.headers.get(SESSION_HEADER)
         answer: Message | None = None
         async for message in HttpExchange(response, "initialize"):
-            if message.get("id") == initialize["id"] and ("result" in message or "error" in message):
+            if message.get("id") == initialize["id"] and (
+                "result" in message or "error" in message
+            ):
                 answer = message
                 break
         if answer is None:

@@ -18,7 +18,9 @@ META = {
 }
 
 
-def headers(method: str, name: str | None = None, version: str = "2026-07-28", **extra: str) -> dict[str, str]:
+def headers(
+    method: str, name: str | None = None, version: str = "2026-07-28", **extra: str
+) -> dict[str, str]:
     out = {"mcp-protocol-version": version, "mcp-method": method}
     if name is not None:
         out["mcp-name"] = name
@@ -26,7 +28,9 @@ def headers(method: str, name: str | None = None, version: str = "2026-07-28", *
     return out
 
 
-def body(method: str, params: dict[str, Any] | None = None, rid: Any = 1, meta: Any = META) -> bytes:
+def body(
+    method: str, params: dict[str, Any] | None = None, rid: Any = 1, meta: Any = META
+) -> bytes:
     p = dict(params or {})
     if meta is not None:
         p["_meta"] = meta
@@ -40,7 +44,9 @@ def reject(raw: bytes, hdrs: dict[str, str]) -> Rejection:
 
 
 def test_valid_tools_call_parses() -> None:
-    out = modern.parse(body("tools/call", {"name": "echo", "arguments": {}}), headers("tools/call", "echo"))
+    out = modern.parse(
+        body("tools/call", {"name": "echo", "arguments": {}}), headers("tools/call", "echo")
+    )
     assert isinstance(out, modern.ModernCall)
     assert (out.id, out.method, out.version.name) == (1, "tools/call", "2026-07-28")
 
@@ -62,7 +68,10 @@ def test_null_id_is_refused() -> None:
     assert "null" in r.message
 
 
-@pytest.mark.parametrize("missing", ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities"])
+@pytest.mark.parametrize(
+    "missing",
+    ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities"],
+)
 def test_missing_meta_is_invalid_params_with_id(missing: str) -> None:
     meta = {k: v for k, v in META.items() if k != missing}
     r = reject(body("tools/list", rid="abc", meta=meta), headers("tools/list"))
@@ -101,7 +110,15 @@ def test_name_header_checked_after_base64_decoding() -> None:
 
 
 @pytest.mark.parametrize(
-    "method", ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "nope/x"]
+    "method",
+    [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "nope/x",
+    ],
 )
 def test_methods_2026_does_not_define_are_not_found(method: str) -> None:
     r = reject(body(method), headers(method))
@@ -109,7 +126,9 @@ def test_methods_2026_does_not_define_are_not_found(method: str) -> None:
 
 
 def test_notification_is_accepted() -> None:
-    raw = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    raw = orjson.dumps(
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    )
     assert isinstance(modern.parse(raw, {}), modern.ModernNotification)
 
 
@@ -117,5 +136,8 @@ def test_responses_and_bad_shapes_are_invalid_requests() -> None:
     assert reject(orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}), {}).code == -32600
     assert reject(orjson.dumps({"jsonrpc": "1.0", "id": 1, "method": "x"}), {}).code == -32600
     assert reject(orjson.dumps({"jsonrpc": "2.0", "id": 1.5, "method": "x"}), {}).code == -32600
-    assert reject(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1]}), {}).code == -32600
+    assert (
+        reject(orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1]}), {}).code
+        == -32600
+    )
     assert reject(b"42", {}).code == -32600

@@ -9,7 +9,10 @@ SCHEMA = {
     "properties": {
         "region": {"type": "string", "x-mcp-header": "Region"},
         "count": {"type": "integer", "x-mcp-header": "Count"},
-        "nested": {"type": "object", "properties": {"flag": {"type": "boolean", "x-mcp-header": "Flag"}}},
+        "nested": {
+            "type": "object",
+            "properties": {"flag": {"type": "boolean", "x-mcp-header": "Flag"}},
+        },
         "query": {"type": "string"},
     },
 }
@@ -18,7 +21,9 @@ PATHS = param_headers.annotated_paths(SCHEMA)
 
 def test_paths_follow_properties_only() -> None:
     assert dict(PATHS) == {"region": ("region",), "count": ("count",), "flag": ("nested", "flag")}
-    assert param_headers.annotated_paths({"items": {"properties": {"a": {"x-mcp-header": "A"}}}}) == ()
+    assert (
+        param_headers.annotated_paths({"items": {"properties": {"a": {"x-mcp-header": "A"}}}}) == ()
+    )
 
 
 def test_matching_headers_pass() -> None:
