@@ -18,6 +18,8 @@ class Exchange(Protocol):
     """The server's answer stream to one request: notifications and server requests
     related to it, then (normally) the response."""
 
+    last_event_id: str | None
+
     def __aiter__(self) -> AsyncIterator[Message]: ...
 
     async def aclose(self) -> None: ...
@@ -33,7 +35,7 @@ class Session(Protocol):
     async def respond(self, message: Message) -> None:
         """Answer a request the server sent us (a JSON-RPC response)."""
 
-    async def listen(self) -> Exchange:
+    async def listen(self, last_event_id: str | None = None) -> Exchange:
         """The session's standalone stream of server messages (legacy GET stream)."""
 
     async def close(self) -> None: ...

@@ -23,6 +23,7 @@ from app import jsonio
 from app.front.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message, Session, Transport
 from app.upstream.errors import PoolExhausted, SessionExpired, UpstreamProtocolError
+from app.upstream.listener import SessionListener
 from translators.registry import Version, get_version
 
 log = structlog.get_logger("mcp_shim.pool")
@@ -54,6 +55,11 @@ class PooledSession:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _tools: dict[str, HeaderPaths] | None = None
     _tools_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The session's GET stream; opened only while someone acquires it.
+    listener: SessionListener = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.listener = SessionListener(self.session)
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -194,7 +200,7 @@ class SessionPool:
         return pooled
 
     async def _evict_one(self) -> None:
-        idle = [p for p in self._sessions.values() if p.in_flight == 0]
+        idle = [p for p in self._sessions.values() if p.in_flight == 0 and p.listener.users == 0]
         if not idle:
             raise PoolExhausted(
                 f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
@@ -206,6 +212,7 @@ class SessionPool:
     async def discard(self, pooled: PooledSession) -> None:
         if self._sessions.get(pooled.key) is pooled:
             del self._sessions[pooled.key]
+        await pooled.listener.aclose()
         with contextlib.suppress(Exception):
             await pooled.session.close()
 
@@ -223,7 +230,8 @@ class SessionPool:
             await asyncio.sleep(min(self._idle_s / 2, 30.0))
             now = time.monotonic()
             for pooled in list(self._sessions.values()):
-                if pooled.in_flight == 0 and now - pooled.last_used > self._idle_s:
+                idle = pooled.in_flight == 0 and pooled.listener.users == 0
+                if idle and now - pooled.last_used > self._idle_s:
                     await self.discard(pooled)
                     log.info("upstream_session_closed_idle", upstream_version=pooled.version.name)
 

@@ -78,6 +78,9 @@ class HttpExchange:
     def __init__(self, response: httpx.Response, what: str) -> None:
         self._response = response
         self._what = what
+        # SSE event id of the last event read: resumption (Last-Event-ID) of
+        # the GET stream where the upstream supports it.
+        self.last_event_id: str | None = None
 
     async def __aiter__(self) -> AsyncIterator[Message]:
         response = self._response
@@ -85,6 +88,8 @@ class HttpExchange:
             if _content_type(response) == "text/event-stream":
                 with _library_errors(self._what):
                     async for event in EventSource(response).aiter_sse():
+                        if event.id:
+                            self.last_event_id = event.id
                         # 2025-11-25 priming events carry an id and no data.
                         if not event.data:
                             continue
