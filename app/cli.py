@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import uvicorn
 
 from app import logs
-from app.config import SettingsError, load_settings
+from app.config import Settings, SettingsError, load_settings
 from app.server import create_app
+
+
+def check_listen_address(settings: Settings) -> None:
+    """Fail before start-up, naming the variable, when the gateway cannot listen:
+    uvicorn would only say so after the application started."""
+    try:
+        infos = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise SettingsError(
+            f"invalid configuration:\n  MCP_SHIM_HOST: cannot resolve {settings.host!r} "
+            f"({exc.strerror})"
+        ) from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise SettingsError(
+                "invalid configuration:\n  MCP_SHIM_HOST/MCP_SHIM_PORT: cannot listen on "
+                f"{settings.host}:{settings.port} ({exc.strerror})"
+            ) from None
 
 
 def main() -> None:
     try:
         settings = load_settings()
+        check_listen_address(settings)
     except SettingsError as exc:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,19 +76,28 @@ class Gateway:
             )
             key = self._pool.key_for(upstream_caps, self._offered_version, authorization)
             pooled = await self._pool.acquire(key, upstream_caps, authorization)
-            state.upstream_version = pooled.version.name
-            if call.method == "server/discover":
-                state.outcome = "ok"
-                yield Outgoing(self._discover(call, pooled), final=True)
-                return
-            if call.method == "tools/call":
-                rejection = await self._check_param_headers(call, pooled)
-                if rejection is not None:
-                    state.outcome = "rejected"
-                    yield Outgoing(rejection.to_message(), True, rejection.http_status)
+            try:
+                state.upstream_version = pooled.version.name
+                if call.method == "server/discover":
+                    state.outcome = "ok"
+                    yield Outgoing(self._discover(call, pooled), final=True)
                     return
-            async for out in self._forward(call, pooled, upstream_caps, authorization, state):
-                yield out
+                if call.method == "tools/call":
+                    try:
+                        rejection = await self._check_param_headers(call, pooled)
+                    except SessionExpired:
+                        fresh = await self._pool.renew(pooled, upstream_caps, authorization)
+                        self._pool.release(pooled)
+                        pooled = fresh
+                        rejection = await self._check_param_headers(call, pooled)
+                    if rejection is not None:
+                        state.outcome = "rejected"
+                        yield Outgoing(rejection.to_message(), True, rejection.http_status)
+                        return
+                async for out in self._forward(call, pooled, upstream_caps, authorization, state):
+                    yield out
+            finally:
+                self._pool.release(pooled)
         except UpstreamError as exc:
             state.outcome = type(exc).__name__
             log.warning("upstream_error", error=exc.message)
@@ -153,14 +161,18 @@ class Gateway:
         ctx = self._context(pooled)
         outbound = translate.request(call.message, call.version, pooled.version, ctx)
         client_token = _progress_token(call.params)
+        fresh: PooledSession | None = None
         try:
             upstream_id, exchange = await self._send(pooled, outbound)
         except SessionExpired:
             # The upstream forgot the session: its handler never ran, so one
             # resend on a fresh session cannot run the call twice.
-            pooled = await self._pool.renew(pooled, upstream_caps, authorization)
-            upstream_id, exchange = await self._send(pooled, outbound)
-        pooled.in_flight += 1
+            fresh = pooled = await self._pool.renew(pooled, upstream_caps, authorization)
+            try:
+                upstream_id, exchange = await self._send(pooled, outbound)
+            except BaseException:
+                self._pool.release(fresh)
+                raise
         answered = False
         try:
             async for message in exchange:
@@ -186,8 +198,8 @@ class Gateway:
             )
             yield Outgoing(rejection.to_message(), True, rejection.http_status)
         finally:
-            pooled.in_flight -= 1
-            pooled.last_used = time.monotonic()
+            if fresh is not None:
+                self._pool.release(fresh)
             if not answered:
                 state.outcome = "cancelled"
                 self._spawn(self._cancel_upstream(pooled, upstream_id))

@@ -149,13 +149,26 @@ class SessionPool:
     async def acquire(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
+        """A session for this key, leased: counted as in use until `release`, so
+        neither eviction nor the idle reaper closes it under a call."""
         pooled = self._sessions.get(key)
-        if pooled is not None:
-            pooled.last_used = time.monotonic()
-            return pooled
-        pending = self._opening.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        if pooled is None:
+            pending = self._opening.get(key)
+            if pending is not None:
+                pooled = await asyncio.shield(pending)
+            else:
+                pooled = await self._open_once(key, capabilities, authorization)
+        pooled.in_flight += 1
+        pooled.last_used = time.monotonic()
+        return pooled
+
+    def release(self, pooled: PooledSession) -> None:
+        pooled.in_flight -= 1
+        pooled.last_used = time.monotonic()
+
+    async def _open_once(
+        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> PooledSession:
         future: asyncio.Future[PooledSession] = asyncio.get_running_loop().create_future()
         self._opening[key] = future
         try:
@@ -219,7 +232,8 @@ class SessionPool:
     async def renew(
         self, stale: PooledSession, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
-        """Replace a session the upstream expired (404) with a fresh one, once."""
+        """Replace a session the upstream expired (404) with a fresh, leased one.
+        The caller still releases its lease on the stale one."""
         if self._sessions.get(stale.key) is stale:
             del self._sessions[stale.key]
         log.info("upstream_session_expired", upstream_version=stale.version.name)

@@ -1,0 +1,71 @@
+# syntax=docker/dockerfile:1
+#
+# mcp-shim images, one file, three stages:
+#
+#   builder   builds the mcp-shim wheel and the wheels of its pinned dependencies
+#   runtime   (default target) the gateway: the wheel installed in a slim image,
+#             non-root, `mcp-shim` as the entrypoint, configured by MCP_SHIM_*
+#   demo      the bundled demo legacy MCP server (tests/fixtures/legacy_server.py on
+#             the official Python SDK mcp 1.x), for docker-compose.yml
+#
+#   docker build -t mcp-shim .                       # the gateway
+#   docker build --target demo -t mcp-shim-demo .    # the demo legacy server
+#
+# tests/integration/test_docker.py lints this file (hadolint) and checks that
+# docker-compose.yml agrees with it; keep the HEALTHCHECK commands in both in step.
+
+FROM python:3.11.15-slim-trixie AS base
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+
+# ---------------------------------------------------------------------------
+FROM base AS builder
+WORKDIR /src
+# Only what the wheel is built from (pyproject.toml reads README.md).
+COPY pyproject.toml README.md ./
+COPY app/ app/
+COPY translators/ translators/
+# One wheel for mcp-shim plus one per pinned dependency, so the runtime stage
+# installs from local files only.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+# ---------------------------------------------------------------------------
+FROM base AS runtime
+RUN groupadd --system --gid 10001 mcpshim \
+    && useradd --system --uid 10001 --gid mcpshim --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin mcpshim
+# The wheels are bind-mounted, not copied: they never become a layer.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links=/wheels mcp-shim==0.1.0
+# A container must listen on all its interfaces; the port is published by the
+# host (docker-compose.yml publishes it on 127.0.0.1 only).
+ENV MCP_SHIM_HOST=0.0.0.0 \
+    MCP_SHIM_PORT=8080
+USER 10001:10001
+EXPOSE 8080
+# No curl in the slim image: Python's urllib. Non-2xx raises, so the exit code is 1.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MCP_SHIM_PORT', '8080'), timeout=2)"]
+ENTRYPOINT ["mcp-shim"]
+
+# ---------------------------------------------------------------------------
+FROM base AS demo
+RUN groupadd --system --gid 10002 demo \
+    && useradd --system --uid 10002 --gid demo --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin demo
+# The complete pinned set scripts/setup_peers.sh installs in .peers/legacy.
+COPY tests/peers/legacy-requirements.txt /tmp/legacy-requirements.txt
+RUN pip install --no-cache-dir --no-deps -r /tmp/legacy-requirements.txt \
+    && pip check \
+    && rm /tmp/legacy-requirements.txt
+WORKDIR /srv/demo
+COPY tests/fixtures/legacy_server.py ./
+COPY tests/fixtures/legacy/ legacy/
+USER 10002:10002
+EXPOSE 3001
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:3001/healthz', timeout=2)"]
+ENTRYPOINT ["python", "legacy_server.py"]
+CMD ["--host", "0.0.0.0", "--port", "3001"]
