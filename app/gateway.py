@@ -203,7 +203,7 @@ class Gateway:
             if not answered:
                 state.outcome = "cancelled"
                 self._spawn(self._cancel_upstream(pooled, upstream_id))
-            await exchange.aclose()
+            await exchange.aclose(drain=answered)
 
     async def _send(self, pooled: PooledSession, outbound: Message) -> tuple[int, Any]:
         upstream_id = pooled.next_id()

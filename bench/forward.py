@@ -5,13 +5,16 @@ gateway, side by side in one run.
 
 Starts the legacy fixture server (mcp 1.x, .peers/legacy) and two gateways in
 front of it: one with the aiohttp transport under httpx (the default) and one
-with httpx's own transport. Prints requests/s and p50/p99 latency for each.
+with httpx's own transport. Prints requests/s and p50/p99 latency for each,
+and the CPU time each process spent per request (from /proc): the fixture is
+slower than the gateway, so throughput alone would hide the cost of the hop.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -132,20 +135,43 @@ async def _drive(url: str, modern: bool, total: int, concurrency: int) -> dict[s
     }
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+
+Target = tuple[str, str, bool, int | None]  # name, url, modern?, gateway pid
+
+
 async def _bench(
-    targets: list[tuple[str, str, bool]], total: int, concurrency: int, rounds: int
+    targets: list[Target], upstream_pid: int, total: int, concurrency: int, rounds: int
 ) -> None:
-    results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in targets}
+    results: dict[str, list[dict[str, float]]] = {t[0]: [] for t in targets}
     for _ in range(rounds):
         # Interleave targets each round so drift on the machine hits all alike.
-        for name, url, modern in targets:
+        for name, url, modern, pid in targets:
             await _drive(url, modern, min(300, total), concurrency)  # warm-up
-            results[name].append(await _drive(url, modern, total, concurrency))
+            up0 = _cpu_seconds(upstream_pid)
+            gw0 = _cpu_seconds(pid) if pid else 0.0
+            run = await _drive(url, modern, total, concurrency)
+            run["upstream_cpu_ms"] = (_cpu_seconds(upstream_pid) - up0) * 1000 / total
+            run["gateway_cpu_ms"] = ((_cpu_seconds(pid) - gw0) * 1000 / total) if pid else 0.0
+            results[name].append(run)
     print(f"tools/call 'echo', {total} requests x {rounds} rounds, concurrency {concurrency}")
-    print(f"{'target':<34} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    print(
+        f"{'target':<38} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'gw CPU ms/req':>14} {'upstream CPU ms/req':>20}"
+    )
     for name, runs in results.items():
         best = max(runs, key=lambda r: r["rps"])
-        print(f"{name:<34} {best['rps']:>8.0f} {best['p50_ms']:>8.2f} {best['p99_ms']:>8.2f}")
+        gw = f"{best['gateway_cpu_ms']:.3f}" if best["gateway_cpu_ms"] else "-"
+        print(
+            f"{name:<38} {best['rps']:>7.0f} {best['p50_ms']:>7.2f} {best['p99_ms']:>7.2f} "
+            f"{gw:>14} {best['upstream_cpu_ms']:>20.3f}"
+        )
 
 
 def main() -> None:
@@ -156,25 +182,56 @@ def main() -> None:
     args = parser.parse_args()
     logs = Path("results")
     logs.mkdir(exist_ok=True)
-    with procs.legacy_server(procs.free_port(), log_path=logs / "bench-legacy.log") as upstream:
-        env_quiet = {"MCP_SHIM_LOG_LEVEL": "warning"}
-        with (
-            procs.gateway(
-                upstream, procs.free_port(), env=env_quiet, log_path=logs / "bench-gw-aiohttp.log"
-            ) as gw_aio,
-            procs.gateway(
-                upstream,
-                procs.free_port(),
-                env={**env_quiet, "MCP_SHIM_UPSTREAM_HTTP_TRANSPORT": "httpx"},
-                log_path=logs / "bench-gw-httpx.log",
-            ) as gw_httpx,
-        ):
-            targets = [
-                ("direct to legacy fixture", upstream, False),
-                ("gateway (httpx + aiohttp transport)", gw_aio + "/mcp", True),
-                ("gateway (httpx default transport)", gw_httpx + "/mcp", True),
-            ]
-            asyncio.run(_bench(targets, args.requests, args.concurrency, args.rounds))
+    up_port, aio_port, httpx_port = procs.free_port(), procs.free_port(), procs.free_port()
+    upstream = f"http://127.0.0.1:{up_port}/mcp"
+    fixture_argv = [
+        str(procs.require_peer(procs.LEGACY_PY)),
+        str(procs.FIXTURE),
+        "--port",
+        str(up_port),
+    ]
+
+    def gw_env(port: int, transport: str) -> dict[str, str]:
+        return {
+            "MCP_SHIM_UPSTREAM_URL": upstream,
+            "MCP_SHIM_PORT": str(port),
+            "MCP_SHIM_HOST": "127.0.0.1",
+            "MCP_SHIM_LOG_LEVEL": "warning",
+            "MCP_SHIM_UPSTREAM_HTTP_TRANSPORT": transport,
+        }
+
+    gw_argv = [sys.executable, "-m", "app.cli"]
+    with (
+        procs.running(fixture_argv, upstream, log_path=logs / "bench-legacy.log") as fixture,
+        procs.running(
+            gw_argv,
+            f"http://127.0.0.1:{aio_port}/healthz",
+            env=gw_env(aio_port, "aiohttp"),
+            log_path=logs / "bench-gw-aiohttp.log",
+        ) as gw_aio,
+        procs.running(
+            gw_argv,
+            f"http://127.0.0.1:{httpx_port}/healthz",
+            env=gw_env(httpx_port, "httpx"),
+            log_path=logs / "bench-gw-httpx.log",
+        ) as gw_httpx,
+    ):
+        targets: list[Target] = [
+            ("direct to legacy fixture", upstream, False, None),
+            (
+                "gateway (httpx + aiohttp transport)",
+                f"http://127.0.0.1:{aio_port}/mcp",
+                True,
+                gw_aio.pid,
+            ),
+            (
+                "gateway (httpx default transport)",
+                f"http://127.0.0.1:{httpx_port}/mcp",
+                True,
+                gw_httpx.pid,
+            ),
+        ]
+        asyncio.run(_bench(targets, fixture.pid, args.requests, args.concurrency, args.rounds))
 
 
 if __name__ == "__main__":

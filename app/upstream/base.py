@@ -22,7 +22,8 @@ class Exchange(Protocol):
 
     def __aiter__(self) -> AsyncIterator[Message]: ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self, drain: bool = False) -> None:
+        """End the exchange; `drain` reads the rest of an answered stream first."""
 
 
 class Session(Protocol):

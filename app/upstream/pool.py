@@ -104,7 +104,7 @@ class PooledSession:
                         result = reply.get("result")
                         break
             finally:
-                await exchange.aclose()
+                await exchange.aclose(drain=True)
             if not isinstance(result, dict):
                 return tools
             for tool in result.get("tools") or []:

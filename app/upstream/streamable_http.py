@@ -7,6 +7,7 @@ measurement: bench/README.md. Every httpx/aiohttp exception is turned into an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -72,57 +73,69 @@ def _content_type(response: httpx.Response) -> str:
     return value.partition(";")[0].strip().lower()
 
 
+# How long closing an exchange may wait for the rest of an answered stream:
+# a stream read to its end leaves the connection reusable, an abandoned one
+# costs a new TCP connection on the next request (measured: bench/README.md).
+_DRAIN_S = 0.25
+
+
 class HttpExchange:
     """One POST's answer: a single JSON message, or the events of its SSE stream."""
 
     def __init__(self, response: httpx.Response, what: str) -> None:
         self._response = response
         self._what = what
+        self._messages = self._read()
         # SSE event id of the last event read: resumption (Last-Event-ID) of
         # the GET stream where the upstream supports it.
         self.last_event_id: str | None = None
 
-    async def __aiter__(self) -> AsyncIterator[Message]:
-        response = self._response
-        try:
-            if _content_type(response) == "text/event-stream":
-                with _library_errors(self._what):
-                    async for event in EventSource(response).aiter_sse():
-                        if event.id:
-                            self.last_event_id = event.id
-                        # 2025-11-25 priming events carry an id and no data.
-                        if not event.data:
-                            continue
-                        if event.event not in ("message", ""):
-                            continue
-                        parsed = jsonio.loads(event.data)
-                        if isinstance(parsed, dict):
-                            yield parsed
-                        elif isinstance(parsed, list):
-                            for item in parsed:
-                                if isinstance(item, dict):
-                                    yield item
-                return
-            with _library_errors(self._what):
-                body = await response.aread()
-            if not body:
-                return
-            with _library_errors(self._what):
-                parsed = jsonio.loads(body)
-            if isinstance(parsed, dict):
-                yield parsed
-            elif isinstance(parsed, list):
-                for item in parsed:
-                    if isinstance(item, dict):
-                        yield item
-            else:
-                raise UpstreamProtocolError(f"upstream answered {self._what} with a non-object")
-        finally:
-            await self.aclose()
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._messages
 
-    async def aclose(self) -> None:
+    async def _read(self) -> AsyncIterator[Message]:
+        response = self._response
+        if _content_type(response) == "text/event-stream":
+            with _library_errors(self._what):
+                async for event in EventSource(response).aiter_sse():
+                    if event.id:
+                        self.last_event_id = event.id
+                    # 2025-11-25 priming events carry an id and no data.
+                    if not event.data or event.event not in ("message", ""):
+                        continue
+                    for message in _messages_of(jsonio.loads(event.data)):
+                        yield message
+            return
+        with _library_errors(self._what):
+            body = await response.aread()
+            parsed = jsonio.loads(body) if body else None
+        if parsed is None:
+            return
+        if not isinstance(parsed, dict | list):
+            raise UpstreamProtocolError(f"upstream answered {self._what} with a non-object")
+        for message in _messages_of(parsed):
+            yield message
+
+    async def aclose(self, drain: bool = False) -> None:
+        """End the exchange. With `drain`, first read what is left of an answered
+        stream (servers end it right after the response), so the keep-alive
+        connection can serve the next request instead of being dropped."""
+        if drain and not self._response.is_closed:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(_DRAIN_S):
+                    async for _ in self._messages:
+                        pass
+        with contextlib.suppress(Exception):
+            await self._messages.aclose()  # type: ignore[attr-defined]
         with contextlib.suppress(Exception):
             await self._response.aclose()
+
+
+def _messages_of(parsed: Any) -> Iterator[Message]:
+    if isinstance(parsed, dict):
+        yield parsed
+    elif isinstance(parsed, list):
+        yield from (item for item in parsed if isinstance(item, dict))
 
 
 class StreamableHttpSession:
