@@ -173,7 +173,8 @@ def _check_request(
     if version is None or version not in modern_versions():
         return Rejection(
             UNSUPPORTED_PROTOCOL_VERSION,
-            "Unsupported protocol version",
+            f"Unsupported protocol version {requested!r}: send one of "
+            + ", ".join(supported_version_names()),
             request_id,
             data={"supported": supported_version_names(), "requested": requested},
         )

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 from httpx_sse import EventSource, SSEError
@@ -33,6 +34,16 @@ VERSION_HEADER = "mcp-protocol-version"
 _ACCEPT = "application/json, text/event-stream"
 
 
+def _really_timed_out(exc: httpx.TimeoutException) -> bool:
+    """httpx-aiohttp 0.2.0 maps every aiohttp.ClientConnectionError (a refused
+    connection, a server that hung up) to httpx.ConnectTimeout; only its cause
+    tells a timeout from an upstream that is gone."""
+    cause = exc.__cause__
+    return not isinstance(cause, aiohttp.ClientConnectionError) or isinstance(
+        cause, aiohttp.ServerTimeoutError
+    )
+
+
 @contextlib.contextmanager
 def _library_errors(what: str) -> Iterator[None]:
     """The one place where library exceptions become the gateway's own."""
@@ -41,6 +52,10 @@ def _library_errors(what: str) -> Iterator[None]:
     except UpstreamError:
         raise
     except httpx.TimeoutException as exc:
+        if not _really_timed_out(exc):
+            raise UpstreamUnavailable(
+                f"upstream unreachable during {what}: {type(exc.__cause__).__name__}"
+            ) from exc
         raise UpstreamTimeout(f"upstream timed out during {what}") from exc
     except (httpx.TransportError, OSError) as exc:
         raise UpstreamUnavailable(

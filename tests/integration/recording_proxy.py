@@ -1,0 +1,234 @@
+"""A recording HTTP proxy for one MCP endpoint, run in-process on a loopback port.
+
+Put between two peers (a client and the gateway, or the gateway and the
+legacy fixture) it forwards every request unchanged, streams every answer
+back as it arrives (SSE included, so progress and cancellation behave as
+without it), and records both sides: the request's method, headers and JSON
+body; the answer's status, headers and the JSON-RPC messages it carried (the
+JSON body, or each SSE event's data). Tests read `records` to see exactly
+what crossed the wire, and validate it against the spec's schemas.
+
+It runs aiohttp on its own event loop in a daemon thread, so synchronous
+tests can use it while they block on their own HTTP calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tests.procs import free_port
+
+# Hop-by-hop and framing headers: set by each HTTP connection, never forwarded.
+_HOP = frozenset(
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "content-length",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+    }
+)
+
+
+@dataclass
+class Record:
+    """One HTTP exchange that crossed the proxy."""
+
+    serial: int
+    http_method: str
+    headers: dict[str, str]  # request headers, lower-cased names
+    body: Any  # parsed JSON request body, or None
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # JSON-RPC messages answered
+    done: bool = False
+    # How the answer ended: "complete", "client_gone" (the requester closed it),
+    # "upstream_error" (the answering side failed or went away).
+    ending: str | None = None
+
+    @property
+    def content_type(self) -> str:
+        return self.response_headers.get("content-type", "").split(";")[0].strip()
+
+    @property
+    def method(self) -> str | None:
+        """JSON-RPC method of the request body (None for responses and bodiless requests)."""
+        if isinstance(self.body, dict):
+            method = self.body.get("method")
+            return method if isinstance(method, str) else None
+        return None
+
+    @property
+    def session_id(self) -> str | None:
+        return self.headers.get("mcp-session-id")
+
+
+class _SseParser:
+    def __init__(self, sink: Callable[[dict[str, Any]], None]) -> None:
+        self._buffer = ""
+        self._sink = sink
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += self._decoder.decode(chunk).replace("\r\n", "\n")
+        while "\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split("\n\n", 1)
+            data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
+            if data and any(data):
+                parsed = json.loads("\n".join(data))
+                for message in parsed if isinstance(parsed, list) else [parsed]:
+                    self._sink(message)
+
+
+class RecordingProxy:
+    def __init__(self, upstream_url: str) -> None:
+        self.upstream_url = upstream_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.records: list[Record] = []
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+
+    # -- life cycle ---------------------------------------------------------
+
+    def start(self) -> RecordingProxy:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def __enter__(self) -> RecordingProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _start(self) -> None:
+        self._client = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            auto_decompress=False,
+        )
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/mcp", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._client is not None:
+            await self._client.close()
+
+    # -- reading what was recorded -------------------------------------------
+
+    def snapshot(self) -> list[Record]:
+        with self._lock:
+            return list(self.records)
+
+    def mark(self) -> int:
+        """A position in the record list: `since(mark)` gives what came after it."""
+        with self._lock:
+            return len(self.records)
+
+    def since(self, mark: int) -> list[Record]:
+        with self._lock:
+            return self.records[mark:]
+
+    def wait_for(
+        self, predicate: Callable[[Record], bool], since: int = 0, timeout: float = 10.0
+    ) -> Record:
+        deadline = time.monotonic() + timeout
+        while True:
+            for record in self.since(since):
+                if predicate(record):
+                    return record
+            if time.monotonic() > deadline:
+                raise AssertionError("the proxy saw no matching exchange in time")
+            time.sleep(0.02)
+
+    # -- forwarding ----------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = None
+        with self._lock:
+            record = Record(
+                serial=len(self.records),
+                http_method=request.method,
+                headers={k.lower(): v for k, v in request.headers.items()},
+                body=parsed,
+            )
+            self.records.append(record)
+        forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        assert self._client is not None
+        try:
+            upstream = await self._client.request(
+                request.method, self.upstream_url, headers=forward, data=raw or None
+            )
+        except aiohttp.ClientError:
+            record.status, record.ending, record.done = 502, "upstream_error", True
+            return web.Response(status=502, text="recording proxy: upstream unreachable")
+        try:
+            record.status = upstream.status
+            record.response_headers = {k.lower(): v for k, v in upstream.headers.items()}
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP},
+            )
+            await response.prepare(request)
+            sse = record.content_type == "text/event-stream"
+            parser = _SseParser(record.messages.append)
+            body = bytearray()
+            try:
+                async for chunk in upstream.content.iter_any():
+                    if sse:
+                        parser.feed(chunk)
+                    else:
+                        body += chunk
+                    await response.write(chunk)
+            except (ConnectionResetError, asyncio.CancelledError):
+                record.ending = "client_gone"
+                raise
+            except aiohttp.ClientError:
+                record.ending = "upstream_error"
+                raise
+            if body:
+                with contextlib.suppress(ValueError):
+                    value = json.loads(body)
+                    record.messages.extend(value if isinstance(value, list) else [value])
+            record.ending = "complete"
+            await response.write_eof()
+            return response
+        finally:
+            record.done = True
+            if record.ending == "complete":
+                upstream.release()
+            else:
+                upstream.close()  # tell the answering side its reader went away
