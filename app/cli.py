@@ -6,10 +6,29 @@ import socket
 import sys
 
 import uvicorn
+from fastapi import FastAPI
 
 from app import logs
 from app.config import Settings, SettingsError, load_settings
-from app.server import create_app
+from app.server import create_app, drain
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn, ending long-lived listen streams properly on SIGTERM/SIGINT.
+
+    uvicorn's shutdown stops accepting, waits for open responses up to
+    timeout_graceful_shutdown and then cancels them; lifespan shutdown only
+    runs afterwards. `drain` first sends each subscriptions/listen stream its
+    graceful closing result, so the wait below finds them finished.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await drain(self._app)
+        await super().shutdown(sockets)
 
 
 def check_listen_address(settings: Settings) -> None:
@@ -42,8 +61,9 @@ def main() -> None:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_level)
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -55,6 +75,10 @@ def main() -> None:
         timeout_keep_alive=30,
         timeout_graceful_shutdown=10,
     )
+    server = GracefulServer(config, app)
+    server.run()
+    if not server.started:
+        sys.exit(3)  # uvicorn's STARTUP_FAILURE, as uvicorn.run does
 
 
 if __name__ == "__main__":

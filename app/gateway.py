@@ -17,9 +17,16 @@ import structlog
 
 from app.front import param_headers
 from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
+from app.mrtr import capabilities as mrtr_capabilities
+from app.mrtr import results as mrtr_results
+from app.mrtr.bridge import Bridge, Codec
 from app.rejections import INTERNAL_ERROR, Rejection, http_status_for
+from app.subscriptions import filters as subscription_filters
+from app.subscriptions import listen as subscriptions_listen
+from app.subscriptions.hub import SubscriptionHub
 from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
+from app.upstream.listener import default_answer
 from app.upstream.pool import PooledSession, SessionPool
 from translators import translate
 from translators.registry import Version
@@ -46,6 +53,9 @@ class CallState:
 
     upstream_version: str | None = None
     outcome: str = "pending"
+    request_id: str | None = None
+    # Forwarded by another replica to this one (app/mrtr/forwarding.py): never again.
+    hop: bool = False
 
 
 def _level_rank(level: Any) -> int:
@@ -57,9 +67,25 @@ def _level_rank(level: Any) -> int:
 
 class Gateway:
     def __init__(
-        self, pool: SessionPool, *, offered_version: Version, ttl_ms: int, cache_scope: str
+        self,
+        pool: SessionPool,
+        *,
+        offered_version: Version,
+        ttl_ms: int,
+        cache_scope: str,
+        subscriptions: SubscriptionHub | None = None,
+        listen_keepalive_s: float = 15.0,
+        bridge: Bridge | None = None,
     ) -> None:
         self._pool = pool
+        # The MRTR bridge (app/mrtr); None: the upstream's requests are refused.
+        self._bridge = bridge
+        self._codec = Codec(
+            outbound=self._outbound, send=self._send, relay=self._relay, answer=self._answer
+        )
+        # subscriptions/listen (app/subscriptions); None: forwarded like any call.
+        self._subscriptions = subscriptions
+        self._listen_keepalive_s = listen_keepalive_s
         self._offered_version = offered_version
         self._ttl_ms = ttl_ms
         self._cache_scope = cache_scope
@@ -82,6 +108,23 @@ class Gateway:
                     state.outcome = "ok"
                     yield Outgoing(self._discover(call, pooled), final=True)
                     return
+                if call.method == subscriptions_listen.METHOD and self._subscriptions is not None:
+                    stream = subscriptions_listen.listen(
+                        self._subscriptions,
+                        call,
+                        pooled,
+                        upstream_caps,
+                        authorization,
+                        state,
+                        keepalive_s=self._listen_keepalive_s,
+                    )
+                    # Closed here, not by the garbage collector, when the client leaves.
+                    async with contextlib.aclosing(stream) as frames:
+                        async for frame in frames:
+                            yield Outgoing(
+                                frame.message, frame.final, frame.status, frame.keepalive
+                            )
+                    return
                 if call.method == "tools/call":
                     try:
                         rejection = await self._check_param_headers(call, pooled)
@@ -94,6 +137,14 @@ class Gateway:
                         state.outcome = "rejected"
                         yield Outgoing(rejection.to_message(), True, rejection.http_status)
                         return
+                if self._bridge is not None and self._bridge.takes(call):
+                    flow = self._bridge.run(
+                        call, self._codec, key, upstream_caps, authorization, state, hop=state.hop
+                    )
+                    async with contextlib.aclosing(flow) as bridged:
+                        async for step in bridged:
+                            yield Outgoing(step.message, step.final, step.status)
+                    return
                 async for out in self._forward(call, pooled, upstream_caps, authorization, state):
                     yield out
             finally:
@@ -117,8 +168,11 @@ class Gateway:
         result: dict[str, Any] = {
             "resultType": "complete",
             "supportedVersions": supported_version_names(),
-            "capabilities": translate.server_capabilities(
-                pooled.server_capabilities, pooled.version, call.version
+            # listChanged / resources.subscribe exactly as subscriptions/listen serves them.
+            "capabilities": subscription_filters.advertised(
+                translate.server_capabilities(
+                    pooled.server_capabilities, pooled.version, call.version
+                )
             ),
             "ttlMs": self._ttl_ms,
             "cacheScope": self._cache_scope,
@@ -150,6 +204,9 @@ class Gateway:
             ttl_ms=self._ttl_ms, cache_scope=self._cache_scope, server_info=pooled.server_info
         )
 
+    def _outbound(self, call: ModernCall, pooled: PooledSession) -> Message:
+        return translate.request(call.message, call.version, pooled.version, self._context(pooled))
+
     async def _forward(
         self,
         call: ModernCall,
@@ -158,8 +215,7 @@ class Gateway:
         authorization: str | None,
         state: CallState,
     ) -> AsyncIterator[Outgoing]:
-        ctx = self._context(pooled)
-        outbound = translate.request(call.message, call.version, pooled.version, ctx)
+        outbound = self._outbound(call, pooled)
         client_token = _progress_token(call.params)
         fresh: PooledSession | None = None
         try:
@@ -183,7 +239,12 @@ class Gateway:
                     yield self._answer(call, pooled, message, state)
                     return
                 if "id" in message:
-                    await self._refuse_server_request(pooled, message)
+                    refusal = await self._answer_server_request(call, pooled, message, upstream_id)
+                    if refusal is not None:
+                        answered = True
+                        state.outcome = "missing_capability"
+                        yield refusal
+                        return
                     continue
                 relayed = self._relay(call, pooled, message, client_token, upstream_id)
                 if relayed is not None:
@@ -223,6 +284,9 @@ class Gateway:
         self, call: ModernCall, pooled: PooledSession, message: Message, state: CallState
     ) -> Outgoing:
         if "error" in message and isinstance(message["error"], dict):
+            refusal = self._url_elicitation_refusal(call, message["error"], state)
+            if refusal is not None:
+                return refusal
             error = translate.error(message["error"], pooled.version, call.version)
             state.outcome = f"error {error.get('code')}"
             code = error.get("code")
@@ -261,26 +325,62 @@ class Gateway:
                 return None
         else:
             # Change notifications belong to subscriptions/listen, not to a call.
+            if self._subscriptions is not None:
+                self._subscriptions.observe(pooled, message)
             return None
         return translate.notification(message, pooled.version, call.version)
 
-    async def _refuse_server_request(self, pooled: PooledSession, message: Message) -> None:
-        reply = {
-            "jsonrpc": "2.0",
-            "id": message["id"],
-            "error": {
-                "code": -32601,
-                "message": f"{message.get('method')} is not available through this gateway",
-            },
-        }
+    async def _answer_server_request(
+        self, call: ModernCall, pooled: PooledSession, message: Message, upstream_id: int
+    ) -> Outgoing | None:
+        """A request the upstream sent during a call the MRTR bridge does not carry
+        (the caller declared no input capability, or the method cannot answer
+        input_required): the gateway answers it itself. If the call needs a
+        capability the caller did not declare, the call ends: cancelled upstream,
+        the request refused, -32021 to the client (2026-07-28 basic/index)."""
+        missing = None
+        if call.method in call.version.features.mrtr_methods:
+            missing = mrtr_capabilities.missing_for(
+                message.get("method"), message.get("params"), call.client_capabilities
+            )
+        if missing is None:
+            with contextlib.suppress(UpstreamError):
+                await pooled.session.respond(default_answer(message))  # ping, or -32601
+            return None
+        await self._cancel_upstream(
+            pooled, upstream_id, "the client lacks a capability this call needs"
+        )
         with contextlib.suppress(UpstreamError):
-            await pooled.session.respond(reply)
+            await pooled.session.respond(mrtr_results.refusal_reply(message, missing))
+        rejection = mrtr_results.missing_capability(call.id, missing)
+        return Outgoing(rejection.to_message(), True, rejection.http_status)
 
-    async def _cancel_upstream(self, pooled: PooledSession, upstream_id: int) -> None:
+    def _url_elicitation_refusal(
+        self, call: ModernCall, error: Message, state: CallState
+    ) -> Outgoing | None:
+        """-32042 (URL elicitation required) for a caller without `elicitation.url`:
+        -32021. (A caller with it is served by the MRTR bridge: URL input requests.)"""
+        if mrtr_capabilities.url_elicitations(error) is None:
+            return None
+        missing = mrtr_capabilities.missing_for(
+            "elicitation/create", {"mode": "url"}, call.client_capabilities
+        )
+        if missing is None:
+            return None
+        state.outcome = "missing_capability"
+        rejection = mrtr_results.missing_capability(call.id, missing)
+        return Outgoing(rejection.to_message(), True, rejection.http_status)
+
+    async def _cancel_upstream(
+        self,
+        pooled: PooledSession,
+        upstream_id: int,
+        reason: str = "client closed the response stream",
+    ) -> None:
         note = {
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
-            "params": {"requestId": upstream_id, "reason": "client closed the response stream"},
+            "params": {"requestId": upstream_id, "reason": reason},
         }
         try:
             await pooled.session.notify(note)

@@ -17,7 +17,11 @@ from app.answer import CallAnswer
 from app.config import Settings
 from app.front import modern, security
 from app.gateway import CallState, Gateway
+from app.mrtr.bridge import build_bridge
+from app.mrtr.forwarding import HOP_HEADER
 from app.rejections import INVALID_REQUEST, Rejection
+from app.subscriptions import listen as subscriptions_listen
+from app.subscriptions.hub import SubscriptionHub
 from app.upstream.pool import SessionPool
 from app.upstream.streamable_http import StreamableHttpTransport, build_client
 from translators.registry import get_version
@@ -81,16 +85,30 @@ def create_app(settings: Settings) -> FastAPI:
             transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
         )
         pool.start()
+        subscriptions = SubscriptionHub(
+            pool,
+            queue_bound=settings.listen_queue_size,
+            ready_timeout_s=settings.listen_ready_timeout_s,
+            call_timeout_s=settings.listen_call_timeout_s,
+        )
+        app.state.subscriptions = subscriptions
+        bridge = build_bridge(settings, pool)
         app.state.gateway = Gateway(
             pool,
             offered_version=offered,
             ttl_ms=settings.cache_ttl_ms,
             cache_scope=settings.cache_scope,
+            subscriptions=subscriptions,
+            listen_keepalive_s=settings.listen_keepalive_s,
+            bridge=bridge,
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
             yield
         finally:
+            # Normally already done by `drain` before the server stopped serving.
+            await subscriptions.aclose(settings.shutdown_grace_s)
+            await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
             await app.state.gateway.aclose()
             await pool.aclose()
             await transport.aclose()
@@ -108,6 +126,14 @@ def create_app(settings: Settings) -> FastAPI:
     async def mcp_other(request: Request) -> Response:
         # streamable-http "Backward Compatibility": a modern-only endpoint
         # answers GET and DELETE with 405.
+        raw_id = request.headers.get("x-request-id", "")
+        log.info(
+            "request_refused",
+            request_id=raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16],
+            reason="method_not_allowed",
+            http_method=request.method,
+            status=405,
+        )
         return Response(status_code=405, headers={"allow": "POST"})
 
     @app.post("/mcp")
@@ -156,7 +182,11 @@ def create_app(settings: Settings) -> FastAPI:
             return Response(status_code=202)
 
         sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
-        state = CallState()
+        if parsed.method == subscriptions_listen.METHOD and not sse_ok:
+            refusal = subscriptions_listen.needs_event_stream(parsed.id)
+            bound.info("request_rejected", code=refusal.code, status=refusal.http_status)
+            return _json(refusal)
+        state = CallState(request_id=request_id, hop=HOP_HEADER in request.headers)
         gateway: Gateway = request.app.state.gateway
 
         def done(status: int, disconnected: bool) -> None:
@@ -177,4 +207,14 @@ def create_app(settings: Settings) -> FastAPI:
             on_done=done,
         )
 
+    app.state.shutdown_grace_s = settings.shutdown_grace_s
     return app
+
+
+async def drain(app: FastAPI) -> None:
+    """Before the HTTP server stops: end the long-lived listen streams with their
+    graceful closing result (uvicorn would otherwise wait for them, then cancel
+    them without one). Lifespan shutdown runs only after connections closed."""
+    subscriptions: SubscriptionHub | None = getattr(app.state, "subscriptions", None)
+    if subscriptions is not None:
+        await subscriptions.close_all(app.state.shutdown_grace_s)

@@ -55,6 +55,7 @@ class SessionListener:
         self._on_expired = on_expired
         self._sinks: list[NotificationSink] = []
         self._handlers: list[RequestHandler] = []
+        self._expiry_callbacks: list[Callable[[], None]] = []
         self._users = 0
         self._task: asyncio.Task[None] | None = None
         self._answers: set[asyncio.Task[None]] = set()
@@ -70,6 +71,14 @@ class SessionListener:
     def add_handler(self, handler: RequestHandler) -> Callable[[], None]:
         self._handlers.append(handler)
         return lambda: self._handlers.remove(handler) if handler in self._handlers else None
+
+    def add_expiry_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Called when the upstream answers the GET stream with 404 (session forgotten);
+        the stream then stops. Subscriptions re-open on a fresh session from there."""
+        self._expiry_callbacks.append(callback)
+        return lambda: (
+            self._expiry_callbacks.remove(callback) if callback in self._expiry_callbacks else None
+        )
 
     # -- lifetime: open while used --------------------------------------
 
@@ -111,6 +120,8 @@ class SessionListener:
                 log.info("get_stream_session_expired")
                 if self._on_expired is not None:
                     self._on_expired()
+                for callback in list(self._expiry_callbacks):
+                    callback()
                 return
             except UpstreamError as exc:
                 log.info("get_stream_unavailable", error=exc.message, retry_in_s=backoff)
@@ -122,6 +133,9 @@ class SessionListener:
             try:
                 async for message in exchange:
                     self._dispatch(message)
+                    # One read can hold hundreds of events; let the sinks' consumers
+                    # (listen streams) run between them, or a burst fills their queues.
+                    await asyncio.sleep(0)
             except UpstreamError as exc:
                 log.info("get_stream_dropped", error=exc.message)
             finally:

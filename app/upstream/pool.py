@@ -187,6 +187,25 @@ class SessionPool:
     ) -> PooledSession:
         if len(self._sessions) >= self._max:
             await self._evict_one()
+        pooled = await self._handshake(key, capabilities, authorization)
+        self._sessions[key] = pooled
+        log.info(
+            "upstream_session_opened",
+            upstream_version=pooled.version.name,
+            sessions=len(self._sessions),
+        )
+        return pooled
+
+    async def open_detached(
+        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> PooledSession:
+        """A fresh session for `key` that the pool neither keeps nor hands to anyone:
+        its owner uses it alone and closes it (the MRTR bridge's lanes, app/mrtr/lanes.py)."""
+        return await self._handshake(key, capabilities, authorization)
+
+    async def _handshake(
+        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> PooledSession:
         headers = {"authorization": authorization} if authorization is not None else {}
         initialize: Message = {
             "jsonrpc": "2.0",
@@ -203,14 +222,7 @@ class SessionPool:
         if version is None:
             await session.close()
             raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
-        pooled = PooledSession(key, session, version, result)
-        self._sessions[key] = pooled
-        log.info(
-            "upstream_session_opened",
-            upstream_version=version.name,
-            sessions=len(self._sessions),
-        )
-        return pooled
+        return PooledSession(key, session, version, result)
 
     async def _evict_one(self) -> None:
         idle = [p for p in self._sessions.values() if p.in_flight == 0 and p.listener.users == 0]

@@ -1,0 +1,26 @@
+"""The multi round-trip bridge: legacy server-initiated requests become `input_required`.
+
+A legacy server asks its client for input in the middle of a call
+(`elicitation/create`, `sampling/createMessage`, `roots/list`); a 2026-07-28
+client expects an `InputRequiredResult` and retries the call with
+`inputResponses` and the echoed `requestState`. The bridge keeps the upstream
+call alive ("parks" it) between the two.
+
+Pure modules (no I/O, unit-tested):
+
+- ``state``: sealing and opening `requestState` (AES-GCM) and what it binds;
+- ``keys``: the `inputRequests` keys of one call;
+- ``capabilities``: which client capability an upstream request needs;
+- ``answers``: validation of `inputResponses`;
+- ``results``: what the bridge answers (InputRequiredResult, -32021, the
+  replies it sends upstream on its own).
+
+I/O modules:
+
+- ``lanes``: exclusive upstream sessions, so a request the upstream sends on
+  its session's GET stream can only belong to one call;
+- ``exchange``: one live upstream call and the events it produces;
+- ``parked``: the registry of parked exchanges, with TTL and bound;
+- ``forwarding``: the hop to the replica that holds an exchange;
+- ``bridge``: the orchestration, called by ``app.gateway``.
+"""

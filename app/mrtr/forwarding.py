@@ -1,0 +1,123 @@
+"""The hop to the replica that holds a parked exchange.
+
+With several gateway replicas behind a load balancer, a retry can land on a
+replica other than the one whose memory holds the parked exchange (and whose
+upstream connection carries the live call). The sealed `requestState` names
+that replica by the base URL it advertises (`MCP_SHIM_ADVERTISE_URL`); the
+receiving replica sends the retry there, as it came, and streams the answer
+back. The target comes only from a state this deployment sealed, never from
+the client, and a forwarded request carries `Mcp-Shim-Hop` so it is never
+forwarded again (a misconfigured advertise URL cannot make a loop).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncGenerator
+from typing import Final
+
+import httpx
+import structlog
+from httpx_sse import EventSource, SSEError
+
+from app import jsonio
+from app.front.modern import NAME_FIELD, ModernCall
+from app.mrtr.results import Frame
+from app.rejections import INTERNAL_ERROR, Rejection
+
+log = structlog.get_logger("mcp_shim.mrtr.forwarding")
+
+HOP_HEADER: Final = "mcp-shim-hop"
+
+
+def mirrored(value: str) -> str:
+    """A header value as streamable-http "Request Metadata" mirrors it (Base64 sentinel
+    for anything that is not plain visible ASCII)."""
+    if all(0x20 <= ord(ch) <= 0x7E for ch in value) and value == value.strip():
+        return value
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+def hop_headers(call: ModernCall, authorization: str | None) -> dict[str, str]:
+    """The headers of the forwarded request: what a conforming client sent, re-derived."""
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": call.version.name,
+        "mcp-method": call.method,
+        HOP_HEADER: "1",
+    }
+    field = NAME_FIELD.get(call.method)
+    name = call.params.get(field) if field is not None else None
+    if isinstance(name, str):
+        headers["mcp-name"] = mirrored(name)
+    for param, value in call.param_headers.items():
+        headers[f"mcp-param-{param}"] = value
+    if authorization is not None:
+        headers["authorization"] = authorization
+    return headers
+
+
+class ReplicaForwarder:
+    def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
+            trust_env=False,
+        )
+
+    async def forward(
+        self, call: ModernCall, authorization: str | None, replica: str
+    ) -> AsyncGenerator[Frame, None]:
+        url = replica.rstrip("/") + "/mcp"
+        request = self._client.build_request(
+            "POST",
+            url,
+            content=jsonio.dumps(call.message),
+            headers=hop_headers(call, authorization),
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
+            yield _unreachable(call)
+            return
+        try:
+            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if kind == "text/event-stream":
+                async for event in EventSource(response).aiter_sse():
+                    if not event.data:
+                        continue
+                    message = jsonio.loads(event.data)
+                    if not isinstance(message, dict):
+                        continue
+                    final = message.get("id") == call.id and (
+                        "result" in message or "error" in message
+                    )
+                    yield Frame(message, final)
+                    if final:
+                        return
+                yield _unreachable(call)
+                return
+            message = jsonio.loads(await response.aread())
+            if not isinstance(message, dict):
+                yield _unreachable(call)
+                return
+            yield Frame(message, True, response.status_code)
+        except (httpx.HTTPError, SSEError, jsonio.JSONDecodeError) as exc:
+            log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
+            yield _unreachable(call)
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _unreachable(call: ModernCall) -> Frame:
+    rejection = Rejection(
+        INTERNAL_ERROR,
+        "Internal error: the gateway replica holding this exchange could not be reached",
+        call.id,
+        status=502,
+    )
+    return Frame(rejection.to_message(), True, rejection.http_status)
