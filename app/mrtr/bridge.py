@@ -81,7 +81,6 @@ class BridgeSettings:
     quiet_s: float  # gather questions until none arrived for this long...
     gather_max_s: float  # ...but no longer than this after the first
     replica: str  # this replica in sealed states: advertised base URL, or a local id
-    forwardable: bool  # whether other replicas' states name URLs we may forward to
 
 
 class Settled(enum.Enum):
@@ -107,6 +106,18 @@ class Turn:
     def __post_init__(self) -> None:
         self.caller = caller_digest(credential_hash(self.authorization))
 
+    def log(self, event: str, *, warning: bool = False, **fields: Any) -> None:
+        """One log line about this turn: ids, method and versions, never bodies."""
+        emit = log.warning if warning else log.info
+        emit(
+            event,
+            request_id=self.state.request_id,
+            method=self.call.method,
+            client_version=self.call.version.name,
+            upstream_version=self.state.upstream_version,
+            **fields,
+        )
+
     @property
     def retried(self) -> bool:
         params = self.call.params
@@ -116,7 +127,7 @@ class Turn:
 def _refusal(turn: Turn, message: str, reason: str) -> Frame:
     turn.state.outcome = "rejected"
     turn.settled = Settled.ENDED
-    log.info("mrtr_state_refused", reason=reason, method=turn.call.method)
+    turn.log("mrtr_state_refused", reason=reason)
     rejection = Rejection(INVALID_PARAMS, message, turn.call.id)
     return Frame(rejection.to_message(), True, rejection.http_status)
 
@@ -273,12 +284,12 @@ class Bridge:
                     turn.state.outcome = "rejected"
                     turn.settled = Settled.ENDED
                     rejection = results.answer_refused(call.id, key, reason)
-                    log.info("mrtr_answer_refused", exchange=ex.fingerprint, key=key)
+                    turn.log("mrtr_answer_refused", exchange=ex.fingerprint, key=key)
                     yield Frame(rejection.to_message(), True, rejection.http_status)
                     return
         taken = self._registry.take(claims.exchange)
         assert taken is not None  # peeked above, no await since
-        log.info(
+        turn.log(
             "mrtr_resumed",
             exchange=ex.fingerprint,
             round=ex.round,
@@ -298,7 +309,9 @@ class Bridge:
             await self._settle(ex, turn)
 
     async def _forward(self, turn: Turn, claims: Claims) -> AsyncGenerator[Frame, None]:
-        if turn.hop or not self._settings.forwardable or "://" not in claims.replica:
+        # Only a replica that advertised a URL can be reached; a request that
+        # already hopped once is never sent on (no loops, whatever the config).
+        if turn.hop or "://" not in claims.replica:
             yield _refusal(
                 turn,
                 "Invalid params: requestState is no longer valid here; send the request "
@@ -308,7 +321,7 @@ class Bridge:
             return
         turn.settled = Settled.ENDED
         turn.state.outcome = "forwarded"
-        log.info("mrtr_forwarded", replica=claims.replica, method=turn.call.method)
+        turn.log("mrtr_forwarded", replica=claims.replica)
         async with contextlib.aclosing(
             self._forwarder.forward(turn.call, turn.authorization, claims.replica)
         ) as frames:
@@ -413,7 +426,7 @@ class Bridge:
             await self._release_lane(ex, reusable=False)
             turn.state.outcome = "missing_capability"
             turn.settled = Settled.ENDED
-            log.info("mrtr_missing_capability", exchange=ex.fingerprint, method=method)
+            turn.log("mrtr_missing_capability", exchange=ex.fingerprint, asked=method)
             rejection = results.missing_capability(call.id, missing)
             return Frame(rejection.to_message(), True, rejection.http_status)
         key = ex.keys.assign(method, request.get("params"))
@@ -470,7 +483,7 @@ class Bridge:
         answer = out.message
         if turn.retried and isinstance(answer.get("result"), dict):
             answer = {**answer, "result": results.do_not_cache(answer["result"], call.method)}
-        log.info("mrtr_completed", exchange=ex.fingerprint, rounds=ex.round)
+        turn.log("mrtr_completed", exchange=ex.fingerprint, rounds=ex.round)
         return Frame(answer, True, out.status)
 
     async def _upstream_lost(self, ex: LiveExchange, turn: Turn, event: StreamEnded) -> Frame:
@@ -497,7 +510,7 @@ class Bridge:
             await self._abandon(ex, "too many parked exchanges")
             turn.state.outcome = "parked_full"
             turn.settled = Settled.ENDED
-            log.warning("mrtr_registry_full", max_parked=self._registry.max_parked)
+            turn.log("mrtr_registry_full", warning=True, max_parked=self._registry.max_parked)
             rejection = Rejection(
                 INTERNAL_ERROR,
                 f"Internal error: the gateway already holds {self._registry.max_parked} "
@@ -523,7 +536,7 @@ class Bridge:
         )
         turn.state.outcome = "input_required"
         turn.settled = Settled.PARKED
-        log.info(
+        turn.log(
             "mrtr_parked",
             exchange=ex.fingerprint,
             round=ex.round,
@@ -604,7 +617,6 @@ def build_bridge(settings: Settings, pool: SessionPool) -> Bridge:
             quiet_s=settings.mrtr_quiet_ms / 1000,
             gather_max_s=settings.mrtr_gather_max_ms / 1000,
             replica=advertised or f"local:{secrets.token_hex(8)}",
-            forwardable=advertised is not None,
         ),
         max_parked=settings.max_parked,
     )

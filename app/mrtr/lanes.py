@@ -53,6 +53,9 @@ class Lane:
     async def close(self) -> None:
         self.handler = None
         self._remove_handler()
+        # Answers just given to GET-stream requests (e.g. "cancel" for an abandoned
+        # call) go out before the stream and the session are closed.
+        await self.pooled.listener.flush()
         await self.pooled.listener.aclose()
         with contextlib.suppress(Exception):
             await self.pooled.session.close()
@@ -99,23 +102,30 @@ class Lanes:
             return lane
         pooled = await self._pool.open_detached(key, capabilities, authorization)
         lane = Lane(key, pooled)
+        try:
+            if self._get_streams is not False:
+                await self._open_get_stream(pooled)
+        except BaseException:
+            await lane.close()  # cancelled while waiting: the session is not left open
+            raise
         self._busy.add(lane)
-        if self._get_streams is not False:
-            pooled.listener.acquire()
-            try:
-                async with asyncio.timeout(self._listen_wait_s):
-                    await pooled.listener.connected.wait()
-                self._get_streams = True
-            except TimeoutError:
-                if self._get_streams is None:
-                    self._get_streams = False
-                    log.warning(
-                        "lane_get_stream_unavailable",
-                        upstream_version=pooled.version.name,
-                        consequence="requests the upstream sends on its GET stream go unanswered",
-                    )
         log.info("lane_opened", busy=len(self._busy), idle=self.idle)
         return lane
+
+    async def _open_get_stream(self, pooled: PooledSession) -> None:
+        pooled.listener.acquire()
+        try:
+            async with asyncio.timeout(self._listen_wait_s):
+                await pooled.listener.connected.wait()
+            self._get_streams = True
+        except TimeoutError:
+            if self._get_streams is None:
+                self._get_streams = False
+                log.warning(
+                    "lane_get_stream_unavailable",
+                    upstream_version=pooled.version.name,
+                    consequence="requests the upstream sends on its GET stream go unanswered",
+                )
 
     async def release(self, lane: Lane, *, reusable: bool) -> None:
         lane.handler = None

@@ -98,6 +98,12 @@ class SessionListener:
     def users(self) -> int:
         return self._users
 
+    async def flush(self, timeout_s: float = 1.0) -> None:
+        """Wait, bounded, for the answers to server requests already on their way
+        upstream (before `aclose` cancels them)."""
+        if self._answers:
+            await asyncio.wait(list(self._answers), timeout=timeout_s)
+
     async def aclose(self) -> None:
         self._users = 0
         task, self._task = self._task, None
