@@ -40,6 +40,10 @@ def _frame(out: Outgoing) -> bytes:
     return _KEEPALIVE if out.keepalive else sse_event(out.message)
 
 
+class ClientStalled(Exception):
+    """The client read nothing for MCP_SHIM_WRITE_TIMEOUT_S while we had data for it."""
+
+
 class CallAnswer(Response):
     # A Response subclass only so FastAPI hands it to the server untouched;
     # it writes its own status, headers and body in __call__.
@@ -50,12 +54,14 @@ class CallAnswer(Response):
         accepts_sse: bool,
         accepts_json: bool,
         on_done: Callable[[int, bool], None],
+        write_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(status_code=200)
         self._events = events
         self._sse_ok = accepts_sse
         self._json_ok = accepts_json
         self._on_done = on_done
+        self._write_timeout_s = write_timeout_s
         self._status = 200
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
@@ -74,6 +80,9 @@ class CallAnswer(Response):
         watcher = asyncio.create_task(watch())
         try:
             await self._serve(send)
+        except ClientStalled:
+            # Ended like a disconnect: the generator's cleanup cancels upstream work.
+            disconnected.set()
         except asyncio.CancelledError:
             if not disconnected.is_set():
                 raise
@@ -100,13 +109,22 @@ class CallAnswer(Response):
                 await send({"type": "http.response.body", "body": sse_event(final.message)})
             return
         await self._start_sse(send)
-        await send({"type": "http.response.body", "body": _frame(first), "more_body": True})
+        await self._write(send, _frame(first), more=True)
         async for out in self._events:
             if out.final:
-                await send({"type": "http.response.body", "body": _frame(out)})
+                await self._write(send, _frame(out), more=False)
                 return
-            await send({"type": "http.response.body", "body": _frame(out), "more_body": True})
+            await self._write(send, _frame(out), more=True)
         await send({"type": "http.response.body", "body": b""})
+
+    async def _write(self, send: Send, body: bytes, *, more: bool) -> None:
+        # A client that stops reading fills the socket buffer and would hold
+        # this stream (and, for a listen, its upstream subscriptions) forever.
+        try:
+            async with asyncio.timeout(self._write_timeout_s):
+                await send({"type": "http.response.body", "body": body, "more_body": more})
+        except TimeoutError:
+            raise ClientStalled from None
 
     async def _send_json(self, send: Send, out: Outgoing) -> None:
         body = jsonio.dumps(out.message)

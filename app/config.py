@@ -47,6 +47,8 @@ class Settings(BaseSettings):
         description="Host header values allowed besides loopback ones; '*' allows any",
     )
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # An SSE answer whose client reads nothing for this long is closed.
+    write_timeout_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     request_timeout_s: float = Field(default=300.0, gt=0)
     session_idle_s: float = Field(default=300.0, gt=0)

@@ -141,13 +141,15 @@ def create_app(settings: Settings) -> FastAPI:
         started = time.perf_counter()
         raw_id = request.headers.get("x-request-id", "")
         request_id = raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16]
-        bound = log.bind(request_id=request_id)
+        # Every log line below this request, in the gateway and the bridge too,
+        # carries its id: each request runs in its own task and context copy.
+        structlog.contextvars.bind_contextvars(request_id=request_id)
 
         refused = security.check_host(
             request.headers.get("host"), allowed_hosts
         ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
         if refused is not None:
-            bound.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+            log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
             return _json(refused)
         content_type = (
             request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -158,12 +160,12 @@ def create_app(settings: Settings) -> FastAPI:
                 "Unsupported media type: send the JSON-RPC message as application/json",
                 status=415,
             )
-            bound.warning("request_refused", reason="content_type", status=415)
+            log.warning("request_refused", reason="content_type", status=415)
             return _json(rejection)
         try:
             body = await _read_body(request, settings.max_body_bytes)
         except BodyTooLarge:
-            bound.warning("request_refused", reason="body_too_large", status=413)
+            log.warning("request_refused", reason="body_too_large", status=413)
             return _json(
                 Rejection(
                     INVALID_REQUEST,
@@ -175,22 +177,22 @@ def create_app(settings: Settings) -> FastAPI:
 
         parsed = modern.parse(body, request.headers)
         if isinstance(parsed, Rejection):
-            bound.info("request_rejected", code=parsed.code, status=parsed.http_status)
+            log.info("request_rejected", code=parsed.code, status=parsed.http_status)
             return _json(parsed)
         if isinstance(parsed, modern.ModernNotification):
-            bound.info("notification_accepted", method=parsed.method)
+            log.info("notification_accepted", method=parsed.method)
             return Response(status_code=202)
 
         sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
         if parsed.method == subscriptions_listen.METHOD and not sse_ok:
             refusal = subscriptions_listen.needs_event_stream(parsed.id)
-            bound.info("request_rejected", code=refusal.code, status=refusal.http_status)
+            log.info("request_rejected", code=refusal.code, status=refusal.http_status)
             return _json(refusal)
         state = CallState(request_id=request_id, hop=HOP_HEADER in request.headers)
         gateway: Gateway = request.app.state.gateway
 
         def done(status: int, disconnected: bool) -> None:
-            bound.info(
+            log.info(
                 "call",
                 method=parsed.method,
                 client_version=parsed.version.name,
@@ -205,6 +207,7 @@ def create_app(settings: Settings) -> FastAPI:
             accepts_sse=sse_ok,
             accepts_json=json_ok,
             on_done=done,
+            write_timeout_s=settings.write_timeout_s,
         )
 
     app.state.shutdown_grace_s = settings.shutdown_grace_s

@@ -59,6 +59,22 @@ def check_params(call_id: RequestId, params: Mapping[str, Any]) -> Rejection | N
     return None
 
 
+def sole_fit(input_request: Mapping[str, Any], supplied: Mapping[str, Any]) -> str | None:
+    """The key of the only supplied answer that fits `input_request`, if exactly one
+    does. Elicitation answers count only when accepted: a bare decline or cancel
+    fits every question and says nothing about which one it meant."""
+    fitting = [
+        key
+        for key, answer in supplied.items()
+        if isinstance(answer, Mapping)
+        and (
+            input_request.get("method") != "elicitation/create" or answer.get("action") == "accept"
+        )
+        and check_answer(input_request, answer) is None
+    ]
+    return fitting[0] if len(fitting) == 1 else None
+
+
 def check_answer(input_request: Mapping[str, Any], answer: Mapping[str, Any]) -> str | None:
     """Why `answer` does not fit `input_request` ({method, params} as the client saw it)."""
     method = input_request.get("method")

@@ -437,6 +437,14 @@ class Bridge:
             event.reply,
         )
         answer = supplied.pop(key, None)
+        if answer is None and "requestState" not in call.params:
+            # A first call that already carries answers (not what the spec's flow
+            # produces, but clients do it) cannot know the gateway's key for a
+            # question the upstream did not name: an answer is used only when it
+            # is the one answer given that fits this question.
+            sole = answers.sole_fit(question.input_request, supplied)
+            if sole is not None:
+                answer = supplied.pop(sole)
         if answer is not None and answers.check_answer(question.input_request, answer) is None:
             await self._feed(ex, question, answer, turn)
             return None

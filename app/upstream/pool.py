@@ -28,6 +28,9 @@ from translators.registry import Version, get_version
 
 log = structlog.get_logger("mcp_shim.pool")
 
+# How long a session's `x-mcp-header` annotations are trusted without a refresh.
+TOOLS_CACHE_S = 60.0
+
 GATEWAY_INFO = {"name": "mcp-shim", "version": "0.1.0"}
 
 
@@ -54,6 +57,7 @@ class PooledSession:
     in_flight: int = 0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _tools: dict[str, HeaderPaths] | None = None
+    _tools_at: float = 0.0
     _tools_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The session's GET stream; opened only while someone acquires it.
     listener: SessionListener = field(init=False)
@@ -79,10 +83,13 @@ class PooledSession:
 
     async def tool_header_paths(self, name: str) -> HeaderPaths:
         """`x-mcp-header` annotations of one tool, from a cached upstream tools/list."""
-        if self._tools is None:
+        # tools/list_changed invalidates the cache when a GET stream is open;
+        # the age bound covers sessions that have none.
+        if self._tools is None or time.monotonic() - self._tools_at > TOOLS_CACHE_S:
             async with self._tools_lock:
-                if self._tools is None:
+                if self._tools is None or time.monotonic() - self._tools_at > TOOLS_CACHE_S:
                     self._tools = await self._list_tool_paths()
+                    self._tools_at = time.monotonic()
         return self._tools.get(name, ())
 
     async def _list_tool_paths(self) -> dict[str, HeaderPaths]:

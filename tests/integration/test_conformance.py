@@ -245,7 +245,7 @@ def parse_run(
     return Report(exit_code, scored, scenarios, baseline, run_dir, totals)
 
 
-def run_conformance(mcp_url: str, run_dir: Path) -> Report:
+def run_conformance(mcp_url: str, run_dir: Path, baseline: Path = BASELINE) -> Report:
     _peers_or_fail()
     checks_dir = run_dir / "checks"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -258,7 +258,7 @@ def run_conformance(mcp_url: str, run_dir: Path) -> Report:
         "--requirements",
         REVISION,
         "--expected-failures",
-        str(BASELINE),
+        str(baseline),
         "--output-dir",
         str(checks_dir),
     ]
@@ -311,6 +311,30 @@ def test_conformance_suite_2026_07_28(gateway_url: str) -> None:
     report = run_conformance(gateway_url.rstrip("/") + "/mcp", RESULTS / stamp)
     assert report.scored, "no scored scenarios found in the suite's requirements file"
     assert report.exit_code == 0, "\n" + report.text()
+
+
+UNNAMED_BASELINE = ROOT / "tests" / "conformance" / "expected-failures-unnamed-keys.yml"
+
+
+@pytest.mark.peers
+def test_conformance_suite_with_a_server_that_names_no_input_keys(tmp_path: Path) -> None:
+    """Most legacy servers name no keys for their questions: issue 3 asks for at
+    least 36 of 37 scored scenarios then. The one that cannot pass looks for
+    the literal key `user_name` in inputRequests."""
+    _peers_or_fail()
+    from tests import procs
+
+    with (
+        procs.legacy_server(
+            procs.free_port(), "--anonymous-input-keys", log_path=tmp_path / "legacy.log"
+        ) as upstream,
+        procs.gateway(upstream, procs.free_port(), log_path=tmp_path / "gateway.log") as base,
+    ):
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-unnamed-keys"
+        report = run_conformance(base + "/mcp", RESULTS / stamp, UNNAMED_BASELINE)
+    passed = [r.name for r in report.scored_results() if r.clean]
+    assert report.exit_code == 0, "\n" + report.text()
+    assert len(passed) >= 36, "\n" + report.text()
 
 
 if __name__ == "__main__":

@@ -412,3 +412,40 @@ def test_hop_headers_re_derive_what_the_client_sent() -> None:
     assert isinstance(again, modern.ModernCall) and again.param_headers == {"region": "eu"}
     assert mirrored("plain") == "plain"
     assert mirrored(" padded") != " padded"
+
+
+NAME_QUESTION = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "What is your name?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
+    },
+}
+
+
+def test_sole_fit_picks_the_only_answer_that_fits() -> None:
+    supplied = {
+        "user_name": {"action": "accept", "content": {"name": "Alice"}},
+        "unknown_extra_key": {"action": "accept", "content": {"foo": "bar"}},
+        "another_unexpected": {"action": "accept", "content": {"baz": 123}},
+    }
+    assert answers.sole_fit(NAME_QUESTION, supplied) == "user_name"
+
+
+def test_sole_fit_refuses_to_guess() -> None:
+    two = {
+        "a": {"action": "accept", "content": {"name": "Alice"}},
+        "b": {"action": "accept", "content": {"name": "Bob"}},
+    }
+    assert answers.sole_fit(NAME_QUESTION, two) is None
+    assert (
+        answers.sole_fit(NAME_QUESTION, {"w": {"action": "accept", "content": {"data": "x"}}})
+        is None
+    )
+    assert answers.sole_fit(NAME_QUESTION, {"d": {"action": "decline"}}) is None
+    assert answers.sole_fit(NAME_QUESTION, {"n": 12345}) is None
