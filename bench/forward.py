@@ -69,7 +69,7 @@ async def _legacy_session(http: aiohttp.ClientSession, url: str) -> dict[str, st
     return headers
 
 
-def _modern_call(i: int) -> tuple[bytes, dict[str, str]]:
+def _modern_call(i: int, caps: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
     msg = {
         "jsonrpc": "2.0",
         "id": i,
@@ -79,7 +79,7 @@ def _modern_call(i: int) -> tuple[bytes, dict[str, str]]:
             "arguments": {"message": "hi"},
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientCapabilities": caps,
             },
         },
     }
@@ -103,7 +103,15 @@ def _legacy_call(i: int) -> bytes:
     return orjson.dumps(msg)
 
 
-async def _drive(url: str, modern: bool, total: int, concurrency: int) -> dict[str, float]:
+# A caller that can answer input requests is served by the MRTR bridge (a lane:
+# an upstream session of its own per call in flight), one that cannot by the
+# shared session. Both paths are measured.
+INPUT_CAPS = {"elicitation": {}, "sampling": {}, "roots": {}}
+
+
+async def _drive(
+    url: str, modern: bool, total: int, concurrency: int, caps: dict[str, Any] | None = None
+) -> dict[str, float]:
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
         legacy_headers = None if modern else await _legacy_session(http, url)
@@ -113,7 +121,7 @@ async def _drive(url: str, modern: bool, total: int, concurrency: int) -> dict[s
         async def worker() -> None:
             for i in counter:
                 if modern:
-                    body, headers = _modern_call(i)
+                    body, headers = _modern_call(i, caps or {})
                 else:
                     body, headers = _legacy_call(i), legacy_headers or {}
                 t0 = time.perf_counter()
@@ -143,7 +151,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
-Target = tuple[str, str, bool, int | None]  # name, url, modern?, gateway pid
+# name, url, modern?, gateway pid, client capabilities
+Target = tuple[str, str, bool, int | None, dict[str, Any]]
 
 
 async def _bench(
@@ -152,11 +161,11 @@ async def _bench(
     results: dict[str, list[dict[str, float]]] = {t[0]: [] for t in targets}
     for _ in range(rounds):
         # Interleave targets each round so drift on the machine hits all alike.
-        for name, url, modern, pid in targets:
-            await _drive(url, modern, min(300, total), concurrency)  # warm-up
+        for name, url, modern, pid, caps in targets:
+            await _drive(url, modern, min(300, total), concurrency, caps)  # warm-up
             up0 = _cpu_seconds(upstream_pid)
             gw0 = _cpu_seconds(pid) if pid else 0.0
-            run = await _drive(url, modern, total, concurrency)
+            run = await _drive(url, modern, total, concurrency, caps)
             run["upstream_cpu_ms"] = (_cpu_seconds(upstream_pid) - up0) * 1000 / total
             run["gateway_cpu_ms"] = ((_cpu_seconds(pid) - gw0) * 1000 / total) if pid else 0.0
             results[name].append(run)
@@ -217,18 +226,27 @@ def main() -> None:
         ) as gw_httpx,
     ):
         targets: list[Target] = [
-            ("direct to legacy fixture", upstream, False, None),
+            ("direct to legacy fixture", upstream, False, None, {}),
             (
                 "gateway (httpx + aiohttp transport)",
                 f"http://127.0.0.1:{aio_port}/mcp",
                 True,
                 gw_aio.pid,
+                {},
             ),
             (
                 "gateway (httpx default transport)",
                 f"http://127.0.0.1:{httpx_port}/mcp",
                 True,
                 gw_httpx.pid,
+                {},
+            ),
+            (
+                "gateway, caller declares input caps",
+                f"http://127.0.0.1:{aio_port}/mcp",
+                True,
+                gw_aio.pid,
+                INPUT_CAPS,
             ),
         ]
         asyncio.run(_bench(targets, fixture.pid, args.requests, args.concurrency, args.rounds))
