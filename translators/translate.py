@@ -25,6 +25,7 @@ or one that would collide with a code the destination defines otherwise)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
 
@@ -224,26 +225,43 @@ def notification(msg: JSONObject, src: Version, dst: Version) -> JSONObject | No
 # ---------------------------------------------------------------------------
 
 
-def server_capabilities(caps: JSONObject, src: Version, dst: Version) -> JSONObject:
-    """Translate a ServerCapabilities object."""
+def _walk(
+    caps: JSONObject,
+    src: Version,
+    dst: Version,
+    up: Callable[[Steps], CapabilitiesStep],
+    down: Callable[[Steps], CapabilitiesStep],
+) -> JSONObject:
+    """Apply each adjacent step's upgrade (or downgrade) in turn."""
     if src.index < dst.index:
         for i in _up(src, dst):
-            caps = _STEPS[i].upgrade_server_capabilities(caps)
+            caps = up(_STEPS[i])(caps)
     else:
         for i in _down(src, dst):
-            caps = _STEPS[i].downgrade_server_capabilities(caps)
+            caps = down(_STEPS[i])(caps)
     return caps
+
+
+def server_capabilities(caps: JSONObject, src: Version, dst: Version) -> JSONObject:
+    """Translate a ServerCapabilities object."""
+    return _walk(
+        caps,
+        src,
+        dst,
+        lambda st: st.upgrade_server_capabilities,
+        lambda st: st.downgrade_server_capabilities,
+    )
 
 
 def client_capabilities(caps: JSONObject, src: Version, dst: Version) -> JSONObject:
     """Translate a ClientCapabilities object."""
-    if src.index < dst.index:
-        for i in _up(src, dst):
-            caps = _STEPS[i].upgrade_client_capabilities(caps)
-    else:
-        for i in _down(src, dst):
-            caps = _STEPS[i].downgrade_client_capabilities(caps)
-    return caps
+    return _walk(
+        caps,
+        src,
+        dst,
+        lambda st: st.upgrade_client_capabilities,
+        lambda st: st.downgrade_client_capabilities,
+    )
 
 
 # ---------------------------------------------------------------------------
