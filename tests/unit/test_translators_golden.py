@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from tests.schema import RESULT_DEFS
 from tests.unit.conftest import Spec, load_example
 from translators import translate
 from translators.registry import Version, get_version, known_versions
@@ -92,23 +93,6 @@ def ids(rows: list[Golden]) -> list[str]:
 # ---------------------------------------------------------------------------
 # Schema validation per kind of message
 # ---------------------------------------------------------------------------
-
-RESULT_DEFS = {
-    "tools/call": "CallToolResult",
-    "tools/list": "ListToolsResult",
-    "prompts/list": "ListPromptsResult",
-    "prompts/get": "GetPromptResult",
-    "resources/list": "ListResourcesResult",
-    "resources/templates/list": "ListResourceTemplatesResult",
-    "resources/read": "ReadResourceResult",
-    "completion/complete": "CompleteResult",
-    "server/discover": "DiscoverResult",
-    "subscriptions/listen": "SubscriptionsListenResult",
-    "initialize": "InitializeResult",
-    "elicitation/create": "ElicitResult",
-    "sampling/createMessage": "CreateMessageResult",
-    "roots/list": "ListRootsResult",
-}
 
 
 def check_request(spec: Spec, version: str, msg: dict[str, Any]) -> None:
