@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import orjson
 import structlog
 
 _LEVELS = {
@@ -23,9 +24,10 @@ def configure(level: str) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            # orjson: a log line per call is on the hot path.
+            structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.BytesLoggerFactory(file=sys.stderr.buffer),
         cache_logger_on_first_use=True,
     )

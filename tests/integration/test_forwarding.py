@@ -397,6 +397,8 @@ def assert_cancelled_upstream(chain: Chain, mark: int, tag: str, before: int) ->
         lambda r: (
             r.method == "notifications/cancelled"
             and r.body["params"]["requestId"] == sent.body["id"]
+            # recorded once the upstream answered, not merely once it was sent
+            and r.status is not None
         ),
         since=mark,
     )
