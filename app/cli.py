@@ -76,7 +76,11 @@ def main() -> None:
         timeout_graceful_shutdown=10,
     )
     server = GracefulServer(config, app)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        # uvicorn re-raises Ctrl-C after its graceful shutdown; nothing is wrong.
+        sys.exit(130)
     if not server.started:
         sys.exit(3)  # uvicorn's STARTUP_FAILURE, as uvicorn.run does
 

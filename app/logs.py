@@ -18,6 +18,24 @@ _LEVELS = {
 
 
 def configure(level: str) -> None:
+    # Libraries log through the standard library (uvicorn's server errors,
+    # asyncio's unhandled ones): render those as the same JSON lines.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS[level])
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
