@@ -35,7 +35,10 @@ def configure(level: str) -> None:
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(_LEVELS[level])
+    # Libraries speak only of trouble (httpx would log every upstream request
+    # at info); uvicorn's own lifecycle lines follow the configured level.
+    root.setLevel(max(_LEVELS[level], logging.WARNING))
+    logging.getLogger("uvicorn.error").setLevel(_LEVELS[level])
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
