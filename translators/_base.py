@@ -306,13 +306,6 @@ def with_defaults(obj: JSONObject, defaults: Mapping[str, Any]) -> JSONObject:
     return {**obj, **missing}
 
 
-def replace_key(obj: JSONObject, key: str, value: Any) -> JSONObject:
-    """``obj`` with ``obj[key] = value``; ``obj`` itself when already identical."""
-    if key in obj and obj[key] is value:
-        return obj
-    return {**obj, key: value}
-
-
 def params_of(msg: JSONObject) -> JSONObject | None:
     params = msg.get("params")
     return params if isinstance(params, dict) else None

@@ -103,9 +103,6 @@ class SessionHub:
     def listeners(self) -> int:
         return len(self._listeners)
 
-    def wanted_uris(self) -> list[str]:
-        return self._refcount.uris()
-
     # -- joining and leaving --------------------------------------------------
 
     async def join(
@@ -349,9 +346,6 @@ class SessionHub:
                 queue_bound=listener.mailbox.bound,
                 upstream_version=pooled.version.name,
             )
-
-    def all_listeners(self) -> list[Listener]:
-        return list(self._listeners)
 
 
 class SubscriptionHub:
