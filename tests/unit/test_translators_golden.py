@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.schema import RESULT_DEFS
+from tests.schema import MODERN_ERROR_DEFS, RESULT_DEFS
 from tests.unit.conftest import Spec, load_example
 from translators import translate
 from translators.registry import Version, get_version, known_versions
@@ -117,19 +117,6 @@ def check_notification(spec: Spec, version: str, msg: dict[str, Any] | None) -> 
     if definition is not None:  # vendor notifications have none
         spec.validate(version, definition, msg)
     spec.validate(version, "JSONRPCNotification", msg)
-
-
-# 2026-07-28 error definitions by code: (definition, validates the whole response?)
-MODERN_ERROR_DEFS = {
-    -32700: ("ParseError", False),
-    -32600: ("InvalidRequestError", False),
-    -32601: ("MethodNotFoundError", False),
-    -32602: ("InvalidParamsError", False),
-    -32603: ("InternalError", False),
-    -32020: ("HeaderMismatchError", True),
-    -32021: ("MissingRequiredClientCapabilityError", True),
-    -32022: ("UnsupportedProtocolVersionError", True),
-}
 
 
 def check_error(spec: Spec, version: str, err: dict[str, Any]) -> None:
