@@ -1,8 +1,8 @@
 """The spec's JSON schemas, for every test that checks a message against them.
 
-The spec lives next to the project (``../shared/spec/<version>/``), or where
-``MCP_SHIM_SPEC_DIR`` points. Validators are built once per (version,
-definition) and cached. :class:`Spec` knows definitions; the ``check_*``
+The files are the spec's own, copied unchanged into ``tests/spec/<version>/``
+(tests/spec/README.md says where from, and their license). Validators are
+built once per (version, definition) and cached. :class:`Spec` knows definitions; the ``check_*``
 functions know which definition a given message must satisfy, for the
 modern (2026-07-28) answers the gateway sends its clients and for the
 legacy messages it sends its upstream.
@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-SPEC_DIR = Path(
-    os.environ.get(
-        "MCP_SHIM_SPEC_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "spec"
-    )
-)
+SPEC_DIR = Path(__file__).resolve().parent / "spec"
 MODERN = "2026-07-28"
 
 

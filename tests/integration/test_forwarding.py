@@ -9,7 +9,7 @@ fixtures other modules use::
 
 The proxies (tests/integration/recording_proxy.py) forward unchanged and
 record every HTTP exchange with the JSON-RPC messages it carried; the tests
-validate those messages against ``../shared/spec/<version>/schema.json`` and
+validate those messages against the spec's ``tests/spec/<version>/schema.json`` and
 read what reached the upstream. The fixture's own ledger (``GET
 /debug/stats``: tool calls by marker, cancellations) and its ``whoami`` tool
 (session id, credential digest) tell what its handlers saw.

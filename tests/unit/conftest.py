@@ -19,8 +19,8 @@ _SPEC = SPEC
 
 @pytest.fixture(scope="session")
 def spec() -> Spec:
-    if not (SPEC_DIR / "2026-07-28" / "schema.json").is_file():
-        pytest.skip(f"MCP spec not found at {SPEC_DIR} (set MCP_SHIM_SPEC_DIR)")
+    # The schemas are part of the repository (tests/spec): missing is a failure, not a skip.
+    assert _SPEC.available(), f"MCP spec schemas missing under {SPEC_DIR}"
     return _SPEC
 
 
