@@ -105,7 +105,13 @@ class CallAnswer(Response):
             if self._json_ok:
                 await self._send_json(send, final)
             else:
-                await self._start_sse(send)
+                # Nothing sent yet, so the status line can still say what the
+                # answer is: an upstream failure is 502 whichever form the
+                # client accepted (the modern error statuses, e.g. 400 for
+                # -32022, are the HTTP status of the answer, streamable-http
+                # "Backward Compatibility"), not a 200 around an error event.
+                self._status = final.status
+                await self._start_sse(send, final.status)
                 await send({"type": "http.response.body", "body": sse_event(final.message)})
             return
         await self._start_sse(send)
@@ -138,5 +144,5 @@ class CallAnswer(Response):
         )
         await send({"type": "http.response.body", "body": body})
 
-    async def _start_sse(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    async def _start_sse(self, send: Send, status: int = 200) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import sys
+from importlib import metadata
 
 import uvicorn
 from fastapi import FastAPI
@@ -53,7 +55,43 @@ def check_listen_address(settings: Settings) -> None:
             ) from None
 
 
-def main() -> None:
+_DESCRIPTION = """\
+Run the mcp-shim gateway: an HTTP endpoint (POST /mcp) that lets MCP clients
+of any protocol revision use an MCP server of another revision.
+
+Configuration is by environment variables, not options: MCP_SHIM_UPSTREAM_URL
+(required) is the MCP endpoint of the server behind the gateway, e.g.
+http://127.0.0.1:3001/mcp; MCP_SHIM_HOST and MCP_SHIM_PORT (default
+127.0.0.1:8080) where the gateway listens. Every MCP_SHIM_* variable is listed
+in README.md ("Configuration")."""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("mcp-shim")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: only --help, --version and the `serve` subcommand; the
+    settings themselves are environment variables. Unknown arguments exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="mcp-shim",
+        usage="%(prog)s [-h] [--version] [serve]",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp mcp-shim",
+    )
+    parser.add_argument("--version", action="version", version=f"mcp-shim {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # A subcommand from the start, so that others (a `probe`) can join it.
+    commands.add_parser("serve", help="run the gateway (the default when no command is given)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parse_args(argv)
     try:
         settings = load_settings()
         check_listen_address(settings)

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import jsonio
 from app.answer import CallAnswer
@@ -29,6 +30,36 @@ from translators.registry import get_version
 log = structlog.get_logger("mcp_shim.http")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def _request_id(raw: str) -> str:
+    """The client's X-Request-Id when it is plain and short, else a new one."""
+    return raw if _REQUEST_ID_OK.match(raw) else uuid.uuid4().hex[:16]
+
+
+class RequestIdMiddleware:
+    """Every HTTP answer carries X-Request-Id, the id its log lines carry:
+    an operator can find the lines of the answer a client reports. Plain ASGI
+    (no BaseHTTPMiddleware), so streamed answers pass through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
+        request_id = _request_id(raw.decode("latin-1"))
+        scope.setdefault("state", {})["request_id"] = request_id
+        header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
 
 
 class BodyTooLarge(Exception):
@@ -117,6 +148,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="mcp-shim", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
+    app.add_middleware(RequestIdMiddleware)
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -126,10 +158,9 @@ def create_app(settings: Settings) -> FastAPI:
     async def mcp_other(request: Request) -> Response:
         # streamable-http "Backward Compatibility": a modern-only endpoint
         # answers GET and DELETE with 405.
-        raw_id = request.headers.get("x-request-id", "")
         log.info(
             "request_refused",
-            request_id=raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16],
+            request_id=request.state.request_id,
             reason="method_not_allowed",
             http_method=request.method,
             status=405,
@@ -139,8 +170,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.post("/mcp")
     async def mcp_post(request: Request) -> Response:
         started = time.perf_counter()
-        raw_id = request.headers.get("x-request-id", "")
-        request_id = raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16]
+        request_id: str = request.state.request_id
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
         structlog.contextvars.bind_contextvars(request_id=request_id)
