@@ -9,9 +9,9 @@
 #
 # What it does first: creates .venv if it is missing and installs mcp-shim
 # into it (pip install -e .), then builds the legacy server's environment
-# .peers/legacy with scripts/setup_peers.sh (which also builds the test
-# peers, and needs npm); without npm it builds only .peers/legacy, from the
-# same pinned file (tests/peers/legacy-requirements.txt).
+# .peers/legacy, and only that one, with `scripts/setup_peers.sh legacy`
+# (pinned by tests/peers/legacy-requirements.txt; no npm, none of the other
+# test peers).
 #
 # Environment:
 #   PYTHON              interpreter for the virtual environments (default python3, >= 3.11)
@@ -52,20 +52,6 @@ run_quiet() {
     rm -f "$log"
 }
 
-build_legacy_only() {
-    local dir=.peers/legacy
-    if [[ -x "$dir/bin/python" ]] && "$dir/bin/python" -c 'import mcp' 2>/dev/null; then
-        return
-    fi
-    say "npm not found: building only the legacy server's environment $dir ..."
-    rm -rf "$dir"
-    run_quiet "creating $dir" "$PYTHON" -m venv "$dir"
-    run_quiet "installing tests/peers/legacy-requirements.txt" \
-        "$dir/bin/python" -m pip install --disable-pip-version-check --no-deps \
-        -r tests/peers/legacy-requirements.txt
-    run_quiet "pip check in $dir" "$dir/bin/python" -m pip check --disable-pip-version-check
-}
-
 if [[ "${DEMO_SKIP_INSTALL:-0}" != 1 ]]; then
     command -v "$PYTHON" >/dev/null || die "no Python interpreter '$PYTHON' (set PYTHON=...)"
     "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -76,11 +62,7 @@ if [[ "${DEMO_SKIP_INSTALL:-0}" != 1 ]]; then
     fi
     say "installing mcp-shim into .venv ..."
     run_quiet "pip install -e ." .venv/bin/python -m pip install --disable-pip-version-check -e .
-    if command -v npm >/dev/null; then
-        bash scripts/setup_peers.sh
-    else
-        build_legacy_only
-    fi
+    PYTHON="$PYTHON" bash scripts/setup_peers.sh legacy
 fi
 [[ -x .venv/bin/mcp-shim ]] || die ".venv/bin/mcp-shim is missing (run without DEMO_SKIP_INSTALL)"
 [[ -x .peers/legacy/bin/python ]] || die ".peers/legacy is missing (run without DEMO_SKIP_INSTALL)"

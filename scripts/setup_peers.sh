@@ -18,10 +18,13 @@
 # left alone, so a second run takes well under a second.
 #
 # Usage:
-#   scripts/setup_peers.sh                 build what is missing or out of date
-#   scripts/setup_peers.sh --force         rebuild every peer from scratch
-#   scripts/setup_peers.sh --refresh-pins  re-resolve the top-level pins below and
-#                                          rewrite tests/peers/*, then build
+#   scripts/setup_peers.sh [PEER...]                 build what is missing or out of date
+#   scripts/setup_peers.sh --force [PEER...]         rebuild from scratch
+#   scripts/setup_peers.sh --refresh-pins [PEER...]  re-resolve the top-level pins below and
+#                                                    rewrite their tests/peers/* files, then build
+#
+#   PEER is legacy, modern or node; without one, all three. `legacy` alone (what
+#   scripts/demo.sh needs) takes neither npm nor the ~300 MB of the node peer.
 #
 # Environment: PYTHON (interpreter for the venvs, default python3),
 #              MCP_SHIM_PEERS_DIR (default <repo>/.peers).
@@ -42,14 +45,18 @@ LOG_DIR="$PEERS/logs"
 
 FORCE=0
 REFRESH=0
+SELECTED=()
 for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
         -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        legacy|modern|node) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
+[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node)
+wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 
 say() { printf 'setup_peers: %s\n' "$*"; }
 
@@ -138,8 +145,16 @@ build_venv() {
     say "$name: ready (mcp $have)"
 }
 
-build_venv legacy "$PINS/legacy-requirements.txt" "${LEGACY_TOP[@]}"
-build_venv modern "$PINS/modern-requirements.txt" "${MODERN_TOP[@]}"
+if wanted legacy; then
+    build_venv legacy "$PINS/legacy-requirements.txt" "${LEGACY_TOP[@]}"
+fi
+if wanted modern; then
+    build_venv modern "$PINS/modern-requirements.txt" "${MODERN_TOP[@]}"
+fi
+if ! wanted node; then
+    say "ready under $PEERS: ${SELECTED[*]}"
+    exit 0
+fi
 
 # ------------------------------------------------------------------- npm peers
 NODE_DIR="$PEERS/node"
