@@ -55,6 +55,13 @@ def _collect(cwd: Path) -> int:
     return int(found.group(1))
 
 
+def test_no_file_refers_to_a_folder_beside_the_repository() -> None:
+    # Spelled in pieces so that this file does not match itself.
+    beside = r"\.\./" + "shared|" + "shared/(spec|DESIGN)"
+    found = _run(["git", "grep", "-nE", beside, "--", ".", ":!.ci"], ROOT)
+    assert found.returncode == 1, f"files refer to a folder a clone does not have:\n{found.stdout}"
+
+
 def _uncommitted() -> str:
     return _run(["git", "status", "--porcelain"], ROOT).stdout.strip()
 
@@ -63,7 +70,7 @@ def test_a_fresh_clone_collects_the_suite_and_passes_its_unit_tests(tmp_path: Pa
     clone = tmp_path / "mcp-shim"
     cloned = _run(["git", "clone", "--quiet", str(ROOT), str(clone)], tmp_path)
     assert cloned.returncode == 0, cloned.stderr
-    # Nothing beside the clone: no ../shared, no peers.
+    # Nothing beside the clone: no spec folder next to it, no peers.
     assert [p.name for p in tmp_path.iterdir()] == ["mcp-shim"]
     assert not (clone / ".peers").exists(), ".peers is committed: a clone would not have it"
 
