@@ -105,11 +105,11 @@ class CallAnswer(Response):
             if self._json_ok:
                 await self._send_json(send, final)
             else:
-                # Nothing sent yet, so the status line can still say what the
-                # answer is: an upstream failure is 502 whichever form the
-                # client accepted (the modern error statuses, e.g. 400 for
-                # -32022, are the HTTP status of the answer, streamable-http
-                # "Backward Compatibility"), not a 200 around an error event.
+                # Nothing is sent yet, so the status can still be the answer's:
+                # an unreachable upstream is 502 in either form, and the
+                # 2026-07-28 error statuses (400 for -32020/-32021/-32022,
+                # streamable-http "Backward Compatibility") are what a client
+                # inspects first; not a 200 around an error event.
                 self._status = final.status
                 await self._start_sse(send, final.status)
                 await send({"type": "http.response.body", "body": sse_event(final.message)})
