@@ -133,7 +133,11 @@ class CallAnswer(Response):
             {
                 "type": "http.response.start",
                 "status": out.status,
-                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+                "headers": [
+                    *_JSON_HEADERS,
+                    (b"content-length", str(len(body)).encode()),
+                    *((k.encode("latin-1"), v.encode("latin-1")) for k, v in out.headers),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": body})
