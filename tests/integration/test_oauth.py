@@ -75,6 +75,16 @@ def gateway_metadata_url(base: str) -> str:
     return base + "/.well-known/oauth-protected-resource/mcp"
 
 
+def test_readyz_counts_a_protected_upstream_as_ready(setup: Setup) -> None:
+    # First in this module: nothing has reached the upstream yet, so /readyz
+    # probes, without credentials. The 401 is an answer: the upstream is up.
+    response = httpx.get(setup.gateway + "/readyz", timeout=30.0)
+    assert response.status_code == 200, response.text
+    upstream = response.json()["upstream"]
+    assert upstream["authorization_required"] == 401
+    assert upstream["source"] == "probe"
+
+
 def test_no_token_gets_the_upstreams_401_pointing_at_the_gateway(setup: Setup) -> None:
     response, answer = call(setup.gateway, "whoami", None, rid=11)
     # Before this gateway relayed it, the upstream's 401 became a 502.
