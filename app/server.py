@@ -208,6 +208,8 @@ def create_app(settings: Settings) -> FastAPI:
         tracing.bind(trace)
         if trace is not None:
             structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
+        else:
+            structlog.contextvars.unbind_contextvars("trace_id")
 
         refused = security.check_host(
             request.headers.get("host"), allowed_hosts
