@@ -101,6 +101,11 @@ class Settings(BaseSettings):
         "https://mcp.example.com/mcp): the `resource` of its OAuth protected-resource "
         "metadata and the base of the metadata URL in relayed WWW-Authenticate challenges",
     )
+    upstream_client_capabilities: Literal["caller", "all"] = Field(
+        default="caller",
+        description="capabilities upstream sessions declare at initialize: the caller's, or "
+        "the caller's plus every input capability (for servers that check before asking)",
+    )
     ready_max_age_s: float = Field(
         default=30.0,
         gt=0,

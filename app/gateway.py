@@ -83,8 +83,12 @@ class Gateway:
         listen_keepalive_s: float = 15.0,
         bridge: Bridge | None = None,
         auth: AuthRelay | None = None,
+        declare_every_input: bool = False,
     ) -> None:
         self._pool = pool
+        # MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all: sessions declare every input
+        # capability; the caller's own set still decides what it is asked.
+        self._declare_every_input = declare_every_input
         # Upstream 401/403 relayed with their challenge (app/auth.py).
         self._auth = auth
         # The MRTR bridge (app/mrtr); None: the upstream's requests are refused.
@@ -106,8 +110,11 @@ class Gateway:
         self, call: ModernCall, authorization: str | None, state: CallState
     ) -> AsyncGenerator[Outgoing, None]:
         try:
+            declared = call.client_capabilities
+            if self._declare_every_input:
+                declared = mrtr_capabilities.with_every_input(declared)
             upstream_caps = translate.client_capabilities(
-                call.client_capabilities, call.version, self._offered_version
+                declared, call.version, self._offered_version
             )
             key = self._pool.key_for(upstream_caps, self._offered_version, authorization)
             pooled = await self._pool.acquire(key, upstream_caps, authorization)

@@ -118,6 +118,7 @@ def create_app(settings: Settings) -> FastAPI:
             listen_keepalive_s=settings.listen_keepalive_s,
             bridge=bridge,
             auth=auth_relay,
+            declare_every_input=settings.upstream_client_capabilities == "all",
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
