@@ -28,6 +28,8 @@ _TRACESTATE_VALUE = re.compile(
     r"^[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$"
 )
 _MAX_MEMBERS = 32
+# Version 00 is 55 characters; later versions may add fields, not kilobytes.
+_MAX_TRACEPARENT = 512
 # W3C 3.3.1.5: vendors propagate at least 512 characters; far longer is junk.
 _MAX_TRACESTATE = 8192
 
@@ -50,6 +52,8 @@ class TraceContext:
 
 def parse_traceparent(value: str) -> str | None:
     """The header value if it is a valid traceparent (W3C 3.2), else None."""
+    if len(value) > _MAX_TRACEPARENT:
+        return None
     match = _TRACEPARENT.match(value.strip())
     if match is None:
         return None

@@ -42,6 +42,7 @@ def test_valid_traceparent_is_kept(value: str) -> None:
         "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
         "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\nx-evil: 1",
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-" + "a" * 600,
     ],
 )
 def test_invalid_traceparent_is_dropped(value: str) -> None:
