@@ -210,3 +210,21 @@ def test_401_reaches_a_caller_served_by_the_mrtr_bridge(setup: Setup) -> None:
     assert response.status_code == 401
     assert 'error="invalid_token"' in response.headers["www-authenticate"]
     check_modern_error(SPEC, wire.answer_messages(response)[-1])
+
+
+def test_public_url_names_the_resource_whatever_the_host(setup: Setup, logs_dir: Path) -> None:
+    public = "https://mcp.example.com/tools/mcp"
+    metadata = "https://mcp.example.com/.well-known/oauth-protected-resource/tools/mcp"
+    env = {"MCP_SHIM_PUBLIC_URL": public}
+    with procs.gateway(
+        setup.upstream, procs.free_port(), env, log_path=logs_dir / "gateway-oauth-public.log"
+    ) as base:
+        response, _ = call(base, "whoami", None)
+        assert response.status_code == 401
+        assert f'resource_metadata="{metadata}"' in response.headers["www-authenticate"]
+        with httpx.Client(timeout=30.0) as client:
+            # The public URL's own path form (a reverse proxy maps it here), and ours.
+            for suffix in ("/tools/mcp", "/mcp", ""):
+                served = client.get(base + "/.well-known/oauth-protected-resource" + suffix)
+                assert served.status_code == 200, suffix
+                assert served.json()["resource"] == public
