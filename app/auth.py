@@ -207,6 +207,19 @@ class AuthRelay:
             self._named = named
             self._cached = None
 
+    async def answer(self, gateway_url: str | None) -> tuple[int, dict[str, Any]]:
+        """Status and body of `GET /.well-known/oauth-protected-resource[...]`."""
+        if gateway_url is None:
+            return 404, {
+                "error": "not_found",
+                "error_description": "the gateway's public URL is not configured: "
+                "set MCP_SHIM_PUBLIC_URL",
+            }
+        try:
+            return 200, await self.metadata(gateway_url)
+        except MetadataUnavailable as exc:
+            return exc.status, {"error": "unavailable", "error_description": exc.message}
+
     async def metadata(self, gateway_url: str) -> dict[str, Any]:
         """The gateway's protected-resource metadata; MetadataUnavailable if the
         upstream has none (404) or cannot be reached (502)."""

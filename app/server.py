@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from app import jsonio, tracing
 from app.answer import CallAnswer
-from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay, MetadataUnavailable
+from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
 from app.auth import gateway_mcp_url as _gateway_mcp_url
 from app.config import Settings
 from app.front import modern, security
@@ -160,25 +160,9 @@ def create_app(settings: Settings) -> FastAPI:
         if refused is not None:
             log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
             return _json(refused)
-        ours = gateway_url(request)
-        if ours is None:
-            return JSONResponse(
-                {
-                    "error": "not_found",
-                    "error_description": "the gateway's public URL is not configured: "
-                    "set MCP_SHIM_PUBLIC_URL",
-                },
-                status_code=404,
-            )
         relay: AuthRelay = request.app.state.auth
-        try:
-            document = await relay.metadata(ours)
-        except MetadataUnavailable as exc:
-            return JSONResponse(
-                {"error": "unavailable", "error_description": exc.message},
-                status_code=exc.status,
-            )
-        return JSONResponse(document)
+        status, body = await relay.answer(gateway_url(request))
+        return JSONResponse(body, status_code=status)
 
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     async def mcp_other(request: Request) -> Response:

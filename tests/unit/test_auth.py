@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app import auth
-from app.upstream.errors import UpstreamAuthChallenge
+from app.upstream.errors import UpstreamAuthChallenge, UpstreamUnavailable
 
 UPSTREAM_CHALLENGE = (
     'Bearer error="invalid_token", error_description="Authentication required", '
@@ -136,3 +136,58 @@ def test_gateway_document_is_the_upstreams_for_our_resource() -> None:
         "scopes_supported": ["mcp:tools"],
     }
     assert upstream["resource"] == "http://10.0.0.9:3001/mcp"  # not mutated
+
+
+class Upstream:
+    """What AuthRelay fetches: documents by URL, every fetch counted."""
+
+    def __init__(self, documents: dict[str, object], fail: bool = False) -> None:
+        self.documents = documents
+        self.fail = fail
+        self.fetched: list[str] = []
+
+    async def __call__(self, url: str) -> object:
+        self.fetched.append(url)
+        if self.fail:
+            raise UpstreamUnavailable("upstream unreachable during metadata GET: OSError")
+        return self.documents.get(url)
+
+
+UP = "http://up:3001/mcp"
+UP_DOC = {"resource": UP, "authorization_servers": ["https://as.example/"]}
+
+
+async def test_metadata_from_the_well_known_urls_then_cached() -> None:
+    upstream = Upstream({"http://up:3001/.well-known/oauth-protected-resource": UP_DOC})
+    relay = auth.AuthRelay(upstream, UP)
+    status, body = await relay.answer("http://gw/mcp")
+    assert status == 200 and body["resource"] == "http://gw/mcp"
+    assert upstream.fetched == [
+        "http://up:3001/.well-known/oauth-protected-resource/mcp",
+        "http://up:3001/.well-known/oauth-protected-resource",
+    ]
+    await relay.answer("http://gw/mcp")
+    assert len(upstream.fetched) == 2  # cached
+
+
+async def test_metadata_url_named_by_a_same_origin_challenge_comes_first() -> None:
+    named = "http://up:3001/custom/prm"
+    upstream = Upstream({named: UP_DOC})
+    relay = auth.AuthRelay(upstream, UP)
+    # A challenge naming another origin (e.g. the gateway's own public URL) is
+    # not fetched: the gateway would be asking itself.
+    relay.note('Bearer resource_metadata="https://gw.example/.well-known/oauth-protected-resource"')
+    relay.note(f'Bearer resource_metadata="{named}"')
+    status, _ = await relay.answer("http://gw/mcp")
+    assert status == 200 and upstream.fetched == [named]
+
+
+async def test_metadata_missing_or_unreachable() -> None:
+    assert (await auth.AuthRelay(Upstream({}), UP).answer("http://gw/mcp"))[0] == 404
+    failing = Upstream({}, fail=True)
+    relay = auth.AuthRelay(failing, UP)
+    assert (await relay.answer("http://gw/mcp"))[0] == 502
+    assert (await relay.answer("http://gw/mcp"))[0] == 502
+    assert len(failing.fetched) == 1  # the failure is cached too, briefly
+    status, body = await relay.answer(None)
+    assert status == 404 and "MCP_SHIM_PUBLIC_URL" in body["error_description"]
