@@ -111,7 +111,7 @@ class CallAnswer(Response):
                 # streamable-http "Backward Compatibility") are what a client
                 # inspects first; not a 200 around an error event.
                 self._status = final.status
-                await self._start_sse(send, final.status)
+                await self._start_sse(send, final.status, final.headers)
                 await send({"type": "http.response.body", "body": sse_event(final.message)})
             return
         await self._start_sse(send)
@@ -139,10 +139,21 @@ class CallAnswer(Response):
             {
                 "type": "http.response.start",
                 "status": out.status,
-                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+                "headers": [
+                    *_JSON_HEADERS,
+                    (b"content-length", str(len(body)).encode()),
+                    *_encoded(out.headers),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": body})
 
-    async def _start_sse(self, send: Send, status: int = 200) -> None:
-        await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})
+    async def _start_sse(
+        self, send: Send, status: int = 200, extra: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        headers = [*_SSE_HEADERS, *_encoded(extra)] if extra else _SSE_HEADERS
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]

@@ -94,6 +94,23 @@ class Settings(BaseSettings):
         description="base URL at which other replicas reach this one; retries that land on "
         "another replica are forwarded here",
     )
+    # Operations (docs/operations.md).
+    public_url: AnyHttpUrl | None = Field(
+        default=None,
+        description="the gateway's MCP endpoint URL as clients reach it (e.g. "
+        "https://mcp.example.com/mcp): the `resource` of its OAuth protected-resource "
+        "metadata and the base of the metadata URL in relayed WWW-Authenticate challenges",
+    )
+    upstream_client_capabilities: Literal["caller", "all"] = Field(
+        default="caller",
+        description="capabilities upstream sessions declare at initialize: the caller's, or "
+        "the caller's plus every input capability (for servers that check before asking)",
+    )
+    ready_max_age_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="/readyz is 200 if the upstream answered within this long; else it probes",
+    )
     mrtr_ttl_s: float = Field(
         default=120.0, gt=0, description="how long a parked exchange waits for its retry"
     )
@@ -142,6 +159,13 @@ class Settings(BaseSettings):
     def _base_url(cls, value: AnyHttpUrl | None) -> AnyHttpUrl | None:
         if value is not None and (value.query or value.fragment):
             raise ValueError("must be a base URL such as http://10.0.0.5:8080 (no query, no #)")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _endpoint_url(cls, value: AnyHttpUrl | None) -> AnyHttpUrl | None:
+        if value is not None and (value.query or value.fragment):
+            raise ValueError("must be the MCP endpoint URL such as https://mcp.example.com/mcp")
         return value
 
     @field_validator("mrtr_ttl_s")

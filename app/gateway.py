@@ -15,6 +15,8 @@ from typing import Any
 
 import structlog
 
+from app import auth
+from app.auth import AuthRelay
 from app.front import param_headers
 from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
 from app.mrtr import capabilities as mrtr_capabilities
@@ -25,7 +27,7 @@ from app.subscriptions import filters as subscription_filters
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
 from app.upstream.base import Message
-from app.upstream.errors import SessionExpired, UpstreamError
+from app.upstream.errors import SessionExpired, UpstreamAuthChallenge, UpstreamError
 from app.upstream.listener import default_answer
 from app.upstream.pool import PooledSession, SessionPool
 from translators import translate
@@ -45,6 +47,8 @@ class Outgoing:
     final: bool = False
     status: int = 200
     keepalive: bool = False
+    # Extra response headers of a JSON answer (an upstream's WWW-Authenticate).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -56,6 +60,8 @@ class CallState:
     request_id: str | None = None
     # Forwarded by another replica to this one (app/mrtr/forwarding.py): never again.
     hop: bool = False
+    # The gateway's MCP URL for this request (app/auth.py), None if it cannot be told.
+    gateway_url: str | None = None
 
 
 def _level_rank(level: Any) -> int:
@@ -76,8 +82,15 @@ class Gateway:
         subscriptions: SubscriptionHub | None = None,
         listen_keepalive_s: float = 15.0,
         bridge: Bridge | None = None,
+        auth: AuthRelay | None = None,
+        declare_every_input: bool = False,
     ) -> None:
         self._pool = pool
+        # MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all: sessions declare every input
+        # capability; the caller's own set still decides what it is asked.
+        self._declare_every_input = declare_every_input
+        # Upstream 401/403 relayed with their challenge (app/auth.py).
+        self._auth = auth
         # The MRTR bridge (app/mrtr); None: the upstream's requests are refused.
         self._bridge = bridge
         self._codec = Codec(
@@ -97,8 +110,11 @@ class Gateway:
         self, call: ModernCall, authorization: str | None, state: CallState
     ) -> AsyncGenerator[Outgoing, None]:
         try:
+            declared = call.client_capabilities
+            if self._declare_every_input:
+                declared = mrtr_capabilities.with_every_input(declared)
             upstream_caps = translate.client_capabilities(
-                call.client_capabilities, call.version, self._offered_version
+                declared, call.version, self._offered_version
             )
             key = self._pool.key_for(upstream_caps, self._offered_version, authorization)
             pooled = await self._pool.acquire(key, upstream_caps, authorization)
@@ -149,6 +165,14 @@ class Gateway:
                     yield out
             finally:
                 self._pool.release(pooled)
+        except UpstreamAuthChallenge as exc:
+            # The upstream's answer, not a failure: same status, its challenge.
+            state.outcome = f"upstream_{exc.status}"
+            log.info("upstream_auth_refused", status=exc.status)
+            if self._auth is not None:
+                self._auth.note(exc.www_authenticate)
+            refusal, headers = auth.refusal(call.id, exc, state.gateway_url)
+            yield Outgoing(refusal.to_message(), True, refusal.http_status, headers=headers)
         except UpstreamError as exc:
             state.outcome = type(exc).__name__
             log.warning("upstream_error", error=exc.message)
@@ -283,6 +307,7 @@ class Gateway:
     def _answer(
         self, call: ModernCall, pooled: PooledSession, message: Message, state: CallState
     ) -> Outgoing:
+        self._pool.note_answer(pooled.version)
         if "error" in message and isinstance(message["error"], dict):
             refusal = self._url_elicitation_refusal(call, message["error"], state)
             if refusal is not None:

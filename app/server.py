@@ -7,19 +7,23 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
 import structlog
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import jsonio
+from app import jsonio, tracing
 from app.answer import CallAnswer
+from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
+from app.auth import gateway_mcp_url as _gateway_mcp_url
 from app.config import Settings
 from app.front import modern, security
 from app.gateway import CallState, Gateway
 from app.mrtr.bridge import build_bridge
 from app.mrtr.forwarding import HOP_HEADER
+from app.readiness import ReadinessCheck
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
@@ -101,6 +105,12 @@ def create_app(settings: Settings) -> FastAPI:
     offered = get_version(settings.upstream_protocol_version)
     assert offered is not None  # validated in Settings
     allowed_hosts = [h.lower() for h in settings.allowed_hosts]
+    public_url = str(settings.public_url) if settings.public_url is not None else None
+
+    def gateway_url(request: Request) -> str | None:
+        return _gateway_mcp_url(
+            public_url, request.url.scheme, request.headers.get("host"), allowed_hosts
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -116,6 +126,12 @@ def create_app(settings: Settings) -> FastAPI:
             transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
         )
         pool.start()
+        app.state.readiness = ReadinessCheck(pool, offered, max_age_s=settings.ready_max_age_s)
+
+        async def fetch(url: str) -> object:
+            return await transport.fetch_document(url, max_bytes=MAX_METADATA_BYTES)
+
+        app.state.auth = auth_relay = AuthRelay(fetch, str(settings.upstream_url))
         subscriptions = SubscriptionHub(
             pool,
             queue_bound=settings.listen_queue_size,
@@ -132,6 +148,8 @@ def create_app(settings: Settings) -> FastAPI:
             subscriptions=subscriptions,
             listen_keepalive_s=settings.listen_keepalive_s,
             bridge=bridge,
+            auth=auth_relay,
+            declare_every_input=settings.upstream_client_capabilities == "all",
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
@@ -154,6 +172,30 @@ def create_app(settings: Settings) -> FastAPI:
     async def healthz() -> Response:
         return JSONResponse({"status": "ok"})
 
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        readiness: ReadinessCheck = request.app.state.readiness
+        outcome = await readiness.check()
+        return JSONResponse(outcome.body, status_code=outcome.status)
+
+    # RFC 9728 section 3.1: the metadata of https://host/mcp is at
+    # /.well-known/oauth-protected-resource/mcp; clients also try the root form.
+    metadata_paths = {"", "/mcp"}
+    if public_url is not None:
+        metadata_paths.add(urlsplit(public_url).path.rstrip("/"))
+
+    @app.get(WELL_KNOWN + "{suffix:path}")
+    async def protected_resource_metadata(request: Request, suffix: str) -> Response:
+        if suffix.rstrip("/") not in metadata_paths:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        refused = security.check_host(request.headers.get("host"), allowed_hosts)
+        if refused is not None:
+            log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+            return _json(refused)
+        relay: AuthRelay = request.app.state.auth
+        status, body = await relay.answer(gateway_url(request))
+        return JSONResponse(body, status_code=status)
+
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     async def mcp_other(request: Request) -> Response:
         # streamable-http "Backward Compatibility": a modern-only endpoint
@@ -174,6 +216,15 @@ def create_app(settings: Settings) -> FastAPI:
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
         structlog.contextvars.bind_contextvars(request_id=request_id)
+        # W3C Trace Context: forwarded upstream only if valid (app/tracing.py).
+        trace = tracing.from_headers(
+            request.headers.getlist("traceparent"), request.headers.getlist("tracestate")
+        )
+        tracing.bind(trace)
+        if trace is not None:
+            structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
+        else:
+            structlog.contextvars.unbind_contextvars("trace_id")
 
         refused = security.check_host(
             request.headers.get("host"), allowed_hosts
@@ -218,7 +269,11 @@ def create_app(settings: Settings) -> FastAPI:
             refusal = subscriptions_listen.needs_event_stream(parsed.id)
             log.info("request_rejected", code=refusal.code, status=refusal.http_status)
             return _json(refusal)
-        state = CallState(request_id=request_id, hop=HOP_HEADER in request.headers)
+        state = CallState(
+            request_id=request_id,
+            hop=HOP_HEADER in request.headers,
+            gateway_url=gateway_url(request),
+        )
         gateway: Gateway = request.app.state.gateway
 
         def done(status: int, disconnected: bool) -> None:

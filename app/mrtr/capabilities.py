@@ -85,3 +85,21 @@ def url_elicitations(error: Any) -> list[dict[str, Any]] | None:
             return None
         found.append({**item, "mode": "url"})
     return found
+
+
+# Every input capability `missing_for` can tell apart, in 2026-07-28 form.
+# Not `sampling.context`: nothing checks it per caller, so it is not promised.
+EVERY_INPUT: Final[Capabilities] = {
+    "elicitation": {"form": {}, "url": {}},
+    "sampling": {"tools": {}},
+    "roots": {},
+}
+
+
+def with_every_input(declared: Mapping[str, Any]) -> Capabilities:
+    """The caller's capabilities with every input capability declared
+    (MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all): for legacy servers that check
+    what the client declared before asking, and refuse with a generic error
+    instead. What the caller itself lacks is still refused with -32021 when
+    the server asks (`missing_for` reads the caller's own set)."""
+    return {**declared, **EVERY_INPUT}

@@ -34,6 +34,17 @@ class UpstreamHttpError(UpstreamError):
         self.http_status = http_status
 
 
+class UpstreamAuthChallenge(UpstreamError):
+    """The upstream refused the caller's credentials: 401 (none, invalid or expired)
+    or 403 (insufficient scope). Relayed to the client with the same status and the
+    upstream's `WWW-Authenticate` challenge (app/auth.py); never retried."""
+
+    def __init__(self, message: str, http_status: int, www_authenticate: str | None) -> None:
+        super().__init__(message)
+        self.status = http_status
+        self.www_authenticate = www_authenticate
+
+
 class SessionExpired(UpstreamError):
     """404 for our Mcp-Session-Id: the server forgot the session; its handler never ran."""
 

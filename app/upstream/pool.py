@@ -139,6 +139,12 @@ class SessionPool:
         self._sessions: dict[SessionKey, PooledSession] = {}
         self._opening: dict[SessionKey, asyncio.Future[PooledSession]] = {}
         self._reaper: asyncio.Task[None] | None = None
+        # When the upstream last answered (monotonic) and in which version: /readyz.
+        self.last_answer: tuple[float, Version] | None = None
+
+    def note_answer(self, version: Version) -> None:
+        """The upstream just answered something (a response, even an error)."""
+        self.last_answer = (time.monotonic(), version)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -229,6 +235,7 @@ class SessionPool:
         if version is None:
             await session.close()
             raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
+        self.note_answer(version)
         return PooledSession(key, session, version, result)
 
     async def _evict_one(self) -> None:

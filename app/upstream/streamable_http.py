@@ -17,10 +17,11 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 from httpx_sse import EventSource, SSEError
 
-from app import jsonio
+from app import jsonio, tracing
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
+    UpstreamAuthChallenge,
     UpstreamError,
     UpstreamHttpError,
     UpstreamProtocolError,
@@ -83,6 +84,18 @@ def build_client(
     )
 
 
+async def _refuse_challenge(response: httpx.Response, what: str) -> None:
+    """401/403 is the upstream's authorization answer (2025-06-18 basic/authorization
+    "Error Handling"), whatever its body: relayed with its challenge, never retried."""
+    if response.status_code in (401, 403):
+        status = response.status_code
+        challenge = response.headers.get("www-authenticate")
+        await response.aclose()
+        raise UpstreamAuthChallenge(
+            f"upstream answered {what} with HTTP {status}", status, challenge
+        )
+
+
 def _content_type(response: httpx.Response) -> str:
     value: str = response.headers.get("content-type", "")
     return value.partition(";")[0].strip().lower()
@@ -92,6 +105,8 @@ def _content_type(response: httpx.Response) -> str:
 # a stream read to its end leaves the connection reusable, an abandoned one
 # costs a new TCP connection on the next request (measured: bench/README.md).
 _DRAIN_S = 0.25
+# A metadata document is small; an upstream that cannot send it in this long is broken.
+_METADATA_TIMEOUT_S = 10.0
 
 
 class HttpExchange:
@@ -180,7 +195,7 @@ class StreamableHttpSession:
             "POST",
             self._url,
             content=jsonio.dumps(message),
-            headers=self._headers,
+            headers={**self._headers, **tracing.outgoing_headers()},
             timeout=self._timeout,
         )
         with _library_errors(what):
@@ -188,6 +203,7 @@ class StreamableHttpSession:
         if response.status_code == 404 and self.session_id is not None:
             await response.aclose()
             raise SessionExpired("upstream no longer knows the session")
+        await _refuse_challenge(response, what)
         return response
 
     async def request(self, message: Message) -> HttpExchange:
@@ -221,6 +237,7 @@ class StreamableHttpSession:
         headers["accept"] = "text/event-stream"
         if last_event_id is not None:
             headers["last-event-id"] = last_event_id
+        headers.update(tracing.outgoing_headers())
         request = self._client.build_request(
             "GET",
             self._url,
@@ -232,6 +249,7 @@ class StreamableHttpSession:
         if response.status_code == 404 and self.session_id is not None:
             await response.aclose()
             raise SessionExpired("upstream no longer knows the session")
+        await _refuse_challenge(response, "GET stream")
         if response.status_code >= 400:
             status = response.status_code
             await response.aclose()
@@ -295,6 +313,32 @@ class StreamableHttpTransport:
         )
         await session.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return session, result
+
+    async def fetch_document(self, url: str, *, max_bytes: int) -> Any:
+        """GET a small JSON document from the upstream's origin (its OAuth
+        protected-resource metadata): the parsed JSON, or None unless 200."""
+        request = self._client.build_request(
+            "GET",
+            url,
+            headers={"accept": "application/json", **tracing.outgoing_headers()},
+            timeout=httpx.Timeout(_METADATA_TIMEOUT_S, connect=self._client.timeout.connect),
+        )
+        with _library_errors("metadata GET"):
+            response = await self._client.send(request, stream=True)
+            try:
+                if response.status_code != 200:
+                    return None
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        return None
+            finally:
+                await response.aclose()
+            try:
+                return jsonio.loads(bytes(body))
+            except jsonio.JSONDecodeError:
+                return None
 
     async def aclose(self) -> None:
         await self._client.aclose()
