@@ -45,6 +45,8 @@ class Outgoing:
     final: bool = False
     status: int = 200
     keepalive: bool = False
+    # SSE event id (legacy clients: the upstream's, so Last-Event-ID resumes there).
+    event_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -15,8 +15,10 @@ from starlette.responses import JSONResponse, Response
 from app import jsonio
 from app.answer import CallAnswer
 from app.config import Settings
-from app.front import modern, security
+from app.front import legacy, modern, security
 from app.gateway import CallState, Gateway
+from app.legacy.front import LegacyFront
+from app.legacy.sessions import LegacySessions
 from app.mrtr.bridge import build_bridge
 from app.mrtr.forwarding import HOP_HEADER
 from app.rejections import INVALID_REQUEST, Rejection
@@ -92,6 +94,14 @@ def create_app(settings: Settings) -> FastAPI:
             call_timeout_s=settings.listen_call_timeout_s,
         )
         app.state.subscriptions = subscriptions
+        legacy_sessions = LegacySessions(pool, idle_s=settings.session_idle_s)
+        legacy_sessions.start()
+        app.state.legacy = LegacyFront(
+            legacy_sessions,
+            offered=offered,
+            max_batch=settings.max_batch,
+            write_timeout_s=settings.write_timeout_s,
+        )
         bridge = build_bridge(settings, pool)
         app.state.gateway = Gateway(
             pool,
@@ -109,6 +119,8 @@ def create_app(settings: Settings) -> FastAPI:
             # Normally already done by `drain` before the server stopped serving.
             await subscriptions.aclose(settings.shutdown_grace_s)
             await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
+            await app.state.legacy.aclose()
+            await legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
             await app.state.gateway.aclose()
             await pool.aclose()
             await transport.aclose()
@@ -124,9 +136,22 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     async def mcp_other(request: Request) -> Response:
-        # streamable-http "Backward Compatibility": a modern-only endpoint
-        # answers GET and DELETE with 405.
         raw_id = request.headers.get("x-request-id", "")
+        if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
+            # A legacy client's session: its server stream, or its end.
+            refused = security.check_host(
+                request.headers.get("host"), allowed_hosts
+            ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+            if refused is not None:
+                log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+                return _json(refused)
+            front: LegacyFront = request.app.state.legacy
+            if request.method == "DELETE":
+                return await front.delete(request.headers)
+            sse_ok, _ = _accepts(request.headers.get("accept", ""))
+            return await front.get(request.headers, sse_ok=sse_ok)
+        # streamable-http "Backward Compatibility": without a legacy session,
+        # GET and DELETE answer 405.
         log.info(
             "request_refused",
             request_id=raw_id if _REQUEST_ID_OK.match(raw_id) else uuid.uuid4().hex[:16],
@@ -175,6 +200,11 @@ def create_app(settings: Settings) -> FastAPI:
                 )
             )
 
+        claim = legacy.claims(body, request.headers)
+        if claim is not None:
+            sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+            legacy_front: LegacyFront = request.app.state.legacy
+            return await legacy_front.post(claim, request.headers, sse_ok=sse_ok, json_ok=json_ok)
         parsed = modern.parse(body, request.headers)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)
