@@ -1,0 +1,404 @@
+"""Legacy clients (2025-03-26 .. 2025-11-25) through the gateway to the legacy fixture.
+
+Issue 9: an operator who puts the gateway in front of a server must not break
+the clients that talk to it today. The spec's dual-era server serves both
+eras on one endpoint (2026-07-28 basic/versioning "Backward Compatibility with
+Initialization-Based Versions"; basic/transports/streamable-http "Backward
+Compatibility"): a body carrying `io.modelcontextprotocol/protocolVersion` in
+`_meta` is modern, `initialize` (and a session it started) is legacy.
+
+Two kinds of evidence: the official mcp 1.x Python client (tests/legacy_client,
+run under .peers/legacy) doing what a client does, and raw HTTP requests whose
+every answer is validated against the schema.json of the client's revision.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import procs
+from tests.integration import wire
+from tests.schema import SPEC, check_modern_answer, check_notification, check_response
+
+pytestmark = pytest.mark.peers
+
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+# Keys no legacy revision defines: 2026-07-28 result and _meta fields.
+MODERN_ONLY_KEYS = {"resultType", "ttlMs", "cacheScope", "inputRequests", "requestState"}
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+# Defined only from 2025-06-18 on: a 2025-03-26 client must never see them.
+AFTER_2025_03_26 = {"structuredContent", "outputSchema", "title", "resource_link"}
+
+
+# ---------------------------------------------------------------------------
+# Raw legacy wire
+# ---------------------------------------------------------------------------
+
+
+def headers(
+    session: str | None = None,
+    version: str | None = None,
+    authorization: str | None = None,
+    accept: str = wire.ACCEPT_BOTH,
+) -> dict[str, str]:
+    out = {"content-type": "application/json", "accept": accept}
+    if session is not None:
+        out["mcp-session-id"] = session
+    if version is not None and version != "2025-03-26":
+        # 2025-06-18 streamable-http "Protocol Version Header": on every request
+        # after initialize.
+        out["mcp-protocol-version"] = version
+    if authorization is not None:
+        out["authorization"] = authorization
+    return out
+
+
+def events(text: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an SSE body (priming events, with no data, skipped)."""
+    out = []
+    for event in text.replace("\r\n", "\n").split("\n\n"):
+        data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
+        if data and "".join(data).strip():
+            out.append(json.loads("\n".join(data)))
+    return out
+
+
+def messages(response: httpx.Response) -> list[dict[str, Any]]:
+    kind = response.headers.get("content-type", "").split(";")[0].strip()
+    if kind == "text/event-stream":
+        return events(response.text)
+    assert kind == "application/json", f"unexpected content type {kind!r}"
+    body = response.json()
+    return body if isinstance(body, list) else [body]
+
+
+def assert_legacy_bytes(message: Any, version: str) -> None:
+    """Nothing in `message` that the client's revision does not define."""
+    text = json.dumps(message)
+    for key in MODERN_ONLY_KEYS:
+        assert f'"{key}"' not in text, f"{key} reached a {version} client: {text[:300]}"
+    assert SERVER_INFO_META not in text
+    if version == "2025-03-26":
+        for key in AFTER_2025_03_26:
+            assert f'"{key}"' not in text, f"{key} reached a 2025-03-26 client: {text[:300]}"
+
+
+def check_legacy(version: str, message: dict[str, Any], method: str | None) -> None:
+    """A message the gateway sent a legacy client speaking `version`."""
+    if "method" in message and "id" not in message:
+        check_notification(SPEC, version, message)
+    elif "method" not in message:
+        check_response(SPEC, version, message, method)
+    assert_legacy_bytes(message, version)
+
+
+def initialize(
+    client: httpx.Client,
+    url: str,
+    version: str,
+    authorization: str | None = None,
+    capabilities: dict[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    message = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "raw-legacy-test", "version": "0"},
+        },
+    }
+    response = client.post(url, json=message, headers=headers(authorization=authorization))
+    assert response.status_code == 200, response.text
+    session = response.headers["mcp-session-id"]
+    (answer,) = messages(response)
+    negotiated = answer["result"]["protocolVersion"]
+    check_legacy(negotiated, answer, "initialize")
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    sent = client.post(
+        url, json=note, headers=headers(session, negotiated, authorization=authorization)
+    )
+    assert sent.status_code == 202, sent.text
+    return session, answer
+
+
+def call(
+    client: httpx.Client,
+    url: str,
+    session: str,
+    version: str,
+    method: str,
+    params: dict[str, Any] | None = None,
+    rid: Any = 1,
+    authorization: str | None = None,
+) -> httpx.Response:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        message["params"] = params
+    return client.post(
+        url, json=message, headers=headers(session, version, authorization=authorization)
+    )
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=30.0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def mcp_url(gateway_url: str) -> str:
+    return gateway_url + "/mcp"
+
+
+# ---------------------------------------------------------------------------
+# The official mcp 1.x client
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_mcp1_client_tour(version: str, mcp_url: str) -> None:
+    out: Any = procs.run_legacy_client("tour.py", mcp_url, version)
+    init = out["initialize"]
+    # 2025-11-25 basic/lifecycle "Version Negotiation": the server answers the
+    # client's version when it supports it.
+    assert init["protocolVersion"] == version
+    assert init["serverInfo"]["name"] == "mcp-shim-legacy-fixture"
+    assert init["capabilities"]["resources"] == {"subscribe": True, "listChanged": True}
+    assert out["session_id_length"] >= 32
+    assert {"test_simple_text", "test_sampling", "whoami"} <= set(out["tools"])
+    if version == "2025-03-26":
+        assert "outputSchema" not in out["tool_fields"]
+    else:
+        assert "outputSchema" in out["tool_fields"]
+    assert out["simple"]["result"]["content"][0]["text"].startswith("This is a simple text")
+    assert out["error_tool"]["result"]["isError"] is True
+    assert out["sampling"]["result"]["content"][0]["text"] == "LLM response: Paris"
+    assert out["asked"]["sampling"]["messages"][0]["content"]["text"] == "Capital?"
+    assert out["roots"]["result"]["content"][0]["text"] == "Found 1 root(s)"
+    assert out["asked"]["roots"] is True
+    if version != "2025-03-26":
+        assert "ada@example.com" in out["elicitation"]["result"]["content"][0]["text"]
+    assert out["set_level"] == {"result": {}}
+    assert [m["data"] for m in out["logs"]] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
+    assert out["progress"] == [0.0, 50.0, 100.0]
+    assert "test_prompt_with_arguments" in out["prompts"]
+    assert out["prompt"]["result"]["messages"]
+    assert "test://static-text" in out["resources"]
+    assert out["read"]["result"]["contents"][0]["uri"] == "test://static-text"
+    assert out["templates"]["result"]["resourceTemplates"]
+    assert out["completion"]["result"]["completion"]["values"] == ["paris", "park", "party"]
+    assert out["ping"] == {"result": {}}
+    # The upstream closes the call's stream mid-call (SEP-1699); the client
+    # resumes with Last-Event-ID through the gateway and gets the result.
+    assert "properly reconnected" in out["reconnection"]["result"]["content"][0]["text"]
+
+
+def test_mcp1_clients_with_different_credentials_and_a_subscription(mcp_url: str) -> None:
+    out: Any = procs.run_legacy_client(
+        "two_sessions.py", mcp_url, "2025-06-18", uuid.uuid4().hex[:8]
+    )
+    assert out["session_ids_differ"]
+    a = out["whoami"]["a"]["result"]["structuredContent"]
+    b = out["whoami"]["b"]["result"]["structuredContent"]
+    # Never one upstream session for two credentials; each sent as it came.
+    assert a["sessionId"] != b["sessionId"]
+    assert a["authorization"] != b["authorization"]
+    assert a["clientInfo"]["name"] == "mcp"  # the client's own clientInfo reached upstream
+    assert out["subscribe"] == {"result": {}}
+    assert out["update"]["result"]["structuredContent"]["notifiedSessions"] == 1
+
+    def methods(name: str) -> list[str]:
+        return [m["method"] for m in out["seen"][name]]
+
+    # resources/updated on A's GET stream only: B never subscribed.
+    assert "notifications/resources/updated" in methods("a")
+    assert "notifications/resources/updated" not in methods("b")
+    assert "notifications/tools/list_changed" in methods("a")
+    assert "notifications/tools/list_changed" in methods("b")
+    for message in out["seen"]["a"] + out["seen"]["b"]:
+        check_legacy("2025-06-18", message, None)
+
+
+# ---------------------------------------------------------------------------
+# Raw requests, validated against the client revision's schema
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+def test_raw_session_answers_in_the_clients_revision(
+    version: str, client: httpx.Client, mcp_url: str
+) -> None:
+    session, init = initialize(client, mcp_url, version)
+    assert init["result"]["protocolVersion"] == version
+    for rid, (method, params) in enumerate(
+        [
+            ("tools/list", {}),
+            ("tools/call", {"name": "structured_echo", "arguments": {"text": "hi"}}),
+            ("tools/call", {"name": "test_tool_with_progress", "_meta": {"progressToken": "p"}}),
+            ("prompts/list", {}),
+            ("prompts/get", {"name": "test_simple_prompt"}),
+            ("resources/list", {}),
+            ("resources/read", {"uri": "test://static-text"}),
+            ("resources/templates/list", {}),
+            ("ping", None),
+            ("completion/complete", None),
+            ("logging/setLevel", {"level": "debug"}),
+        ],
+        start=1,
+    ):
+        if method == "completion/complete":
+            params = {
+                "ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+                "argument": {"name": "arg2", "value": "wo"},
+            }
+        response = call(client, mcp_url, session, version, method, params, rid=rid)
+        assert response.status_code == 200, (method, response.text)
+        answers = messages(response)
+        *relayed, final = answers
+        assert final["id"] == rid
+        check_legacy(version, final, method)
+        for message in relayed:
+            check_legacy(version, message, None)
+        if method == "tools/call" and params and params.get("_meta"):
+            tokens = {m["params"]["progressToken"] for m in relayed}
+            assert tokens == {"p"}, relayed  # the client's own token, unchanged
+    # A 2025-11-25 error code the client's revision does not know is translated.
+    response = call(client, mcp_url, session, version, "tools/call", {"name": "no_such"}, rid=99)
+    (final,) = messages(response)
+    check_legacy(version, final, "tools/call")
+
+
+def test_unknown_offered_version_gets_the_latest_legacy_one(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    _, init = initialize(client, mcp_url, "1999-01-01")
+    assert init["result"]["protocolVersion"] == "2025-11-25"
+
+
+def test_stolen_session_id_with_another_credential_is_unknown(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, "2025-11-25", authorization="Bearer owner")
+    ok = call(client, mcp_url, session, "2025-11-25", "ping", authorization="Bearer owner")
+    assert ok.status_code == 200
+    for thief in ("Bearer thief", None):
+        # 2025-11-25 streamable-http "Session Management": 404 for a session the
+        # server does not know: for this credential it does not exist.
+        stolen = call(client, mcp_url, session, "2025-11-25", "ping", authorization=thief)
+        assert stolen.status_code == 404, stolen.text
+        assert stolen.json()["error"]["code"] == -32600
+        get = client.get(
+            mcp_url,
+            headers={
+                **headers(session, "2025-11-25"),
+                **({"authorization": thief} if thief else {}),
+            },
+        )
+        assert get.status_code == 404
+    # The owner's session is untouched.
+    again = call(client, mcp_url, session, "2025-11-25", "ping", authorization="Bearer owner")
+    assert again.status_code == 200
+
+
+def test_unknown_session_is_404_and_delete_ends_it(client: httpx.Client, mcp_url: str) -> None:
+    response = call(client, mcp_url, "not-a-session-of-ours", "2025-11-25", "ping")
+    assert response.status_code == 404
+    session, _ = initialize(client, mcp_url, "2025-06-18")
+    deleted = client.delete(mcp_url, headers=headers(session, "2025-06-18"))
+    assert deleted.status_code == 200
+    after = call(client, mcp_url, session, "2025-06-18", "ping")
+    assert after.status_code == 404
+    assert client.delete(mcp_url, headers=headers(session, "2025-06-18")).status_code == 404
+
+
+def test_protocol_version_header_must_match_the_session(client: httpx.Client, mcp_url: str) -> None:
+    session, _ = initialize(client, mcp_url, "2025-06-18")
+    message = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+    for value in ("2025-11-25", "2026-07-28", "bogus"):
+        # 2025-06-18 streamable-http: an invalid or unsupported version MUST get 400.
+        response = client.post(
+            mcp_url, json=message, headers={**headers(session), "mcp-protocol-version": value}
+        )
+        assert response.status_code == 400, (value, response.text)
+        assert response.json()["error"]["code"] == -32600
+    # Absent: accepted (the server assumes the negotiated version).
+    assert client.post(mcp_url, json=message, headers=headers(session)).status_code == 200
+
+
+def test_modern_request_with_meta_takes_the_modern_path_even_with_a_session_header(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, "2025-11-25")
+    message = wire.body("server/discover", rid=7)
+    response = wire.post(
+        client, mcp_url, message, wire.headers_for(message, mcp_session_id=session)
+    )
+    assert response.status_code == 200, response.text
+    (answer,) = wire.answer_messages(response)
+    check_modern_answer(SPEC, "server/discover", answer)
+    # Without _meta, without initialize and without a session: the modern 400,
+    # so a dual-era client's probe falls back to initialize.
+    bare = {"jsonrpc": "2.0", "id": 8, "method": "tools/list"}
+    refused = client.post(mcp_url, json=bare, headers=headers())
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == -32020
+
+
+def test_server_stream_relays_a_server_request_and_the_clients_answer_goes_back(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, "2025-11-25")
+    hdrs = headers(session, "2025-11-25", accept="text/event-stream")
+    seen: list[tuple[str | None, dict[str, Any]]] = []
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        httpx.Client(timeout=httpx.Timeout(10.0)) as streamer,
+        streamer.stream("GET", mcp_url, headers=hdrs) as stream,
+    ):
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        # The fixture's tool pings its client on the session's GET stream and
+        # waits for the answer.
+        pending = pool.submit(
+            call, client, mcp_url, session, "2025-11-25", "tools/call", {"name": "ping_client"}, 3
+        )
+        event_id: str | None = None
+        buffer = ""
+        for chunk in stream.iter_text():
+            buffer += chunk
+            while "\n\n" in buffer:
+                raw, buffer = buffer.split("\n\n", 1)
+                lines = raw.split("\n")
+                ids = [line[3:].strip() for line in lines if line.startswith("id:")]
+                data = "".join(line[5:].lstrip() for line in lines if line.startswith("data:"))
+                event_id = ids[0] if ids else event_id
+                if data:
+                    seen.append((event_id, json.loads(data)))
+            if seen:
+                break
+        event_id, request = seen[0]
+        assert request["method"] == "ping"
+        assert event_id, "the upstream's SSE event id is passed through"
+        check_legacy("2025-11-25", request, None)
+        # 2025-11-25 streamable-http: a POSTed response is answered 202.
+        reply = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
+        with httpx.Client(timeout=10.0) as other:
+            answered = other.post(mcp_url, json=reply, headers=headers(session, "2025-11-25"))
+        assert answered.status_code == 202, answered.text
+        response = pending.result(timeout=20)
+    (final,) = messages(response)
+    check_legacy("2025-11-25", final, "tools/call")
+    assert final["result"]["isError"] is False, final
