@@ -63,7 +63,7 @@ def claims(body: bytes, headers: Mapping[str, str]) -> Claim | None:
             if _MARKER in body and any(isinstance(m, dict) and _is_modern(m) for m in parsed):
                 return None
             return Claim(parsed, session_id)
-        if any(isinstance(m, dict) and m.get("method") == "initialize" for m in parsed):
+        if holds_initialize(parsed):
             return Claim(parsed, None)
         return None
     return Claim(parsed, session_id) if session_id is not None else None
@@ -218,9 +218,13 @@ def check_version_header(value: str | None, negotiated: Version) -> Rejection | 
 # ---------------------------------------------------------------------------
 
 
+def holds_initialize(items: list[Any]) -> bool:
+    return any(isinstance(m, dict) and m.get("method") == "initialize" for m in items)
+
+
 def check_batch(items: list[Any], version: Version | None, max_batch: int) -> Rejection | None:
     """Whether a JSON-RPC batch may be served at all; each member is checked on its own."""
-    if any(isinstance(m, dict) and m.get("method") == "initialize" for m in items):
+    if holds_initialize(items):
         return Rejection(
             INVALID_REQUEST,
             "Invalid request: initialize must not be part of a JSON-RPC batch "

@@ -29,6 +29,7 @@ from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
 from app.upstream.base import Exchange, Message
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamHttpError
+from app.upstream.listener import default_answer
 from translators import translate
 from translators.registry import Version
 
@@ -39,6 +40,10 @@ def _json(message: Message, status: int, headers: Mapping[str, str] | None = Non
     return Response(
         jsonio.dumps(message), status_code=status, media_type="application/json", headers=headers
     )
+
+
+def _json_list(messages: list[Message]) -> Response:
+    return Response(jsonio.dumps(messages), status_code=200, media_type="application/json")
 
 
 def _refuse(rejection: Rejection) -> Response:
@@ -166,22 +171,24 @@ class LegacyFront:
     async def _notify(self, session: LegacySession, note: front.LegacyNotification) -> Response:
         # 2025-11-25 streamable-http "Sending Messages to the Server": an accepted
         # notification or response gets 202 Accepted with no body.
-        if note.method == "notifications/initialized":
-            return Response(status_code=202)  # the gateway sent its own when it opened upstream
-        out = translate.notification(note.message, session.client_version, session.upstream_version)
-        if out is None:
-            return Response(status_code=202)
-        return await self._deliver(session, out, respond=False)
+        failure = await self._deliver(session, note)
+        return Response(status_code=202) if failure is None else _refuse(failure)
 
     async def _respond(self, session: LegacySession, reply: front.LegacyResponse) -> Response:
-        method = session.server_requests.pop(reply.id, None)
-        return await self._deliver(session, self._client_reply(session, method, reply), True)
+        failure = await self._deliver(session, reply)
+        return Response(status_code=202) if failure is None else _refuse(failure)
 
-    def _client_reply(
-        self, session: LegacySession, method: str | None, reply: front.LegacyResponse
-    ) -> Message:
-        message = reply.message
+    def _upstream_message(
+        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
+    ) -> Message | None:
+        """What goes upstream for a client's notification or response; None: nothing."""
         cv, uv = session.client_version, session.upstream_version
+        if isinstance(item, front.LegacyNotification):
+            if item.method == "notifications/initialized":
+                return None  # the gateway sent its own when it opened the upstream session
+            return translate.notification(item.message, cv, uv)
+        method = session.server_requests.pop(item.id, None)
+        message = item.message
         error = message.get("error")
         if isinstance(error, dict):
             return {**message, "error": translate.error(error, cv, uv)}
@@ -190,24 +197,29 @@ class LegacyFront:
             return {**message, "result": translate.result(result, method, cv, uv)}
         return message
 
-    async def _deliver(self, session: LegacySession, message: Message, respond: bool) -> Response:
+    async def _deliver(
+        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
+    ) -> Rejection | None:
+        message = self._upstream_message(session, item)
+        if message is None:
+            return None
         async with self._sessions.lease(session):
             upstream = session.upstream.session
             try:
-                if respond:
+                if isinstance(item, front.LegacyResponse):
                     await upstream.respond(message)
                 else:
                     await upstream.notify(message)
             except SessionExpired:
                 await self._expire(session)
-                return _refuse(_session_not_found())
+                return _session_not_found()
             except UpstreamError as exc:
                 failure = _upstream_failure(exc, None)
                 if isinstance(exc, UpstreamHttpError) and 400 <= exc.http_status < 500:
                     # The upstream refused the message itself: the client's to know.
                     failure = Rejection(failure.code, failure.message, status=exc.http_status)
-                return _refuse(failure)
-        return Response(status_code=202)
+                return failure
+        return None
 
     # -- a request and what the upstream sends back for it ------------------
 
@@ -414,18 +426,88 @@ class LegacyFront:
     async def _batch(
         self, claim: front.Claim, headers: Mapping[str, str], *, sse_ok: bool, json_ok: bool
     ) -> Response:
+        """A JSON-RPC batch (2025-03-26 basic/index "Batching"): each request sent
+        upstream on its own and concurrently, the responses matched by id and
+        answered as one; notifications and responses in it forwarded."""
         items: list[Any] = claim.body
         session = self._find(claim.session_id, headers.get("authorization"))
-        if claim.session_id is not None and session is None:
-            if not any(isinstance(m, dict) and m.get("method") == "initialize" for m in items):
-                return _refuse(_session_not_found())
         refusal = front.check_batch(
             items, session.client_version if session is not None else None, self._max_batch
         )
+        if session is None and (refusal is None or claim.session_id is not None):
+            if not front.holds_initialize(items):
+                return _refuse(_session_not_found())
         if refusal is not None:
             return _refuse(refusal)
         assert session is not None
-        return _refuse(Rejection(INVALID_REQUEST, "batches: not yet", status=400))
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return _refuse(refusal)
+        members = [front.check_message(item) for item in items]
+        for member in members:
+            if isinstance(member, Rejection):
+                return _refuse(member)
+        requests = [m for m in members if isinstance(m, front.LegacyRequest)]
+        if len({r.id for r in requests}) != len(requests):
+            return _refuse(
+                Rejection(INVALID_REQUEST, "Invalid request: two requests in the batch share an id")
+            )
+        for member in members:
+            if isinstance(member, front.LegacyNotification | front.LegacyResponse):
+                failure = await self._deliver(session, member)
+                if failure is not None:
+                    return _refuse(failure)
+        if not requests:
+            # 2025-03-26 streamable-http: only notifications or responses: 202.
+            return Response(status_code=202)
+        log.info("legacy_batch", size=len(items), requests=len(requests))
+        if sse_ok:
+            return self._answer(self._merged(session, requests), "batch", session, True, False)
+        answers = await asyncio.gather(*(self._collect(session, r) for r in requests))
+        return _json_list(answers)
+
+    async def _collect(self, session: LegacySession, request: front.LegacyRequest) -> Message:
+        """One batch member's response, for a client that takes no event stream: what the
+        upstream asks on the way cannot reach it, so the gateway answers that itself."""
+        async with contextlib.aclosing(self._call(session, request, resumable=False)) as events:
+            async for out in events:
+                if out.final:
+                    return out.message
+                if "method" in out.message and "id" in out.message:
+                    session.server_requests.pop(out.message["id"], None)
+                    with contextlib.suppress(UpstreamError):
+                        await session.upstream.session.respond(default_answer(out.message))
+        raise AssertionError("a call's events end with its answer")  # pragma: no cover
+
+    async def _merged(
+        self, session: LegacySession, requests: list[front.LegacyRequest]
+    ) -> AsyncGenerator[Outgoing, None]:
+        """One SSE stream for the whole batch: what each call relays, as it comes, and
+        every response; the stream ends with the last of them."""
+        queue: asyncio.Queue[Outgoing] = asyncio.Queue()
+
+        async def pump(request: front.LegacyRequest) -> None:
+            calls = self._call(session, request, resumable=False)
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    await queue.put(out)
+
+        tasks = [asyncio.create_task(pump(r)) for r in requests]
+        try:
+            yield Outgoing({}, keepalive=True)  # an event stream from the start
+            answered = 0
+            while answered < len(requests):
+                out = await queue.get()
+                if out.final:
+                    answered += 1
+                    out = Outgoing(out.message, answered == len(requests), 200, False, out.event_id)
+                yield out
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- session end ---------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -402,3 +403,117 @@ def test_server_stream_relays_a_server_request_and_the_clients_answer_goes_back(
     (final,) = messages(response)
     check_legacy("2025-11-25", final, "tools/call")
     assert final["result"]["isError"] is False, final
+
+
+# ---------------------------------------------------------------------------
+# JSON-RPC batches (2025-03-26 basic/index "Batching"; removed in 2025-06-18)
+# ---------------------------------------------------------------------------
+
+
+def rpc(rid: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def slow(rid: Any, ms: int) -> dict[str, Any]:
+    return rpc(rid, "tools/call", {"name": "slow_echo", "arguments": {"text": str(rid), "ms": ms}})
+
+
+def post_batch(
+    client: httpx.Client,
+    url: str,
+    session: str | None,
+    version: str | None,
+    batch: Any,
+    accept: str = wire.ACCEPT_BOTH,
+) -> httpx.Response:
+    return client.post(url, json=batch, headers=headers(session, version, accept=accept))
+
+
+@pytest.mark.parametrize("accept", [wire.ACCEPT_BOTH, "application/json"])
+def test_batch_of_a_2025_03_26_client_is_answered_as_one(
+    accept: str, client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, "2025-03-26")
+    batch = [
+        slow("a", 1500),
+        slow("b", 1500),
+        rpc("c", "tools/call", {"name": "structured_echo", "arguments": {"text": "s"}}),
+        rpc(7, "ping"),
+        {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+    ]
+    started = time.monotonic()
+    response = post_batch(client, mcp_url, session, "2025-03-26", batch, accept)
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    if accept == "application/json":
+        assert response.headers["content-type"].startswith("application/json")
+        SPEC.validate("2025-03-26", "JSONRPCBatchResponse", response.json())
+    else:
+        assert response.headers["content-type"].startswith("text/event-stream")
+    answers = {m["id"]: m for m in messages(response) if "id" in m and "method" not in m}
+    # One response per request, matched by id.
+    assert set(answers) == {"a", "b", "c", 7}
+    assert answers["a"]["result"]["content"][0]["text"] == "a"
+    assert answers["b"]["result"]["content"][0]["text"] == "b"
+    for rid, method in (("a", "tools/call"), ("c", "tools/call"), (7, "ping")):
+        check_legacy("2025-03-26", answers[rid], method)
+    # Sent upstream each on its own and concurrently: two 1.5 s calls in well under 3 s.
+    assert elapsed < 2.8, elapsed
+
+
+def test_batch_of_only_notifications_is_accepted_with_202(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, "2025-03-26")
+    batch = [
+        {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}},
+    ]
+    response = post_batch(client, mcp_url, session, "2025-03-26", batch)
+    assert response.status_code == 202, response.text
+    assert response.content == b""
+
+
+def refused_batch(response: httpx.Response, *words: str) -> None:
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert error["error"]["code"] == -32600
+    for word in words:
+        assert word in error["error"]["message"], error
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
+def test_batch_from_a_client_whose_revision_removed_batching(
+    version: str, client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, version)
+    response = post_batch(client, mcp_url, session, version, [rpc(1, "ping"), rpc(2, "ping")])
+    refused_batch(response, version, "removed batching")
+
+
+def test_modern_batch_is_refused(client: httpx.Client, mcp_url: str) -> None:
+    batch = [wire.body("server/discover", rid=1), wire.body("server/discover", rid=2)]
+    response = client.post(mcp_url, json=batch, headers=wire.headers_for(batch[0]))
+    refused_batch(response, "batching was removed")
+
+
+def test_empty_oversized_and_initialize_batches_are_refused(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    session, _ = initialize(client, mcp_url, "2025-03-26")
+    refused_batch(post_batch(client, mcp_url, session, "2025-03-26", []), "empty")
+    big = [rpc(i, "ping") for i in range(51)]  # MCP_SHIM_MAX_BATCH defaults to 50
+    refused_batch(post_batch(client, mcp_url, session, "2025-03-26", big), "MCP_SHIM_MAX_BATCH")
+    exactly = [rpc(i, "ping") for i in range(50)]
+    response = post_batch(client, mcp_url, session, "2025-03-26", exactly)
+    assert response.status_code == 200
+    assert len(messages(response)) == 50
+    init = rpc(0, "initialize", {"protocolVersion": "2025-03-26", "capabilities": {}})
+    # 2025-03-26 basic/lifecycle: the initialize request MUST NOT be part of a batch.
+    refused_batch(post_batch(client, mcp_url, None, None, [init]), "initialize")
+    refused_batch(
+        post_batch(client, mcp_url, session, "2025-03-26", [init, rpc(1, "ping")]), "initialize"
+    )
