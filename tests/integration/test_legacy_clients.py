@@ -52,7 +52,7 @@ def headers(
     out = {"content-type": "application/json", "accept": accept}
     if session is not None:
         out["mcp-session-id"] = session
-    if version is not None and version != "2025-03-26":
+    if version is not None and version not in ("2024-11-05", "2025-03-26"):
         # 2025-06-18 streamable-http "Protocol Version Header": on every request
         # after initialize.
         out["mcp-protocol-version"] = version
@@ -86,7 +86,7 @@ def assert_legacy_bytes(message: Any, version: str) -> None:
     for key in MODERN_ONLY_KEYS:
         assert f'"{key}"' not in text, f"{key} reached a {version} client: {text[:300]}"
     assert SERVER_INFO_META not in text
-    if version == "2025-03-26":
+    if version in ("2024-11-05", "2025-03-26"):
         for key in AFTER_2025_03_26:
             assert f'"{key}"' not in text, f"{key} reached a 2025-03-26 client: {text[:300]}"
 
@@ -238,7 +238,7 @@ def test_mcp1_clients_with_different_credentials_and_a_subscription(mcp_url: str
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", LEGACY_VERSIONS)
+@pytest.mark.parametrize("version", (*LEGACY_VERSIONS, "2024-11-05"))
 def test_raw_session_answers_in_the_clients_revision(
     version: str, client: httpx.Client, mcp_url: str
 ) -> None:
