@@ -18,6 +18,7 @@ from app.config import Settings
 from app.front import legacy, modern, security
 from app.gateway import CallState, Gateway
 from app.legacy.front import LegacyFront
+from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
 from app.legacy.sessions import LegacySessions
 from app.mrtr.bridge import build_bridge
 from app.mrtr.forwarding import HOP_HEADER
@@ -102,6 +103,13 @@ def create_app(settings: Settings) -> FastAPI:
             max_batch=settings.max_batch,
             write_timeout_s=settings.write_timeout_s,
         )
+        app.state.http_sse = HttpSseFront(
+            app.state.legacy,
+            legacy_sessions,
+            max_channels=settings.max_sessions,
+            keepalive_s=settings.listen_keepalive_s,
+            write_timeout_s=settings.write_timeout_s,
+        )
         bridge = build_bridge(settings, pool)
         app.state.gateway = Gateway(
             pool,
@@ -119,6 +127,7 @@ def create_app(settings: Settings) -> FastAPI:
             # Normally already done by `drain` before the server stopped serving.
             await subscriptions.aclose(settings.shutdown_grace_s)
             await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
+            await app.state.http_sse.aclose()
             await app.state.legacy.aclose()
             await legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
             await app.state.gateway.aclose()
@@ -134,17 +143,45 @@ def create_app(settings: Settings) -> FastAPI:
     async def healthz() -> Response:
         return JSONResponse({"status": "ok"})
 
+    def _host_or_origin_refused(request: Request) -> Response | None:
+        refused = security.check_host(
+            request.headers.get("host"), allowed_hosts
+        ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+        if refused is None:
+            return None
+        log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+        return _json(refused)
+
+    # The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py).
+    @app.get("/sse")
+    async def sse_open(request: Request) -> Response:
+        refused = _host_or_origin_refused(request)
+        if refused is not None:
+            return refused
+        http_sse: HttpSseFront = request.app.state.http_sse
+        return http_sse.open(request.headers)
+
+    @app.post(MESSAGES_PATH)
+    async def sse_message(request: Request) -> Response:
+        refused = _host_or_origin_refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body = await _read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            log.warning("request_refused", reason="body_too_large", status=413)
+            return _json(Rejection(INVALID_REQUEST, "Request body too large", status=413))
+        http_sse: HttpSseFront = request.app.state.http_sse
+        return await http_sse.post(request.query_params.get("session_id"), body, request.headers)
+
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     async def mcp_other(request: Request) -> Response:
         raw_id = request.headers.get("x-request-id", "")
         if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
             # A legacy client's session: its server stream, or its end.
-            refused = security.check_host(
-                request.headers.get("host"), allowed_hosts
-            ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+            refused = _host_or_origin_refused(request)
             if refused is not None:
-                log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
-                return _json(refused)
+                return refused
             front: LegacyFront = request.app.state.legacy
             if request.method == "DELETE":
                 return await front.delete(request.headers)

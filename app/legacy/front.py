@@ -46,12 +46,12 @@ def _json_list(messages: list[Message]) -> Response:
     return Response(jsonio.dumps(messages), status_code=200, media_type="application/json")
 
 
-def _refuse(rejection: Rejection) -> Response:
+def refuse(rejection: Rejection) -> Response:
     log.info("request_rejected", era="legacy", code=rejection.code, status=rejection.http_status)
     return _json(rejection.to_message(), rejection.http_status)
 
 
-def _session_not_found(request_id: RequestId | None = None) -> Rejection:
+def session_not_found(request_id: RequestId | None = None) -> Rejection:
     # 2025-11-25 streamable-http "Session Management": a request with a session
     # id the server does not know MUST get 404; the client then initialises again.
     return Rejection(
@@ -99,28 +99,28 @@ class LegacyFront:
     ) -> Response:
         authorization = headers.get("authorization")
         if claim.parse_error:
-            return _refuse(front.parse_error())
+            return refuse(front.parse_error())
         if isinstance(claim.body, list):
             return await self._batch(claim, headers, sse_ok=sse_ok, json_ok=json_ok)
         message = front.check_message(claim.body)
         if isinstance(message, Rejection):
-            return _refuse(message)
+            return refuse(message)
         if isinstance(message, front.LegacyRequest) and message.method == "initialize":
             return await self._initialize(message, authorization, sse_ok=sse_ok, json_ok=json_ok)
         session = self._find(claim.session_id, authorization)
         if session is None:
-            return _refuse(_session_not_found(getattr(message, "id", None)))
+            return refuse(session_not_found(getattr(message, "id", None)))
         refusal = front.check_version_header(
             headers.get(front.VERSION_HEADER), session.client_version
         )
         if refusal is not None:
-            return _refuse(refusal.with_id(getattr(message, "id", None)))
+            return refuse(refusal.with_id(getattr(message, "id", None)))
         if isinstance(message, front.LegacyNotification):
             return await self._notify(session, message)
         if isinstance(message, front.LegacyResponse):
             return await self._respond(session, message)
         return self._answer(
-            self._call(session, message, resumable=sse_ok), message.method, session, sse_ok, json_ok
+            self.call(session, message, resumable=sse_ok), message.method, session, sse_ok, json_ok
         )
 
     def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
@@ -136,9 +136,23 @@ class LegacyFront:
         sse_ok: bool,
         json_ok: bool,
     ) -> Response:
+        opened = await self.open_session(request, authorization)
+        if isinstance(opened, Rejection):
+            return refuse(opened)
+        session, answer = opened
+        headers = {front.SESSION_HEADER: session.id}
+        if json_ok or not sse_ok:
+            return _json(answer, 200, headers)
+        return Response(sse_event(answer), media_type="text/event-stream", headers=headers)
+
+    async def open_session(
+        self, request: front.LegacyRequest, authorization: str | None
+    ) -> tuple[LegacySession, Message] | Rejection:
+        """Answer `initialize`: a new session with its own upstream session, and the
+        initialize response in the negotiated version."""
         init = front.check_initialize(request)
         if isinstance(init, Rejection):
-            return _refuse(init)
+            return init
         # The client's capabilities as the upstream's revision expresses them:
         # what that revision does not define is dropped.
         upstream_caps = translate.client_capabilities(
@@ -150,33 +164,29 @@ class LegacyFront:
             )
         except UpstreamError as exc:
             log.warning("legacy_initialize_failed", error=exc.message, status=exc.status)
-            return _refuse(_upstream_failure(exc, request.id))
+            return _upstream_failure(exc, request.id)
         upstream = session.upstream
         result = translate.result(
             upstream.init_result, "initialize", upstream.version, session.client_version
         )
         result = {**result, "protocolVersion": session.client_version.name}
-        answer = {"jsonrpc": "2.0", "id": request.id, "result": result}
         log.info(
             "legacy_initialize",
             requested=init.requested[:40],
             client_version=session.client_version.name,
             upstream_version=upstream.version.name,
         )
-        headers = {front.SESSION_HEADER: session.id}
-        if json_ok or not sse_ok:
-            return _json(answer, 200, headers)
-        return Response(sse_event(answer), media_type="text/event-stream", headers=headers)
+        return session, {"jsonrpc": "2.0", "id": request.id, "result": result}
 
     async def _notify(self, session: LegacySession, note: front.LegacyNotification) -> Response:
         # 2025-11-25 streamable-http "Sending Messages to the Server": an accepted
         # notification or response gets 202 Accepted with no body.
-        failure = await self._deliver(session, note)
-        return Response(status_code=202) if failure is None else _refuse(failure)
+        failure = await self.deliver(session, note)
+        return Response(status_code=202) if failure is None else refuse(failure)
 
     async def _respond(self, session: LegacySession, reply: front.LegacyResponse) -> Response:
-        failure = await self._deliver(session, reply)
-        return Response(status_code=202) if failure is None else _refuse(failure)
+        failure = await self.deliver(session, reply)
+        return Response(status_code=202) if failure is None else refuse(failure)
 
     def _upstream_message(
         self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
@@ -197,7 +207,7 @@ class LegacyFront:
             return {**message, "result": translate.result(result, method, cv, uv)}
         return message
 
-    async def _deliver(
+    async def deliver(
         self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
     ) -> Rejection | None:
         message = self._upstream_message(session, item)
@@ -212,7 +222,7 @@ class LegacyFront:
                     await upstream.notify(message)
             except SessionExpired:
                 await self._expire(session)
-                return _session_not_found()
+                return session_not_found()
             except UpstreamError as exc:
                 failure = _upstream_failure(exc, None)
                 if isinstance(exc, UpstreamHttpError) and 400 <= exc.http_status < 500:
@@ -253,7 +263,7 @@ class LegacyFront:
             write_timeout_s=self._write_timeout_s,
         )
 
-    async def _call(
+    async def call(
         self, session: LegacySession, request: front.LegacyRequest, *, resumable: bool
     ) -> AsyncGenerator[Outgoing, None]:
         cv, uv = session.client_version, session.upstream_version
@@ -263,7 +273,7 @@ class LegacyFront:
                 exchange = await session.upstream.session.request(outbound)
             except SessionExpired:
                 await self._expire(session)
-                refusal = _session_not_found(request.id)
+                refusal = session_not_found(request.id)
                 yield Outgoing(refusal.to_message(), True, refusal.http_status)
                 return
             except UpstreamError as exc:
@@ -355,9 +365,9 @@ class LegacyFront:
     async def get(self, headers: Mapping[str, str], *, sse_ok: bool) -> Response:
         session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
         if session is None:
-            return _refuse(_session_not_found())
+            return refuse(session_not_found())
         if not sse_ok:
-            return _refuse(
+            return refuse(
                 Rejection(
                     INVALID_REQUEST,
                     "Not Acceptable: the server stream is text/event-stream; send "
@@ -369,11 +379,11 @@ class LegacyFront:
             headers.get(front.VERSION_HEADER), session.client_version
         )
         if refusal is not None:
-            return _refuse(refusal)
+            return refuse(refusal)
         last_event_id = headers.get(front.LAST_EVENT_ID_HEADER)
-        return self._answer(self._server_stream(session, last_event_id), "GET", session, True, True)
+        return self._answer(self.server_stream(session, last_event_id), "GET", session, True, True)
 
-    async def _server_stream(
+    async def server_stream(
         self, session: LegacySession, last_event_id: str | None
     ) -> AsyncGenerator[Outgoing, None]:
         async with self._sessions.lease(session):
@@ -381,7 +391,7 @@ class LegacyFront:
                 exchange: Exchange = await session.upstream.session.listen(last_event_id)
             except SessionExpired:
                 await self._expire(session)
-                refusal = _session_not_found()
+                refusal = session_not_found()
                 yield Outgoing(refusal.to_message(), True, refusal.http_status)
                 return
             except UpstreamHttpError as exc:
@@ -417,7 +427,7 @@ class LegacyFront:
     async def delete(self, headers: Mapping[str, str]) -> Response:
         session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
         if session is None:
-            return _refuse(_session_not_found())
+            return refuse(session_not_found())
         await self._sessions.end(session, "client_deleted")
         return Response(status_code=200)
 
@@ -436,29 +446,29 @@ class LegacyFront:
         )
         if session is None and (refusal is None or claim.session_id is not None):
             if not front.holds_initialize(items):
-                return _refuse(_session_not_found())
+                return refuse(session_not_found())
         if refusal is not None:
-            return _refuse(refusal)
+            return refuse(refusal)
         assert session is not None
         refusal = front.check_version_header(
             headers.get(front.VERSION_HEADER), session.client_version
         )
         if refusal is not None:
-            return _refuse(refusal)
+            return refuse(refusal)
         members = [front.check_message(item) for item in items]
         for member in members:
             if isinstance(member, Rejection):
-                return _refuse(member)
+                return refuse(member)
         requests = [m for m in members if isinstance(m, front.LegacyRequest)]
         if len({r.id for r in requests}) != len(requests):
-            return _refuse(
+            return refuse(
                 Rejection(INVALID_REQUEST, "Invalid request: two requests in the batch share an id")
             )
         for member in members:
             if isinstance(member, front.LegacyNotification | front.LegacyResponse):
-                failure = await self._deliver(session, member)
+                failure = await self.deliver(session, member)
                 if failure is not None:
-                    return _refuse(failure)
+                    return refuse(failure)
         if not requests:
             # 2025-03-26 streamable-http: only notifications or responses: 202.
             return Response(status_code=202)
@@ -471,7 +481,7 @@ class LegacyFront:
     async def _collect(self, session: LegacySession, request: front.LegacyRequest) -> Message:
         """One batch member's response, for a client that takes no event stream: what the
         upstream asks on the way cannot reach it, so the gateway answers that itself."""
-        async with contextlib.aclosing(self._call(session, request, resumable=False)) as events:
+        async with contextlib.aclosing(self.call(session, request, resumable=False)) as events:
             async for out in events:
                 if out.final:
                     return out.message
@@ -489,7 +499,7 @@ class LegacyFront:
         queue: asyncio.Queue[Outgoing] = asyncio.Queue()
 
         async def pump(request: front.LegacyRequest) -> None:
-            calls = self._call(session, request, resumable=False)
+            calls = self.call(session, request, resumable=False)
             async with contextlib.aclosing(calls) as events:
                 async for out in events:
                     await queue.put(out)

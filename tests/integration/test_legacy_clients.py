@@ -19,6 +19,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -516,4 +517,102 @@ def test_empty_oversized_and_initialize_batches_are_refused(
     refused_batch(post_batch(client, mcp_url, None, None, [init]), "initialize")
     refused_batch(
         post_batch(client, mcp_url, session, "2025-03-26", [init, rpc(1, "ping")]), "initialize"
+    )
+
+
+# ---------------------------------------------------------------------------
+# The deprecated HTTP+SSE transport (2024-11-05 basic/transports "HTTP with SSE")
+# ---------------------------------------------------------------------------
+
+
+def test_mcp1_sse_client_at_2024_11_05(gateway_url: str) -> None:
+    out: Any = procs.run_legacy_client("sse_tour.py", gateway_url + "/sse")
+    assert out["initialize"]["protocolVersion"] == "2024-11-05"
+    check_legacy("2024-11-05", {"jsonrpc": "2.0", "id": 0, "result": out["initialize"]}, None)
+    # 2024-11-05 has no tool annotations, titles or output schemas.
+    assert out["tool_fields"] == ["description", "inputSchema", "name"]
+    assert out["tools"] > 10
+    assert out["simple"]["result"]["content"][0]["text"].startswith("This is a simple text")
+    assert "structuredContent" not in out["structured"]["result"]
+    assert out["sampling"]["result"]["content"][0]["text"] == "LLM response: Paris"
+    assert out["roots"]["result"]["content"][0]["text"] == "Found 1 root(s)"
+    assert out["logs"] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
+    assert out["prompt"]["result"]["messages"]
+    assert out["read"]["result"]["contents"][0]["uri"] == "test://static-text"
+    assert out["subscribe"] == {"result": {}}
+    # The update came from the upstream's GET stream, relayed onto the channel.
+    assert [u["params"]["uri"] for u in out["updates"]] == ["test://watched-resource"]
+    assert out["ping"] == {"result": {}}
+
+
+def test_sse_channel_endpoint_credentials_and_end(gateway_url: str, gateway_log: Path) -> None:
+    endpoint: str | None = None
+    with (
+        httpx.Client(timeout=10.0) as streamer,
+        streamer.stream(
+            "GET",
+            gateway_url + "/sse",
+            headers={"accept": "text/event-stream", "authorization": "Bearer sse-owner"},
+        ) as stream,
+    ):
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        buffer = ""
+        # One iterator for the whole stream: closing an iterator closes the response.
+        chunks = stream.iter_text()
+        for chunk in chunks:
+            buffer += chunk
+            if "\n\n" in buffer:
+                event = buffer.split("\n\n", 1)[0].split("\n")
+                # The first event names where to POST (2024-11-05 "HTTP with SSE").
+                assert event[0] == "event: endpoint"
+                endpoint = event[1].removeprefix("data: ")
+                break
+        assert endpoint is not None and endpoint.startswith("/messages?session_id=")
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2024-11-05", "capabilities": {}},
+        }
+        with httpx.Client(timeout=10.0) as poster:
+            stolen = poster.post(
+                gateway_url + endpoint, json=init, headers={"authorization": "Bearer thief"}
+            )
+            assert stolen.status_code == 404
+            unknown = poster.post(
+                gateway_url + "/messages?session_id=nope",
+                json=init,
+                headers={"authorization": "Bearer sse-owner"},
+            )
+            assert unknown.status_code == 404
+            accepted = poster.post(
+                gateway_url + endpoint, json=init, headers={"authorization": "Bearer sse-owner"}
+            )
+            assert accepted.status_code == 202
+        for chunk in chunks:
+            buffer += chunk
+            if '"protocolVersion"' in buffer and buffer.endswith("\n\n"):
+                break
+        (answer,) = events(buffer.split("\n\n", 1)[1])
+        check_legacy("2024-11-05", answer, "initialize")
+    # The client went away: its session ends on both sides.
+    with httpx.Client(timeout=10.0) as poster:
+        for _ in range(50):
+            gone = poster.post(
+                gateway_url + endpoint,
+                json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+                headers={"authorization": "Bearer sse-owner"},
+            )
+            if gone.status_code == 404:
+                break
+            time.sleep(0.1)
+        assert gone.status_code == 404
+    assert any(
+        line.get("event") == "legacy_session_ended" and line.get("reason") == "sse_stream_closed"
+        for line in wire.log_lines(gateway_log)
     )
