@@ -128,7 +128,6 @@ def create_app(settings: Settings) -> FastAPI:
             await subscriptions.aclose(settings.shutdown_grace_s)
             await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
             await app.state.http_sse.aclose()
-            await app.state.legacy.aclose()
             await legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
             await app.state.gateway.aclose()
             await pool.aclose()

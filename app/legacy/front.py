@@ -85,7 +85,6 @@ class LegacyFront:
         self._offered = offered
         self._max_batch = max_batch
         self._write_timeout_s = write_timeout_s
-        self._background: set[asyncio.Task[None]] = set()
 
     # -- POST /mcp ---------------------------------------------------------
 
@@ -523,8 +522,3 @@ class LegacyFront:
 
     async def _expire(self, session: LegacySession) -> None:
         await self._sessions.end(session, "upstream_session_expired")
-
-    async def aclose(self) -> None:
-        for task in list(self._background):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 2.0)

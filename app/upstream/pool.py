@@ -242,10 +242,6 @@ class SessionPool:
         with contextlib.suppress(Exception):
             await pooled.session.close()
 
-    @property
-    def owned(self) -> int:
-        return self._owned
-
     async def _handshake(
         self,
         key: SessionKey,
