@@ -29,7 +29,6 @@ from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
 from app.upstream.base import Exchange, Message
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamHttpError
-from app.upstream.listener import default_answer
 from translators import translate
 from translators.registry import Version
 
@@ -119,7 +118,11 @@ class LegacyFront:
         if isinstance(message, front.LegacyResponse):
             return await self._respond(session, message)
         return self._answer(
-            self.call(session, message, resumable=sse_ok), message.method, session, sse_ok, json_ok
+            self.call(session, message, resumable=sse_ok, streamed=sse_ok),
+            message.method,
+            session,
+            sse_ok,
+            json_ok,
         )
 
     def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
@@ -263,8 +266,16 @@ class LegacyFront:
         )
 
     async def call(
-        self, session: LegacySession, request: front.LegacyRequest, *, resumable: bool
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
     ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages. `streamed`:
+        the client takes an event stream; without one, nothing the upstream asks on
+        the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
         async with self._sessions.lease(session):
@@ -296,6 +307,11 @@ class LegacyFront:
                             event_id=exchange.last_event_id,
                         )
                         return
+                    if "id" in message and not streamed:
+                        await self._refuse_server_request(
+                            session, message, "the client takes no text/event-stream answer"
+                        )
+                        continue
                     out = await self._to_client(session, message)
                     if out is not None:
                         sent_event_id = exchange.last_event_id
@@ -343,21 +359,28 @@ class LegacyFront:
         if "id" not in message:
             return translate.notification(message, uv, cv)
         if not isinstance(method, str) or method not in cv.features.server_requests:
-            # The client's revision has no such request: the gateway answers it.
-            reply = {
-                "jsonrpc": "2.0",
-                "id": message["id"],
-                "error": {
-                    "code": METHOD_NOT_FOUND,
-                    "message": f"Method not found: the client's protocol version {cv.name} "
-                    f"has no {str(method)[:64]!r}",
-                },
-            }
-            with contextlib.suppress(UpstreamError):
-                await session.upstream.session.respond(reply)
+            await self._refuse_server_request(
+                session, message, f"the client's protocol version {cv.name} has no such request"
+            )
             return None
         session.remember_server_request(message["id"], method)
         return translate.request(message, uv, cv)
+
+    async def _refuse_server_request(
+        self, session: LegacySession, request: Message, why: str
+    ) -> None:
+        """Answer a request of the upstream that cannot reach the client (ping: {})."""
+        if request.get("method") == "ping":
+            reply: Message = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
+        else:
+            method = str(request.get("method"))[:64]
+            reply = {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "error": {"code": METHOD_NOT_FOUND, "message": f"{method} refused: {why}"},
+            }
+        with contextlib.suppress(UpstreamError):
+            await session.upstream.session.respond(reply)
 
     # -- GET /mcp: the session's server stream -------------------------------
 
@@ -480,14 +503,11 @@ class LegacyFront:
     async def _collect(self, session: LegacySession, request: front.LegacyRequest) -> Message:
         """One batch member's response, for a client that takes no event stream: what the
         upstream asks on the way cannot reach it, so the gateway answers that itself."""
-        async with contextlib.aclosing(self.call(session, request, resumable=False)) as events:
+        calls = self.call(session, request, resumable=False, streamed=False)
+        async with contextlib.aclosing(calls) as events:
             async for out in events:
                 if out.final:
                     return out.message
-                if "method" in out.message and "id" in out.message:
-                    session.server_requests.pop(out.message["id"], None)
-                    with contextlib.suppress(UpstreamError):
-                        await session.upstream.session.respond(default_answer(out.message))
         raise AssertionError("a call's events end with its answer")  # pragma: no cover
 
     async def _merged(

@@ -283,6 +283,29 @@ def test_raw_session_answers_in_the_clients_revision(
     check_legacy(version, final, "tools/call")
 
 
+def test_json_only_client_is_never_left_waiting_on_a_server_request(
+    client: httpx.Client, mcp_url: str
+) -> None:
+    """A client that takes no event stream cannot receive the server's sampling
+    request mid-call: the gateway refuses it upstream at once, so the call ends
+    instead of waiting for MCP_SHIM_REQUEST_TIMEOUT_S."""
+    session, _ = initialize(client, mcp_url, "2025-11-25", capabilities={"sampling": {}})
+    message = rpc(4, "tools/call", {"name": "test_sampling", "arguments": {"prompt": "?"}})
+    started = time.monotonic()
+    response = client.post(
+        mcp_url,
+        json=message,
+        headers=headers(session, "2025-11-25", accept="application/json"),
+        timeout=15.0,
+    )
+    assert time.monotonic() - started < 10
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    answer = response.json()
+    check_legacy("2025-11-25", answer, "tools/call")
+    assert answer["id"] == 4
+
+
 def test_unknown_offered_version_gets_the_latest_legacy_one(
     client: httpx.Client, mcp_url: str
 ) -> None:
