@@ -27,8 +27,12 @@ _SSE_HEADERS = [
 ]
 
 
-def sse_event(message: dict[str, Any]) -> bytes:
-    return b"event: message\ndata: " + jsonio.dumps(message) + b"\n\n"
+def sse_event(message: dict[str, Any], event_id: str | None = None) -> bytes:
+    data = b"data: " + jsonio.dumps(message) + b"\n\n"
+    if event_id is None:
+        return b"event: message\n" + data
+    # An SSE line cannot hold a line break; ids come from the upstream's own SSE lines.
+    return b"id: " + event_id.encode() + b"\nevent: message\n" + data
 
 
 _KEEPALIVE = b":\n\n"
@@ -37,7 +41,13 @@ _KEEPALIVE = b":\n\n"
 def _frame(out: Outgoing) -> bytes:
     # streamable-http "Receiving Messages": a comment line keeps quiet
     # long-lived streams open through intermediaries.
-    return _KEEPALIVE if out.keepalive else sse_event(out.message)
+    if out.keepalive:
+        # With an id: a priming event (2025-11-25 streamable-http), where a
+        # client that lost the stream resumes with Last-Event-ID.
+        return (
+            _KEEPALIVE if out.event_id is None else b"id: " + out.event_id.encode() + b"\ndata:\n\n"
+        )
+    return sse_event(out.message, out.event_id)
 
 
 class ClientStalled(Exception):

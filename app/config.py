@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=300.0, gt=0)
     session_idle_s: float = Field(default=300.0, gt=0)
     max_sessions: int = Field(default=256, ge=1)
+    # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/legacy).
+    max_batch: int = Field(default=50, ge=1, description="messages in one legacy JSON-RPC batch")
     # Each call parked by the MRTR bridge holds two upstream connections open
     # (its answer stream and its lane's GET stream; app/mrtr/lanes.py): see max_parked.
     max_upstream_connections: int = Field(default=2048, ge=1)

@@ -49,6 +49,8 @@ class Outgoing:
     keepalive: bool = False
     # Extra response headers of a JSON answer (an upstream's WWW-Authenticate).
     headers: tuple[tuple[str, str], ...] = ()
+    # SSE event id (legacy clients: the upstream's, so Last-Event-ID resumes there).
+    event_id: str | None = None
 
 
 @dataclass(slots=True)

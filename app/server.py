@@ -19,8 +19,11 @@ from app.answer import CallAnswer
 from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
 from app.auth import gateway_mcp_url as _gateway_mcp_url
 from app.config import Settings
-from app.front import modern, security
+from app.front import legacy, modern, security
 from app.gateway import CallState, Gateway
+from app.legacy.front import LegacyFront
+from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
+from app.legacy.sessions import LegacySessions
 from app.mrtr.bridge import build_bridge
 from app.mrtr.forwarding import HOP_HEADER
 from app.readiness import ReadinessCheck
@@ -139,6 +142,21 @@ def create_app(settings: Settings) -> FastAPI:
             call_timeout_s=settings.listen_call_timeout_s,
         )
         app.state.subscriptions = subscriptions
+        legacy_sessions = LegacySessions(pool, idle_s=settings.session_idle_s)
+        legacy_sessions.start()
+        app.state.legacy = LegacyFront(
+            legacy_sessions,
+            offered=offered,
+            max_batch=settings.max_batch,
+            write_timeout_s=settings.write_timeout_s,
+        )
+        app.state.http_sse = HttpSseFront(
+            app.state.legacy,
+            legacy_sessions,
+            max_channels=settings.max_sessions,
+            keepalive_s=settings.listen_keepalive_s,
+            write_timeout_s=settings.write_timeout_s,
+        )
         bridge = build_bridge(settings, pool)
         app.state.gateway = Gateway(
             pool,
@@ -158,6 +176,8 @@ def create_app(settings: Settings) -> FastAPI:
             # Normally already done by `drain` before the server stopped serving.
             await subscriptions.aclose(settings.shutdown_grace_s)
             await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
+            await app.state.http_sse.aclose()
+            await legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
             await app.state.gateway.aclose()
             await pool.aclose()
             await transport.aclose()
@@ -196,10 +216,52 @@ def create_app(settings: Settings) -> FastAPI:
         status, body = await relay.answer(gateway_url(request))
         return JSONResponse(body, status_code=status)
 
+    def _host_or_origin_refused(request: Request) -> Response | None:
+        refused = security.check_host(
+            request.headers.get("host"), allowed_hosts
+        ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+        if refused is None:
+            return None
+        log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+        return _json(refused)
+
+    # The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py).
+    @app.get("/sse")
+    async def sse_open(request: Request) -> Response:
+        refused = _host_or_origin_refused(request)
+        if refused is not None:
+            return refused
+        http_sse: HttpSseFront = request.app.state.http_sse
+        return http_sse.open(request.headers)
+
+    @app.post(MESSAGES_PATH)
+    async def sse_message(request: Request) -> Response:
+        refused = _host_or_origin_refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body = await _read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            log.warning("request_refused", reason="body_too_large", status=413)
+            return _json(Rejection(INVALID_REQUEST, "Request body too large", status=413))
+        http_sse: HttpSseFront = request.app.state.http_sse
+        return await http_sse.post(request.query_params.get("session_id"), body, request.headers)
+
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     async def mcp_other(request: Request) -> Response:
-        # streamable-http "Backward Compatibility": a modern-only endpoint
-        # answers GET and DELETE with 405.
+        structlog.contextvars.bind_contextvars(request_id=request.state.request_id)
+        if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
+            # A legacy client's session: its server stream, or its end.
+            refused = _host_or_origin_refused(request)
+            if refused is not None:
+                return refused
+            front: LegacyFront = request.app.state.legacy
+            if request.method == "DELETE":
+                return await front.delete(request.headers)
+            sse_ok, _ = _accepts(request.headers.get("accept", ""))
+            return await front.get(request.headers, sse_ok=sse_ok)
+        # streamable-http "Backward Compatibility": without a legacy session,
+        # GET and DELETE answer 405.
         log.info(
             "request_refused",
             request_id=request.state.request_id,
@@ -226,12 +288,9 @@ def create_app(settings: Settings) -> FastAPI:
         else:
             structlog.contextvars.unbind_contextvars("trace_id")
 
-        refused = security.check_host(
-            request.headers.get("host"), allowed_hosts
-        ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+        refused = _host_or_origin_refused(request)
         if refused is not None:
-            log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
-            return _json(refused)
+            return refused
         content_type = (
             request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         )
@@ -256,6 +315,11 @@ def create_app(settings: Settings) -> FastAPI:
                 )
             )
 
+        claim = legacy.claims(body, request.headers)
+        if claim is not None:
+            sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+            legacy_front: LegacyFront = request.app.state.legacy
+            return await legacy_front.post(claim, request.headers, sse_ok=sse_ok, json_ok=json_ok)
         parsed = modern.parse(body, request.headers)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)

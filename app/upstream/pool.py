@@ -138,6 +138,9 @@ class SessionPool:
         self._idle_s = idle_s
         self._sessions: dict[SessionKey, PooledSession] = {}
         self._opening: dict[SessionKey, asyncio.Future[PooledSession]] = {}
+        # Sessions held by one owner each (legacy clients' sessions, app/legacy):
+        # not pooled, but counted against MCP_SHIM_MAX_SESSIONS with the pooled ones.
+        self._owned = 0
         self._reaper: asyncio.Task[None] | None = None
         # When the upstream last answered (monotonic) and in which version: /readyz.
         self.last_answer: tuple[float, Version] | None = None
@@ -198,7 +201,7 @@ class SessionPool:
     async def _open(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
-        if len(self._sessions) >= self._max:
+        if len(self._sessions) + self._owned >= self._max:
             await self._evict_one()
         pooled = await self._handshake(key, capabilities, authorization)
         self._sessions[key] = pooled
@@ -216,8 +219,41 @@ class SessionPool:
         its owner uses it alone and closes it (the MRTR bridge's lanes, app/mrtr/lanes.py)."""
         return await self._handshake(key, capabilities, authorization)
 
+    async def open_owned(
+        self,
+        key: SessionKey,
+        capabilities: Mapping[str, Any],
+        authorization: str | None,
+        client_info: Mapping[str, Any] | None = None,
+    ) -> PooledSession:
+        """A fresh session for one owner alone (a legacy client's session), counted
+        against MCP_SHIM_MAX_SESSIONS until `close_owned`. When the bound is reached
+        an idle pooled session is closed to make room; owned sessions are never
+        evicted (their client holds state on them): PoolExhausted instead."""
+        if len(self._sessions) + self._owned >= self._max:
+            await self._evict_one()
+        self._owned += 1
+        try:
+            pooled = await self._handshake(key, capabilities, authorization, client_info)
+        except BaseException:
+            self._owned -= 1
+            raise
+        log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
+        return pooled
+
+    async def close_owned(self, pooled: PooledSession) -> None:
+        """End a session from `open_owned` (DELETE upstream) and free its place."""
+        self._owned -= 1
+        await pooled.listener.aclose()
+        with contextlib.suppress(Exception):
+            await pooled.session.close()
+
     async def _handshake(
-        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+        self,
+        key: SessionKey,
+        capabilities: Mapping[str, Any],
+        authorization: str | None,
+        client_info: Mapping[str, Any] | None = None,
     ) -> PooledSession:
         headers = {"authorization": authorization} if authorization is not None else {}
         initialize: Message = {
@@ -227,7 +263,7 @@ class SessionPool:
             "params": {
                 "protocolVersion": key.version,
                 "capabilities": dict(capabilities),
-                "clientInfo": GATEWAY_INFO,
+                "clientInfo": dict(client_info) if client_info is not None else GATEWAY_INFO,
             },
         }
         session, result = await self._transport.open_session(initialize, headers)

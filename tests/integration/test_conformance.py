@@ -111,6 +111,7 @@ class Report:
     baseline: dict[str, list[str]]
     run_dir: Path
     totals: str = ""
+    revision: str = REVISION
 
     def scored_results(self) -> list[ScenarioResult]:
         return [
@@ -121,7 +122,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         scored = self.scored_results()
         return {
-            "revision": REVISION,
+            "revision": self.revision,
             "exit_code": self.exit_code,
             "scored_total": len(scored),
             "scored_without_failure": sum(r.failed == 0 for r in scored),
@@ -142,12 +143,12 @@ class Report:
     def text(self) -> str:
         scored = self.scored_results()
         lines = [
-            f"conformance {REVISION}: CLI exit {self.exit_code}; "
+            f"conformance {self.revision}: CLI exit {self.exit_code}; "
             f"scored scenarios without FAILURE {sum(r.failed == 0 for r in scored)}/{len(scored)}, "
             f"clean (no FAILURE, no WARNING) {sum(r.clean for r in scored)}/{len(scored)}",
         ]
         if self.totals:
-            lines.append(f"checks, all 50 scenarios: {self.totals}")
+            lines.append(f"checks, all {len(self.scenarios)} scenarios: {self.totals}")
 
         def owner(entry: str) -> str:
             return entry.split(":", 1)[0]
@@ -193,7 +194,12 @@ def _problems(checks: list[dict[str, Any]]) -> list[str]:
 
 
 def parse_run(
-    output: str, exit_code: int, checks_dir: Path, scored: list[str], run_dir: Path
+    output: str,
+    exit_code: int,
+    checks_dir: Path,
+    scored: list[str],
+    run_dir: Path,
+    revision: str = REVISION,
 ) -> Report:
     """Read the CLI's summary and baseline verdict; add WARNINGs from checks.json.
 
@@ -242,10 +248,12 @@ def parse_run(
             res = scenarios.setdefault(m["scenario"], ScenarioResult(m["scenario"]))
             res.warnings = sum(c.get("status") == "WARNING" for c in checks)
             res.problems = _problems(checks)
-    return Report(exit_code, scored, scenarios, baseline, run_dir, totals)
+    return Report(exit_code, scored, scenarios, baseline, run_dir, totals, revision)
 
 
-def run_conformance(mcp_url: str, run_dir: Path, baseline: Path = BASELINE) -> Report:
+def run_conformance(
+    mcp_url: str, run_dir: Path, baseline: Path = BASELINE, revision: str = REVISION
+) -> Report:
     _peers_or_fail()
     checks_dir = run_dir / "checks"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -256,7 +264,7 @@ def run_conformance(mcp_url: str, run_dir: Path, baseline: Path = BASELINE) -> R
         "--url",
         mcp_url,
         "--requirements",
-        REVISION,
+        revision,
         "--expected-failures",
         str(baseline),
         "--output-dir",
@@ -282,14 +290,14 @@ def run_conformance(mcp_url: str, run_dir: Path, baseline: Path = BASELINE) -> R
         "$ " + " ".join(cmd) + f"\n(cwd {run_dir}, {elapsed:.1f} s, exit {code})\n\n" + output,
         encoding="utf-8",
     )
-    return summarise(run_dir, output, code)
+    return summarise(run_dir, output, code, revision)
 
 
-def summarise(run_dir: Path, output: str, exit_code: int) -> Report:
+def summarise(run_dir: Path, output: str, exit_code: int, revision: str = REVISION) -> Report:
     """Parse one run, write summary.txt/summary.json, point `latest` at it."""
-    requirements = PACKAGE / "requirements" / f"{REVISION}.yaml"
+    requirements = PACKAGE / "requirements" / f"{revision}.yaml"
     report = parse_run(
-        output, exit_code, run_dir / "checks", scored_scenarios(requirements), run_dir
+        output, exit_code, run_dir / "checks", scored_scenarios(requirements), run_dir, revision
     )
     (run_dir / "summary.txt").write_text(report.text() + "\n", encoding="utf-8")
     summary = json.dumps(report.as_dict(), indent=2) + "\n"
@@ -337,8 +345,31 @@ def test_conformance_suite_with_a_server_that_names_no_input_keys(tmp_path: Path
     assert len(passed) >= 36, "\n" + report.text()
 
 
+LEGACY_REVISION = "2025-11-25"
+LEGACY_BASELINE = ROOT / "tests" / "conformance" / "expected-failures-2025-11-25.yml"
+
+
+@pytest.mark.peers
+def test_conformance_suite_2025_11_25_legacy_clients(gateway_url: str) -> None:
+    """Issue 9: the suite's 2025-11-25 server requirement set (a legacy client:
+    initialize, sessions, GET stream, SSE resumption) against the gateway in
+    front of the fixture. Every scored scenario passes clean, as against the
+    fixture alone (docs/conformance.md); before issue 9 all 30 failed."""
+    _peers_or_fail()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-2025-11-25"
+    report = run_conformance(
+        gateway_url.rstrip("/") + "/mcp", RESULTS / stamp, LEGACY_BASELINE, LEGACY_REVISION
+    )
+    scored = report.scored_results()
+    assert len(scored) == 30, "\n" + report.text()
+    assert report.exit_code == 0, "\n" + report.text()
+    assert all(r.clean for r in scored), "\n" + report.text()
+
+
 if __name__ == "__main__":
     # scripts/conformance.sh prints the same summary for a manual run with
     #   python tests/integration/test_conformance.py <run dir> <CLI exit code>
     run = Path(sys.argv[1])
-    print(summarise(run, (run / "output.txt").read_text(encoding="utf-8"), int(sys.argv[2])).text())
+    revision = sys.argv[3] if len(sys.argv) > 3 else REVISION
+    output = (run / "output.txt").read_text(encoding="utf-8")
+    print(summarise(run, output, int(sys.argv[2]), revision).text())

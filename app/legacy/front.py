@@ -1,0 +1,546 @@
+"""Legacy clients (2024-11-05 .. 2025-11-25) on the gateway's endpoint.
+
+The second client-side front, beside the modern one (app/front/modern.py and
+app/gateway.py); both meet the same upstream seam (app/upstream/base.py). A
+legacy client's session is the gateway's (app/legacy/sessions.py), with one
+upstream session of its own behind it; every message is translated between
+the client's negotiated version and the upstream session's with the
+translator chain, both ways, so a legacy client sees only what its revision
+defines. Everything goes through `Session` (request, notify, respond,
+listen, close): nothing here knows the upstream's transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import structlog
+from starlette.responses import Response
+
+from app import jsonio
+from app.answer import CallAnswer, sse_event
+from app.front import legacy as front
+from app.gateway import Outgoing
+from app.legacy.sessions import LegacySession, LegacySessions
+from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
+from app.upstream.base import Exchange, Message
+from app.upstream.errors import SessionExpired, UpstreamError, UpstreamHttpError
+from translators import translate
+from translators.registry import Version
+
+log = structlog.get_logger("mcp_shim.legacy")
+
+
+def _json(message: Message, status: int, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(
+        jsonio.dumps(message), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def _json_list(messages: list[Message]) -> Response:
+    return Response(jsonio.dumps(messages), status_code=200, media_type="application/json")
+
+
+def refuse(rejection: Rejection) -> Response:
+    log.info("request_rejected", era="legacy", code=rejection.code, status=rejection.http_status)
+    return _json(rejection.to_message(), rejection.http_status)
+
+
+def session_not_found(request_id: RequestId | None = None) -> Rejection:
+    # 2025-11-25 streamable-http "Session Management": a request with a session
+    # id the server does not know MUST get 404; the client then initialises again.
+    return Rejection(
+        INVALID_REQUEST,
+        "Session not found: it expired or was ended; send initialize to start a new one",
+        request_id,
+        status=404,
+    )
+
+
+def _upstream_failure(exc: UpstreamError, request_id: RequestId | None) -> Rejection:
+    return Rejection(
+        INTERNAL_ERROR,
+        f"Internal error: the upstream MCP server could not serve the request ({exc.message})",
+        request_id,
+        status=exc.status,
+    )
+
+
+class LegacyFront:
+    def __init__(
+        self,
+        sessions: LegacySessions,
+        *,
+        offered: Version,
+        max_batch: int,
+        write_timeout_s: float,
+    ) -> None:
+        self._sessions = sessions
+        # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
+        self._offered = offered
+        self._max_batch = max_batch
+        self._write_timeout_s = write_timeout_s
+
+    # -- POST /mcp ---------------------------------------------------------
+
+    async def post(
+        self,
+        claim: front.Claim,
+        headers: Mapping[str, str],
+        *,
+        sse_ok: bool,
+        json_ok: bool,
+    ) -> Response:
+        authorization = headers.get("authorization")
+        if claim.parse_error:
+            return refuse(front.parse_error())
+        if isinstance(claim.body, list):
+            return await self._batch(claim, headers, sse_ok=sse_ok, json_ok=json_ok)
+        message = front.check_message(claim.body)
+        if isinstance(message, Rejection):
+            return refuse(message)
+        if isinstance(message, front.LegacyRequest) and message.method == "initialize":
+            return await self._initialize(message, authorization, sse_ok=sse_ok, json_ok=json_ok)
+        session = self._find(claim.session_id, authorization)
+        if session is None:
+            return refuse(session_not_found(getattr(message, "id", None)))
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return refuse(refusal.with_id(getattr(message, "id", None)))
+        if isinstance(message, front.LegacyNotification):
+            return await self._notify(session, message)
+        if isinstance(message, front.LegacyResponse):
+            return await self._respond(session, message)
+        return self._answer(
+            self.call(session, message, resumable=sse_ok, streamed=sse_ok),
+            message.method,
+            session,
+            sse_ok,
+            json_ok,
+        )
+
+    def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
+        if session_id is None:
+            return None
+        return self._sessions.find(session_id, authorization)
+
+    async def _initialize(
+        self,
+        request: front.LegacyRequest,
+        authorization: str | None,
+        *,
+        sse_ok: bool,
+        json_ok: bool,
+    ) -> Response:
+        opened = await self.open_session(request, authorization)
+        if isinstance(opened, Rejection):
+            return refuse(opened)
+        session, answer = opened
+        headers = {front.SESSION_HEADER: session.id}
+        if json_ok or not sse_ok:
+            return _json(answer, 200, headers)
+        return Response(sse_event(answer), media_type="text/event-stream", headers=headers)
+
+    async def open_session(
+        self, request: front.LegacyRequest, authorization: str | None
+    ) -> tuple[LegacySession, Message] | Rejection:
+        """Answer `initialize`: a new session with its own upstream session, and the
+        initialize response in the negotiated version."""
+        init = front.check_initialize(request)
+        if isinstance(init, Rejection):
+            return init
+        # The client's capabilities as the upstream's revision expresses them:
+        # what that revision does not define is dropped.
+        upstream_caps = translate.client_capabilities(
+            init.capabilities, init.version, self._offered
+        )
+        try:
+            session = await self._sessions.open(
+                init.version, upstream_caps, self._offered, authorization, init.client_info
+            )
+        except UpstreamError as exc:
+            log.warning("legacy_initialize_failed", error=exc.message, status=exc.status)
+            return _upstream_failure(exc, request.id)
+        upstream = session.upstream
+        result = translate.result(
+            upstream.init_result, "initialize", upstream.version, session.client_version
+        )
+        result = {**result, "protocolVersion": session.client_version.name}
+        log.info(
+            "legacy_initialize",
+            requested=init.requested[:40],
+            client_version=session.client_version.name,
+            upstream_version=upstream.version.name,
+        )
+        return session, {"jsonrpc": "2.0", "id": request.id, "result": result}
+
+    async def _notify(self, session: LegacySession, note: front.LegacyNotification) -> Response:
+        # 2025-11-25 streamable-http "Sending Messages to the Server": an accepted
+        # notification or response gets 202 Accepted with no body.
+        failure = await self.deliver(session, note)
+        return Response(status_code=202) if failure is None else refuse(failure)
+
+    async def _respond(self, session: LegacySession, reply: front.LegacyResponse) -> Response:
+        failure = await self.deliver(session, reply)
+        return Response(status_code=202) if failure is None else refuse(failure)
+
+    def _upstream_message(
+        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
+    ) -> Message | None:
+        """What goes upstream for a client's notification or response; None: nothing."""
+        cv, uv = session.client_version, session.upstream_version
+        if isinstance(item, front.LegacyNotification):
+            if item.method == "notifications/initialized":
+                return None  # the gateway sent its own when it opened the upstream session
+            return translate.notification(item.message, cv, uv)
+        method = session.server_requests.pop(item.id, None)
+        message = item.message
+        error = message.get("error")
+        if isinstance(error, dict):
+            return {**message, "error": translate.error(error, cv, uv)}
+        result = message.get("result")
+        if method is not None and isinstance(result, dict):
+            return {**message, "result": translate.result(result, method, cv, uv)}
+        return message
+
+    async def deliver(
+        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
+    ) -> Rejection | None:
+        message = self._upstream_message(session, item)
+        if message is None:
+            return None
+        async with self._sessions.lease(session):
+            upstream = session.upstream.session
+            try:
+                if isinstance(item, front.LegacyResponse):
+                    await upstream.respond(message)
+                else:
+                    await upstream.notify(message)
+            except SessionExpired:
+                await self._expire(session)
+                return session_not_found()
+            except UpstreamError as exc:
+                failure = _upstream_failure(exc, None)
+                if isinstance(exc, UpstreamHttpError) and 400 <= exc.http_status < 500:
+                    # The upstream refused the message itself: the client's to know.
+                    failure = Rejection(failure.code, failure.message, status=exc.http_status)
+                return failure
+        return None
+
+    # -- a request and what the upstream sends back for it ------------------
+
+    def _answer(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        method: str,
+        session: LegacySession,
+        sse_ok: bool,
+        json_ok: bool,
+    ) -> CallAnswer:
+        started = time.perf_counter()
+
+        def done(status: int, disconnected: bool) -> None:
+            log.info(
+                "call",
+                era="legacy",
+                method=method[:64],
+                client_version=session.client_version.name,
+                upstream_version=session.upstream_version.name,
+                outcome="client_disconnected" if disconnected else "done",
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+        return CallAnswer(
+            events,
+            accepts_sse=sse_ok,
+            accepts_json=json_ok,
+            on_done=done,
+            write_timeout_s=self._write_timeout_s,
+        )
+
+    async def call(
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages. `streamed`:
+        the client takes an event stream; without one, nothing the upstream asks on
+        the way can reach the client, so the gateway answers it (never left waiting)."""
+        cv, uv = session.client_version, session.upstream_version
+        outbound = translate.request(request.message, cv, uv)
+        async with self._sessions.lease(session):
+            try:
+                exchange = await session.upstream.session.request(outbound)
+            except SessionExpired:
+                await self._expire(session)
+                refusal = session_not_found(request.id)
+                yield Outgoing(refusal.to_message(), True, refusal.http_status)
+                return
+            except UpstreamError as exc:
+                failure = _upstream_failure(exc, request.id)
+                yield Outgoing(failure.to_message(), True, failure.http_status)
+                return
+            answered = False
+            session.remember_request(request.id, request.method)
+            sent_event_id: str | None = None
+            try:
+                async for message in exchange:
+                    if "method" not in message:
+                        # The session is this client's alone: its ids are the upstream's.
+                        if message.get("id") != request.id:
+                            continue
+                        answered = True
+                        session.open_requests.pop(request.id, None)
+                        yield Outgoing(
+                            self._response(session, request.method, message),
+                            final=True,
+                            event_id=exchange.last_event_id,
+                        )
+                        return
+                    if "id" in message and not streamed:
+                        await self._refuse_server_request(
+                            session, message, "the client takes no text/event-stream answer"
+                        )
+                        continue
+                    out = await self._to_client(session, message)
+                    if out is not None:
+                        sent_event_id = exchange.last_event_id
+                        yield Outgoing(out, event_id=sent_event_id)
+                if resumable and exchange.last_event_id is not None:
+                    # The upstream closed the stream before answering and gave event
+                    # ids (2025-11-25 SSE polling): so does the client's, with the
+                    # id to resume from; the answer comes on its GET stream.
+                    answered = True
+                    if exchange.last_event_id != sent_event_id:
+                        yield Outgoing({}, keepalive=True, event_id=exchange.last_event_id)
+                    return
+                session.open_requests.pop(request.id, None)
+                failure = Rejection(
+                    INTERNAL_ERROR,
+                    "Internal error: the upstream MCP server closed the stream without answering",
+                    request.id,
+                    status=502,
+                )
+                answered = True
+                yield Outgoing(failure.to_message(), True, failure.http_status)
+            except UpstreamError as exc:
+                answered = True
+                session.open_requests.pop(request.id, None)
+                failure = _upstream_failure(exc, request.id)
+                yield Outgoing(failure.to_message(), True, failure.http_status)
+            finally:
+                # A legacy client's disconnect is not a cancellation (2025-11-25
+                # streamable-http): it sends notifications/cancelled itself.
+                await exchange.aclose(drain=answered)
+
+    def _response(self, session: LegacySession, method: str, message: Message) -> Message:
+        cv, uv = session.client_version, session.upstream_version
+        error = message.get("error")
+        if isinstance(error, dict):
+            return {"jsonrpc": "2.0", "id": message["id"], "error": translate.error(error, uv, cv)}
+        result = message.get("result")
+        translated = translate.result(result if isinstance(result, dict) else {}, method, uv, cv)
+        return {"jsonrpc": "2.0", "id": message["id"], "result": translated}
+
+    async def _to_client(self, session: LegacySession, message: Message) -> Message | None:
+        """A server request or notification in the client's revision; None: not for it."""
+        cv, uv = session.client_version, session.upstream_version
+        method = message.get("method")
+        if "id" not in message:
+            return translate.notification(message, uv, cv)
+        if not isinstance(method, str) or method not in cv.features.server_requests:
+            await self._refuse_server_request(
+                session, message, f"the client's protocol version {cv.name} has no such request"
+            )
+            return None
+        session.remember_server_request(message["id"], method)
+        return translate.request(message, uv, cv)
+
+    async def _refuse_server_request(
+        self, session: LegacySession, request: Message, why: str
+    ) -> None:
+        """Answer a request of the upstream that cannot reach the client (ping: {})."""
+        if request.get("method") == "ping":
+            reply: Message = {"jsonrpc": "2.0", "id": request["id"], "result": {}}
+        else:
+            method = str(request.get("method"))[:64]
+            reply = {
+                "jsonrpc": "2.0",
+                "id": request["id"],
+                "error": {"code": METHOD_NOT_FOUND, "message": f"{method} refused: {why}"},
+            }
+        with contextlib.suppress(UpstreamError):
+            await session.upstream.session.respond(reply)
+
+    # -- GET /mcp: the session's server stream -------------------------------
+
+    async def get(self, headers: Mapping[str, str], *, sse_ok: bool) -> Response:
+        session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
+        if session is None:
+            return refuse(session_not_found())
+        if not sse_ok:
+            return refuse(
+                Rejection(
+                    INVALID_REQUEST,
+                    "Not Acceptable: the server stream is text/event-stream; send "
+                    "Accept: text/event-stream",
+                    status=406,
+                )
+            )
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return refuse(refusal)
+        last_event_id = headers.get(front.LAST_EVENT_ID_HEADER)
+        return self._answer(self.server_stream(session, last_event_id), "GET", session, True, True)
+
+    async def server_stream(
+        self, session: LegacySession, last_event_id: str | None
+    ) -> AsyncGenerator[Outgoing, None]:
+        async with self._sessions.lease(session):
+            try:
+                exchange: Exchange = await session.upstream.session.listen(last_event_id)
+            except SessionExpired:
+                await self._expire(session)
+                refusal = session_not_found()
+                yield Outgoing(refusal.to_message(), True, refusal.http_status)
+                return
+            except UpstreamHttpError as exc:
+                # 405 (no GET stream upstream), 409 (one is open already): the client's to know.
+                status = exc.http_status if 400 <= exc.http_status < 500 else 502
+                failure = Rejection(INTERNAL_ERROR, exc.message, status=status)
+                yield Outgoing(failure.to_message(), True, status)
+                return
+            except UpstreamError as exc:
+                failure = _upstream_failure(exc, None)
+                yield Outgoing(failure.to_message(), True, failure.http_status)
+                return
+            try:
+                yield Outgoing({}, keepalive=True)  # the stream is open: headers now
+                async for message in exchange:
+                    if "method" not in message:
+                        # An answer replayed after Last-Event-ID, or nothing of ours.
+                        method = session.open_requests.pop(message.get("id"), None)
+                        if method is None:
+                            continue
+                        out: Message | None = self._response(session, method, message)
+                    else:
+                        out = await self._to_client(session, message)
+                    if out is not None:
+                        yield Outgoing(out, event_id=exchange.last_event_id)
+            except UpstreamError as exc:
+                log.info("legacy_server_stream_dropped", error=exc.message)
+            finally:
+                await exchange.aclose()
+
+    # -- DELETE /mcp ---------------------------------------------------------
+
+    async def delete(self, headers: Mapping[str, str]) -> Response:
+        session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
+        if session is None:
+            return refuse(session_not_found())
+        await self._sessions.end(session, "client_deleted")
+        return Response(status_code=200)
+
+    # -- batches -------------------------------------------------------------
+
+    async def _batch(
+        self, claim: front.Claim, headers: Mapping[str, str], *, sse_ok: bool, json_ok: bool
+    ) -> Response:
+        """A JSON-RPC batch (2025-03-26 basic/index "Batching"): each request sent
+        upstream on its own and concurrently, the responses matched by id and
+        answered as one; notifications and responses in it forwarded."""
+        items: list[Any] = claim.body
+        session = self._find(claim.session_id, headers.get("authorization"))
+        refusal = front.check_batch(
+            items, session.client_version if session is not None else None, self._max_batch
+        )
+        if session is None and (refusal is None or claim.session_id is not None):
+            if not front.holds_initialize(items):
+                return refuse(session_not_found())
+        if refusal is not None:
+            return refuse(refusal)
+        assert session is not None
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return refuse(refusal)
+        members = [front.check_message(item) for item in items]
+        for member in members:
+            if isinstance(member, Rejection):
+                return refuse(member)
+        requests = [m for m in members if isinstance(m, front.LegacyRequest)]
+        if len({r.id for r in requests}) != len(requests):
+            return refuse(
+                Rejection(INVALID_REQUEST, "Invalid request: two requests in the batch share an id")
+            )
+        for member in members:
+            if isinstance(member, front.LegacyNotification | front.LegacyResponse):
+                failure = await self.deliver(session, member)
+                if failure is not None:
+                    return refuse(failure)
+        if not requests:
+            # 2025-03-26 streamable-http: only notifications or responses: 202.
+            return Response(status_code=202)
+        log.info("legacy_batch", size=len(items), requests=len(requests))
+        if sse_ok:
+            return self._answer(self._merged(session, requests), "batch", session, True, False)
+        answers = await asyncio.gather(*(self._collect(session, r) for r in requests))
+        return _json_list(answers)
+
+    async def _collect(self, session: LegacySession, request: front.LegacyRequest) -> Message:
+        """One batch member's response, for a client that takes no event stream: what the
+        upstream asks on the way cannot reach it, so the gateway answers that itself."""
+        calls = self.call(session, request, resumable=False, streamed=False)
+        async with contextlib.aclosing(calls) as events:
+            async for out in events:
+                if out.final:
+                    return out.message
+        raise AssertionError("a call's events end with its answer")  # pragma: no cover
+
+    async def _merged(
+        self, session: LegacySession, requests: list[front.LegacyRequest]
+    ) -> AsyncGenerator[Outgoing, None]:
+        """One SSE stream for the whole batch: what each call relays, as it comes, and
+        every response; the stream ends with the last of them."""
+        queue: asyncio.Queue[Outgoing] = asyncio.Queue()
+
+        async def pump(request: front.LegacyRequest) -> None:
+            calls = self.call(session, request, resumable=False)
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    await queue.put(out)
+
+        tasks = [asyncio.create_task(pump(r)) for r in requests]
+        try:
+            yield Outgoing({}, keepalive=True)  # an event stream from the start
+            answered = 0
+            while answered < len(requests):
+                out = await queue.get()
+                if out.final:
+                    answered += 1
+                    out = Outgoing(
+                        out.message, answered == len(requests), 200, event_id=out.event_id
+                    )
+                yield out
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- session end ---------------------------------------------------------
+
+    async def _expire(self, session: LegacySession) -> None:
+        await self._sessions.end(session, "upstream_session_expired")

@@ -1,0 +1,258 @@
+"""The deprecated HTTP+SSE transport (2024-11-05 basic/transports "HTTP with SSE").
+
+A 2024-11-05 client opens `GET /sse`; the first event, `endpoint`, names where
+it POSTs its messages (`/messages?session_id=...`); every message of the server
+comes on that one stream. Behind it is the same machinery as for Streamable
+HTTP clients (`LegacyFront`: `initialize` and the gateway's own session with
+its own upstream session, translation both ways); only the way back differs:
+each POST is answered 202 and what it produces goes on the channel's stream.
+
+The channel lives as long as its `GET /sse`: when the client goes away its
+session ends on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import secrets
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from starlette.responses import Response
+
+from app import jsonio
+from app.answer import sse_event
+from app.front import legacy as front
+from app.legacy.front import LegacyFront, refuse, session_not_found
+from app.legacy.sessions import LegacySession, LegacySessions
+from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
+from app.upstream.base import Message
+from app.upstream.pool import credential_hash
+
+log = structlog.get_logger("mcp_shim.legacy.sse")
+
+MESSAGES_PATH = "/messages"
+# What a channel may hold for a client that reads slowly before calls wait.
+_QUEUE_BOUND = 256
+_KEEPALIVE = b":\n\n"
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+
+
+@dataclass(eq=False)
+class Channel:
+    id: str
+    credentials: str
+    outbox: asyncio.Queue[Message] = field(default_factory=lambda: asyncio.Queue(_QUEUE_BOUND))
+    session: LegacySession | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    closed: bool = False
+
+
+class HttpSseFront:
+    def __init__(
+        self,
+        legacy: LegacyFront,
+        sessions: LegacySessions,
+        *,
+        max_channels: int,
+        keepalive_s: float,
+        write_timeout_s: float,
+    ) -> None:
+        self._legacy = legacy
+        self._sessions = sessions
+        self._max = max_channels
+        self._keepalive_s = keepalive_s
+        self._write_timeout_s = write_timeout_s
+        self._channels: dict[str, Channel] = {}
+
+    # -- GET /sse --------------------------------------------------------------
+
+    def open(self, headers: Mapping[str, str]) -> Response:
+        if len(self._channels) >= self._max:
+            return refuse(
+                Rejection(
+                    INTERNAL_ERROR,
+                    f"all {self._max} sessions are in use; raise MCP_SHIM_MAX_SESSIONS or retry "
+                    "later",
+                    status=503,
+                )
+            )
+        channel = Channel(secrets.token_urlsafe(32), credential_hash(headers.get("authorization")))
+        self._channels[channel.id] = channel
+        log.info("sse_channel_opened", channels=len(self._channels))
+        return _ChannelStream(self, channel, self._write_timeout_s)
+
+    async def frames(self, channel: Channel) -> AsyncGenerator[bytes, None]:
+        try:
+            yield (
+                b"event: endpoint\ndata: "
+                + (f"{MESSAGES_PATH}?session_id={channel.id}".encode())
+                + b"\n\n"
+            )
+            while True:
+                try:
+                    async with asyncio.timeout(self._keepalive_s):
+                        message = await channel.outbox.get()
+                except TimeoutError:
+                    yield _KEEPALIVE
+                    continue
+                yield sse_event(message)
+        finally:
+            await self._close(channel)
+
+    async def _close(self, channel: Channel) -> None:
+        if channel.closed:
+            return
+        channel.closed = True
+        self._channels.pop(channel.id, None)
+        for task in list(channel.tasks):
+            task.cancel()
+        await asyncio.gather(*channel.tasks, return_exceptions=True)
+        if channel.session is not None:
+            channel.session.in_flight -= 1
+            await self._sessions.end(channel.session, "sse_stream_closed")
+        log.info("sse_channel_closed", channels=len(self._channels))
+
+    # -- POST /messages ---------------------------------------------------------
+
+    async def post(
+        self, channel_id: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> Response:
+        channel = self._channels.get(channel_id or "")
+        if channel is None or not hmac.compare_digest(
+            channel.credentials, credential_hash(headers.get("authorization"))
+        ):
+            return refuse(session_not_found())
+        try:
+            parsed = jsonio.loads(body)
+        except jsonio.JSONDecodeError:
+            return refuse(front.parse_error())
+        items = parsed if isinstance(parsed, list) else [parsed]
+        if not items:
+            return refuse(Rejection(INVALID_REQUEST, "Invalid request: the batch is empty"))
+        members: list[front.LegacyMessage] = []
+        for item in items:
+            checked = front.check_message(item)
+            if isinstance(checked, Rejection):
+                return refuse(checked)
+            members.append(checked)
+        for member in members:
+            refusal = await self._one(channel, member, headers.get("authorization"))
+            if refusal is not None:
+                return refuse(refusal)
+        return Response(status_code=202)
+
+    async def _one(
+        self, channel: Channel, member: front.LegacyMessage, authorization: str | None
+    ) -> Rejection | None:
+        if isinstance(member, front.LegacyRequest) and member.method == "initialize":
+            if channel.session is not None:
+                return Rejection(
+                    INVALID_REQUEST,
+                    "Invalid request: this session is initialized already",
+                    member.id,
+                )
+            opened = await self._legacy.open_session(member, authorization)
+            if isinstance(opened, Rejection):
+                await channel.outbox.put(opened.to_message())
+                return None
+            opened_session, answer = opened
+            opened_session.in_flight += 1  # held while the channel's stream is open
+            channel.session = opened_session
+            await channel.outbox.put(answer)
+            self._spawn(channel, self._relay_server_stream(channel, opened_session))
+            return None
+        session = channel.session
+        if session is None or session.ended:
+            return session_not_found(getattr(member, "id", None))
+        if isinstance(member, front.LegacyRequest):
+            self._spawn(channel, self._relay_call(channel, session, member))
+            return None
+        return await self._legacy.deliver(session, member)
+
+    async def _relay_call(
+        self, channel: Channel, session: LegacySession, request: front.LegacyRequest
+    ) -> None:
+        calls = self._legacy.call(session, request, resumable=False)
+        async with contextlib.aclosing(calls) as events:
+            async for out in events:
+                if not out.keepalive:
+                    await channel.outbox.put(out.message)
+
+    async def _relay_server_stream(self, channel: Channel, session: LegacySession) -> None:
+        """What the upstream sends outside any call (its GET stream), on the channel."""
+        async with contextlib.aclosing(self._legacy.server_stream(session, None)) as events:
+            async for out in events:
+                if out.final:
+                    log.info("sse_channel_no_server_stream", status=out.status)
+                    return
+                if not out.keepalive:
+                    await channel.outbox.put(out.message)
+
+    def _spawn(self, channel: Channel, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        channel.tasks.add(task)
+        task.add_done_callback(channel.tasks.discard)
+
+    async def aclose(self) -> None:
+        for channel in list(self._channels.values()):
+            await self._close(channel)
+
+
+class _ChannelStream(Response):
+    """The `GET /sse` answer: the channel's frames until the client goes away."""
+
+    def __init__(self, owner: HttpSseFront, channel: Channel, write_timeout_s: float) -> None:
+        super().__init__(status_code=200)
+        self._owner = owner
+        self._channel = channel
+        self._write_timeout_s = write_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        frames = self._owner.frames(self._channel)
+        main = asyncio.current_task()
+        assert main is not None
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set()
+                    main.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream"),
+                        (b"cache-control", b"no-cache"),
+                        (b"x-accel-buffering", b"no"),
+                    ],
+                }
+            )
+            async for frame in frames:
+                async with asyncio.timeout(self._write_timeout_s):
+                    await send({"type": "http.response.body", "body": frame, "more_body": True})
+        except TimeoutError:
+            log.info("sse_channel_stalled")
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+            main.uncancel()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await frames.aclose()

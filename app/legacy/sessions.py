@@ -1,0 +1,153 @@
+"""The gateway's own sessions for legacy clients.
+
+A legacy client negotiates a session with the gateway at `initialize`; the
+gateway answers with its own `Mcp-Session-Id` and holds one upstream session
+(through the upstream seam: `SessionPool.open_owned`) for that client alone,
+opened with the client's capabilities. Nothing else ever runs on it, so what
+the client sets there (log level, subscriptions) stays its own, and the
+client's JSON-RPC ids can be the upstream session's ids unchanged: the
+identity is the id mapping, and it keeps cancellation, progress tokens and
+`Last-Event-ID` resumption exact.
+
+The id is 256 random bits, bound to the SHA-256 of the caller's
+`Authorization`: presented with another credential it is unknown (404).
+When the upstream forgets its session the client's session ends too (404,
+the client initialises again): never a silent new upstream session under a
+client that holds state on the old one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from app.upstream.pool import PooledSession, SessionPool, credential_hash
+from translators.registry import Version
+
+log = structlog.get_logger("mcp_shim.legacy")
+
+# Requests waiting for an answer, per session and direction: beyond this the
+# oldest is forgotten (its answer then passes untranslated).
+_MAX_PENDING = 256
+
+
+@dataclass(eq=False)
+class LegacySession:
+    id: str
+    credentials: str
+    client_version: Version
+    upstream: PooledSession
+    last_used: float = field(default_factory=time.monotonic)
+    in_flight: int = 0
+    ended: bool = False
+    # Requests the upstream sent the client, by id: their method, so the
+    # client's answer is translated as the result of that method.
+    server_requests: dict[Any, str] = field(default_factory=dict)
+    # The client's requests not answered yet, by id: their method, so a response
+    # the upstream replays on the GET stream (Last-Event-ID) is translated too.
+    open_requests: dict[Any, str] = field(default_factory=dict)
+
+    @property
+    def upstream_version(self) -> Version:
+        return self.upstream.version
+
+    def remember_server_request(self, request_id: Any, method: str) -> None:
+        _bounded_put(self.server_requests, request_id, method)
+
+    def remember_request(self, request_id: Any, method: str) -> None:
+        _bounded_put(self.open_requests, request_id, method)
+
+
+def _bounded_put(table: dict[Any, str], key: Any, method: str) -> None:
+    if key not in table and len(table) >= _MAX_PENDING:
+        table.pop(next(iter(table)))
+    table[key] = method
+
+
+class LegacySessions:
+    def __init__(self, pool: SessionPool, *, idle_s: float) -> None:
+        self._pool = pool
+        self._idle_s = idle_s
+        self._sessions: dict[str, LegacySession] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def start(self) -> None:
+        self._reaper = asyncio.create_task(self._reap_idle())
+
+    async def open(
+        self,
+        client_version: Version,
+        upstream_caps: Mapping[str, Any],
+        offered: Version,
+        authorization: str | None,
+        client_info: Mapping[str, Any] | None,
+    ) -> LegacySession:
+        key = self._pool.key_for(upstream_caps, offered, authorization)
+        upstream = await self._pool.open_owned(key, upstream_caps, authorization, client_info)
+        session = LegacySession(
+            secrets.token_urlsafe(32), credential_hash(authorization), client_version, upstream
+        )
+        self._sessions[session.id] = session
+        log.info(
+            "legacy_session_opened",
+            client_version=client_version.name,
+            upstream_version=upstream.version.name,
+            sessions=len(self._sessions),
+        )
+        return session
+
+    def find(self, session_id: str, authorization: str | None) -> LegacySession | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if not hmac.compare_digest(session.credentials, credential_hash(authorization)):
+            log.warning("legacy_session_refused", reason="credential_mismatch")
+            return None
+        return session
+
+    @contextlib.asynccontextmanager
+    async def lease(self, session: LegacySession) -> AsyncIterator[LegacySession]:
+        """Counted as in use while held: the idle reaper leaves it alone."""
+        session.in_flight += 1
+        session.last_used = time.monotonic()
+        try:
+            yield session
+        finally:
+            session.in_flight -= 1
+            session.last_used = time.monotonic()
+
+    async def end(self, session: LegacySession, reason: str) -> None:
+        """End both sides: forget the id, close the upstream session (DELETE)."""
+        if session.ended:
+            return
+        session.ended = True
+        self._sessions.pop(session.id, None)
+        await self._pool.close_owned(session.upstream)
+        log.info("legacy_session_ended", reason=reason, sessions=len(self._sessions))
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_s / 2, 30.0))
+            now = time.monotonic()
+            for session in list(self._sessions.values()):
+                if session.in_flight == 0 and now - session.last_used > self._idle_s:
+                    await self.end(session, "idle")
+
+    async def aclose(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for session in list(self._sessions.values()):
+            await self.end(session, "shutdown")

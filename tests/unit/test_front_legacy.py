@@ -1,0 +1,169 @@
+"""The legacy front's pure rules (app/front/legacy.py): era per request, version
+negotiation, message shape, batches."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from app.front import legacy
+from app.rejections import Rejection
+
+MARKER = "io.modelcontextprotocol/protocolVersion"
+
+
+def raw(message: Any) -> bytes:
+    return json.dumps(message).encode()
+
+
+def modern(method: str = "tools/list") -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {"_meta": {MARKER: "2026-07-28"}},
+    }
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}},
+}
+
+
+def test_modern_request_is_not_claimed() -> None:
+    assert legacy.claims(raw(modern()), {}) is None
+    # Even with a session header: the body says modern (dual-era selection).
+    assert legacy.claims(raw(modern()), {"mcp-session-id": "s"}) is None
+    # A modern `initialize` is the modern front's to refuse (-32601).
+    assert legacy.claims(raw(modern("initialize")), {}) is None
+
+
+def test_request_without_meta_or_session_goes_to_the_modern_400() -> None:
+    assert legacy.claims(raw({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), {}) is None
+    assert legacy.claims(b"not json", {}) is None
+    assert legacy.claims(raw([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]), {}) is None
+
+
+def test_initialize_and_session_requests_are_legacy() -> None:
+    claim = legacy.claims(raw(INIT), {})
+    assert claim is not None and claim.body == INIT and claim.session_id is None
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    claim = legacy.claims(raw(ping), {"mcp-session-id": "abc"})
+    assert claim is not None and claim.session_id == "abc"
+
+
+def test_marker_inside_arguments_does_not_make_a_legacy_request_modern() -> None:
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": MARKER}},
+    }
+    assert legacy.claims(raw(call), {"mcp-session-id": "abc"}) is not None
+
+
+def test_parse_error_with_a_session_is_the_legacy_fronts() -> None:
+    claim = legacy.claims(b"{oops", {"mcp-session-id": "abc"})
+    assert claim is not None and claim.parse_error
+
+
+def test_batches() -> None:
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]
+    claim = legacy.claims(raw(batch), {"mcp-session-id": "s"})
+    assert claim is not None and claim.body == batch
+    assert legacy.claims(raw([INIT]), {}) is not None  # refused there: initialize in a batch
+    assert legacy.claims(raw([modern()]), {"mcp-session-id": "s"}) is None
+
+
+@pytest.mark.parametrize(
+    ("offered", "answered"),
+    [
+        ("2024-11-05", "2024-11-05"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),  # not an initialize-era version
+        ("DRAFT-2026-v1", "2025-11-25"),
+        ("1999-01-01", "2025-11-25"),
+        (None, "2025-11-25"),
+    ],
+)
+def test_negotiate(offered: object, answered: str) -> None:
+    assert legacy.negotiate(offered).name == answered
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        [],
+        {"jsonrpc": "1.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 1.5, "method": "ping"},
+        {"jsonrpc": "2.0", "id": True, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 1, "method": ""},
+        {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": []},
+        {"jsonrpc": "2.0", "id": 1},
+        {"jsonrpc": "2.0", "id": 1, "result": {}, "error": {}},
+        {"jsonrpc": "2.0", "result": {}},
+    ],
+)
+def test_malformed_messages_are_invalid_requests(message: Any) -> None:
+    checked = legacy.check_message(message)
+    assert isinstance(checked, Rejection) and checked.code == -32600
+    assert checked.http_status == 400
+
+
+def test_message_kinds() -> None:
+    assert isinstance(
+        legacy.check_message({"jsonrpc": "2.0", "id": "x", "method": "ping"}),
+        legacy.LegacyRequest,
+    )
+    assert isinstance(
+        legacy.check_message({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        legacy.LegacyNotification,
+    )
+    assert isinstance(
+        legacy.check_message({"jsonrpc": "2.0", "id": 4, "result": {}}), legacy.LegacyResponse
+    )
+
+
+def test_initialize_params() -> None:
+    request = legacy.check_message(INIT)
+    assert isinstance(request, legacy.LegacyRequest)
+    init = legacy.check_initialize(request)
+    assert isinstance(init, legacy.Initialize) and init.version.name == "2025-06-18"
+    bad = legacy.check_message({**INIT, "params": {"capabilities": {}}})
+    assert isinstance(bad, legacy.LegacyRequest)
+    refused = legacy.check_initialize(bad)
+    assert isinstance(refused, Rejection) and refused.code == -32602
+
+
+def test_version_header() -> None:
+    v = legacy.negotiate("2025-06-18")
+    assert legacy.check_version_header(None, v) is None
+    assert legacy.check_version_header("2025-06-18", v) is None
+    for value in ("2025-11-25", "2026-07-28", "x"):
+        refused = legacy.check_version_header(value, v)
+        assert refused is not None and refused.http_status == 400
+
+
+def test_batch_rules() -> None:
+    old, new = legacy.negotiate("2025-03-26"), legacy.negotiate("2025-06-18")
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert legacy.check_batch([ping], old, 50) is None
+    assert legacy.check_batch([ping] * 50, old, 50) is None
+    refusals = [
+        legacy.check_batch([], old, 50),
+        legacy.check_batch([ping] * 51, old, 50),
+        legacy.check_batch([INIT], old, 50),
+        legacy.check_batch([ping], new, 50),
+        legacy.check_batch([ping], None, 50),
+    ]
+    for refusal in refusals:
+        assert refusal is not None and refusal.code == -32600 and refusal.http_status == 400
+    assert refusals[3] is not None and "2025-06-18 removed batching" in refusals[3].message
