@@ -82,7 +82,10 @@ def create_app(settings: Settings) -> FastAPI:
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
         )
         pool = SessionPool(
-            transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
+            transport,
+            max_sessions=settings.max_sessions,
+            idle_s=settings.session_idle_s,
+            max_per_credential=settings.session_share(),
         )
         pool.start()
         subscriptions = SubscriptionHub(
@@ -175,7 +178,7 @@ def create_app(settings: Settings) -> FastAPI:
                 )
             )
 
-        parsed = modern.parse(body, request.headers)
+        parsed = modern.parse(body, request.headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)
             return _json(parsed)
