@@ -298,14 +298,14 @@ class Bridge:
                     return
         taken = self._registry.take(claims.exchange)
         assert taken is not None  # peeked above, no await since
-        turn.log(
-            "mrtr_resumed",
-            exchange=ex.fingerprint,
-            round=ex.round,
-            answered=sum(1 for key in ex.pending if key in supplied),
-            pending=len(ex.pending),
-        )
         try:
+            turn.log(
+                "mrtr_resumed",
+                exchange=ex.fingerprint,
+                round=ex.round,
+                answered=sum(1 for key in ex.pending if key in supplied),
+                pending=len(ex.pending),
+            )
             if ex.url_required is not None:
                 async for frame in self._after_url_elicitation(ex, turn, supplied):
                     yield frame

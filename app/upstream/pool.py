@@ -67,6 +67,8 @@ class PooledSession:
     generation: int = 0
     # Counted against the pool's bounds until closed (exactly once).
     counted: bool = True
+    # Owned by one holder (an MRTR lane), never in the pool's map.
+    detached: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _tools: dict[str, HeaderPaths] | None = None
     _tools_at: float = 0.0
@@ -271,7 +273,9 @@ class SessionPool:
         """A fresh session for `key` that the pool neither keeps nor hands to anyone:
         its owner uses it alone and closes it with `close_detached` (the MRTR
         bridge's lanes, app/mrtr/lanes.py). It counts against the bounds."""
-        return await self._handshake(key, authorization)
+        pooled = await self._handshake(key, authorization)
+        pooled.detached = True
+        return pooled
 
     async def close_detached(self, pooled: PooledSession) -> None:
         await self._close(pooled)
@@ -362,6 +366,7 @@ class SessionPool:
         await self._close(pooled)
 
     async def _close(self, pooled: PooledSession) -> None:
+        self._retired.discard(pooled)
         self._uncount(pooled)  # first: the slot is free even if closing is cut short
         await pooled.listener.aclose()
         with contextlib.suppress(Exception):
@@ -373,23 +378,28 @@ class SessionPool:
         session of that generation or older is retired at once (pooled ones, idle
         lanes), so the next calls do not each meet a 404 of their own; leased
         ones are closed when their lease ends."""
-        if self._sessions.get(stale.key) is stale:
-            del self._sessions[stale.key]
+        if not stale.detached:
+            self._retire(stale)
         if stale.generation < self._generation:
             return  # its generation is already retired
         retired = stale.generation
         self._generation += 1
         log.info("upstream_sessions_retired", generation=retired)
         for pooled in list(self._sessions.values()):
-            if pooled.generation > retired:
-                continue
-            del self._sessions[pooled.key]
-            if pooled.in_flight == 0 and pooled.listener.users == 0:
-                self._spawn(self._close(pooled))
-            else:
-                self._retired.add(pooled)
+            if pooled.generation <= retired:
+                self._retire(pooled)
         for retire in self._retirers:
             self._spawn(retire(retired))
+
+    def _retire(self, pooled: PooledSession) -> None:
+        """Out of the map; closed now if idle, else when its last user leaves."""
+        if self._sessions.get(pooled.key) is pooled:
+            del self._sessions[pooled.key]
+        if pooled.in_flight == 0 and pooled.listener.users == 0:
+            self._retired.discard(pooled)
+            self._spawn(self._close(pooled))
+        else:
+            self._retired.add(pooled)
 
     async def renew(
         self, stale: PooledSession, capabilities: Mapping[str, Any], authorization: str | None
@@ -397,8 +407,6 @@ class SessionPool:
         """Replace a session the upstream expired (404) with a fresh, leased one.
         The caller still releases its lease on the stale one."""
         self.expired(stale)
-        if stale.in_flight > 0 or stale.listener.users > 0:
-            self._retired.add(stale)
         log.info("upstream_session_expired", upstream_version=stale.version.name)
         return await self.acquire(stale.key, capabilities, authorization)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,7 +167,7 @@ def test_made_up_capabilities_share_one_session(legacy_url: str, logs_dir: Path)
     # with made-up capabilities opened 20 sessions, the pool (8) was full of busy
     # ones, and every other caller got 503.
     log = logs_dir / "hardening-pool.log"
-    with gateway(legacy_url, log, max_sessions="8") as url:
+    with gateway(legacy_url, log, max_sessions="8", max_parked="4") as url:
         flood = [
             tool_call(
                 "slow_echo",
@@ -197,7 +198,9 @@ def test_one_credential_cannot_take_every_session(legacy_url: str, logs_dir: Pat
     # while they run. One credential gets at most its share of the pool; beyond
     # it a clear 429 naming the setting, and other credentials are still served.
     log = logs_dir / "hardening-share.log"
-    with gateway(legacy_url, log, max_sessions="8", max_sessions_per_credential="3") as url:
+    with gateway(
+        legacy_url, log, max_sessions="8", max_parked="4", max_sessions_per_credential="3"
+    ) as url:
         greedy = [
             tool_call(
                 "slow_echo",
@@ -320,3 +323,77 @@ def test_notifications_are_validated_and_logs_bounded(legacy_url: str, logs_dir:
         echo_works(url)
     lines = log.read_bytes().splitlines()
     assert lines and max(len(line) for line in lines) < 4000
+
+
+# ---------------------------------------------------------------------------
+# Defect 1, at its cause: whatever fails inside a call, what it took is given
+# back and the client gets a JSON-RPC error. The gateway runs in this process
+# (a real uvicorn server on loopback, in front of the real fixture) so a
+# defect can be planted where no input can reach any more.
+# ---------------------------------------------------------------------------
+
+
+@contextmanager
+def gateway_in_process(legacy_url: str) -> Iterator[tuple[str, Any]]:
+    import threading
+
+    import uvicorn
+
+    from app.config import Settings
+    from app.server import create_app
+
+    port = procs.free_port()
+    settings = Settings(upstream_url=legacy_url, port=port)  # type: ignore[arg-type]
+    app = create_app(settings)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "gateway did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", app.state.gateway
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+class Planted(Exception):
+    """A defect of the gateway's own, planted by the test."""
+
+
+def test_a_failure_after_the_lane_is_taken_releases_it(
+    legacy_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.mrtr import bridge as bridge_module
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise Planted("planted")
+
+    with gateway_in_process(legacy_url) as (url, gw):
+        lanes = gw._bridge._lanes
+        pool = gw._pool
+        echo_works(url, caps=ELICITATION, rid=1)  # a lane exists, idle
+        idle_lanes = lanes.idle
+        # The params digest (where defect 1 failed, once the lane was taken), then
+        # the construction of the exchange: each raises.
+        responses: list[httpx.Response] = []
+        for target in ("params_digest", "LiveExchange"):
+            with monkeypatch.context() as patch:
+                patch.setattr(bridge_module, target, broken)
+                for i in range(20):
+                    content, headers = tool_call("echo", {"text": "x"}, rid=i, caps=ELICITATION)
+                    responses.append(httpx.post(url, content=content, headers=headers, timeout=15))
+        deadline = time.monotonic() + 5
+        while lanes.busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lanes.busy == 0
+        assert lanes.idle <= idle_lanes
+        for i, response in enumerate(responses):
+            assert_json_error(response, 500, -32603, i % 20)
+        assert pool.open_sessions == len(pool) + lanes.idle
+        echo_works(url, caps=ELICITATION, rid=2)
+        echo_works(url, rid=3)
