@@ -171,7 +171,7 @@ def test_made_up_capabilities_share_one_session(legacy_url: str, logs_dir: Path)
         flood = [
             tool_call(
                 "slow_echo",
-                {"ms": 1500, "steps": 1, "text": f"slow-{i}"},
+                {"ms": 3000, "steps": 1, "text": f"slow-{i}"},
                 rid=i,
                 # No input capability: the plain path, on the pool's shared sessions.
                 caps={"experimental": {f"made-up-{i}": {}}, f"vendor.example/x{i}": {"n": i}},
@@ -204,7 +204,7 @@ def test_one_credential_cannot_take_every_session(legacy_url: str, logs_dir: Pat
         greedy = [
             tool_call(
                 "slow_echo",
-                {"ms": 1500, "steps": 1},
+                {"ms": 3000, "steps": 1},
                 rid=i,
                 caps=ELICITATION,
                 authorization="Bearer greedy",
