@@ -286,7 +286,11 @@ class SessionPool:
             if self._per_credential[credentials] >= self._share:
                 if await self._reclaim(credentials):
                     continue
-                log.warning("session_share_exceeded", limit=self._share, setting="credential")
+                log.warning(
+                    "session_share_exceeded",
+                    limit=self._share,
+                    setting="MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL",
+                )
                 raise SessionShareExceeded(
                     f"this caller's credentials already hold {self._share} upstream sessions, "
                     "all busy (MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL); retry later"
@@ -294,7 +298,9 @@ class SessionPool:
             if self._count >= self._max:
                 if await self._reclaim(None):
                     continue
-                log.warning("session_pool_exhausted", limit=self._max)
+                log.warning(
+                    "session_pool_exhausted", limit=self._max, setting="MCP_SHIM_MAX_SESSIONS"
+                )
                 raise PoolExhausted(
                     f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
                     "or retry later"

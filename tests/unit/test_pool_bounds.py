@@ -146,3 +146,26 @@ async def test_session_share_never_exceeds_the_pool(share: int | None) -> None:
     )
     assert sum(isinstance(r, PooledSession) for r in results) == 4  # two keys, shared
     assert pool.open_sessions == 2
+
+
+async def test_a_header_httpx_cannot_encode_never_reaches_an_exception() -> None:
+    # Defect 3, below the front: httpx's UnicodeEncodeError holds the whole header
+    # value; what leaves the transport is the gateway's own error, naming nothing.
+    import traceback
+
+    import httpx
+
+    from app.upstream.errors import UpstreamError
+    from app.upstream.streamable_http import StreamableHttpSession
+
+    assert LEGACY is not None
+    secret = "Bearer sk-live-TOPSECRET\xe9"
+    async with httpx.AsyncClient() as client:
+        session = StreamableHttpSession(
+            client, "http://127.0.0.1:9/mcp", {"authorization": secret}, "s-1", LEGACY, 5.0
+        )
+        with pytest.raises(UpstreamError) as caught:
+            await session.request({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    rendered = "".join(traceback.format_exception(caught.value)) + repr(caught.value)
+    assert "TOPSECRET" not in rendered
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
