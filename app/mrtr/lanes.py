@@ -103,8 +103,7 @@ class Lanes:
     async def acquire(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> Lane:
-        idle = self._idle.get(key)
-        while idle:
+        while idle := self._idle.get(key):
             lane = idle.pop()
             if lane.pooled.generation < self._pool.generation:
                 await lane.close()  # its upstream generation was retired meanwhile
@@ -179,10 +178,10 @@ class Lanes:
         """The upstream forgot the sessions of `generation` and older: close the idle
         lanes on them (busy ones are closed when released)."""
         stale: list[Lane] = []
-        for key, lanes in list(self._idle.items()):
-            keep = [lane for lane in lanes if lane.pooled.generation > generation]
+        for lanes in self._idle.values():
             stale += [lane for lane in lanes if lane.pooled.generation <= generation]
-            self._idle[key] = keep
+            # In place, before any await: nobody can take a stale lane after this.
+            lanes[:] = [lane for lane in lanes if lane.pooled.generation > generation]
         for lane in stale:
             await lane.close()
         if stale:
