@@ -47,12 +47,27 @@ class Settings(BaseSettings):
         description="Host header values allowed besides loopback ones; '*' allows any",
     )
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_json_depth: int = Field(
+        default=64,
+        ge=2,
+        le=200,  # orjson serialises ~254 levels; the gateway adds a few of its own
+        description="objects and arrays nested deeper than this in a message are refused (400)",
+    )
     # An SSE answer whose client reads nothing for this long is closed.
     write_timeout_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
     request_timeout_s: float = Field(default=300.0, gt=0)
     session_idle_s: float = Field(default=300.0, gt=0)
-    max_sessions: int = Field(default=256, ge=1)
+    # Every upstream session counts: pooled, being opened, and the MRTR bridge's
+    # lanes (one per running or parked input-capable call), hence room for
+    # MCP_SHIM_MAX_PARKED of them.
+    max_sessions: int = Field(default=1024, ge=1)
+    max_sessions_per_credential: int | None = Field(
+        default=None,
+        ge=1,
+        description="upstream sessions one Authorization value (or all anonymous callers "
+        "together) may hold; unset: a quarter of MCP_SHIM_MAX_SESSIONS",
+    )
     # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/legacy).
     max_batch: int = Field(default=50, ge=1, description="messages in one legacy JSON-RPC batch")
     # Each call parked by the MRTR bridge holds two upstream connections open
@@ -197,6 +212,19 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("max_parked")
+    @classmethod
+    def _parked_fit_sessions(cls, value: int, info: ValidationInfo) -> int:
+        # Each parked exchange keeps its lane, an upstream session of its own.
+        sessions = info.data.get("max_sessions")
+        if isinstance(sessions, int) and value > sessions:
+            raise ValueError(
+                f"{value} parked exchanges hold {value} upstream sessions (lanes); raise "
+                f"MCP_SHIM_MAX_SESSIONS ({sessions}) to at least {value} or lower "
+                "MCP_SHIM_MAX_PARKED"
+            )
+        return value
+
     @field_validator("mrtr_gather_max_ms")
     @classmethod
     def _gather_after_quiet(cls, value: int, info: ValidationInfo) -> int:
@@ -204,6 +232,12 @@ class Settings(BaseSettings):
         if isinstance(quiet, int) and value < quiet:
             raise ValueError(f"must be at least MCP_SHIM_MRTR_QUIET_MS ({quiet})")
         return value
+
+    def session_share(self) -> int:
+        """MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL, or its default: a quarter of the pool."""
+        if self.max_sessions_per_credential is not None:
+            return min(self.max_sessions_per_credential, self.max_sessions)
+        return max(1, self.max_sessions // 4)
 
     def state_keys(self) -> list[bytes] | None:
         """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""

@@ -186,6 +186,20 @@ class Gateway:
                 status=exc.status,
             )
             yield Outgoing(rejection.to_message(), True, rejection.http_status)
+        except Exception:
+            # Last resort: a defect of ours must not become a plain-text 500 (nor
+            # leave a resource taken: each is released by its own finally above).
+            # The stack is logged; the message, the arguments and headers are not.
+            state.outcome = "internal_error"
+            log.exception("call_failed", method=call.method)
+            rejection = Rejection(
+                INTERNAL_ERROR,
+                "Internal error: the gateway failed to serve the request; it was logged "
+                "with the request id",
+                call.id,
+                status=500,
+            )
+            yield Outgoing(rejection.to_message(), True, rejection.http_status)
 
     # -- server/discover ---------------------------------------------------
 

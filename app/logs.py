@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import orjson
 import structlog
@@ -15,6 +17,31 @@ _LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+
+
+# Longest string a log field carries: a client's 3 MB method name must not
+# become a 3 MB log line. Stacks get more room, cut in the middle.
+MAX_FIELD_CHARS = 200
+MAX_STACK_CHARS = 8000
+
+
+def _bound(value: str, limit: int) -> str:
+    if len(value) <= limit:
+        return value
+    if limit >= MAX_STACK_CHARS:
+        half = limit // 2
+        return f"{value[:half]}... ({len(value) - limit} characters cut) ...{value[-half:]}"
+    return f"{value[:limit]}... ({len(value)} characters)"
+
+
+def bound_fields(_logger: object, _name: str, event: MutableMapping[str, Any]) -> Any:
+    """Cut every string field to MAX_FIELD_CHARS, in one place for every line."""
+    for key, value in event.items():
+        if isinstance(value, str):
+            limit = MAX_STACK_CHARS if key in ("exception", "event") else MAX_FIELD_CHARS
+            if len(value) > limit:
+                event[key] = _bound(value, limit)
+    return event
 
 
 def configure(level: str) -> None:
@@ -29,6 +56,7 @@ def configure(level: str) -> None:
             ],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                bound_fields,
                 structlog.processors.JSONRenderer(),
             ],
         )
@@ -45,6 +73,7 @@ def configure(level: str) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            bound_fields,
             # orjson: a log line per call is on the hot path.
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ],

@@ -126,7 +126,10 @@ def create_app(settings: Settings) -> FastAPI:
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
         )
         pool = SessionPool(
-            transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
+            transport,
+            max_sessions=settings.max_sessions,
+            idle_s=settings.session_idle_s,
+            max_per_credential=settings.session_share(),
         )
         pool.start()
         app.state.readiness = ReadinessCheck(pool, offered, max_age_s=settings.ready_max_age_s)
@@ -320,7 +323,7 @@ def create_app(settings: Settings) -> FastAPI:
             sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
             legacy_front: LegacyFront = request.app.state.legacy
             return await legacy_front.post(claim, request.headers, sse_ok=sse_ok, json_ok=json_ok)
-        parsed = modern.parse(body, request.headers)
+        parsed = modern.parse(body, request.headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)
             return _json(parsed)

@@ -6,6 +6,7 @@ a Rejection. No I/O, so every rule here is unit-tested without a server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,14 @@ META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 # Methods whose `Mcp-Name` header mirrors a body field (streamable-http
 # "Standard Request Headers").
 NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+# What a rejection message quotes of a client's value: enough to recognise it,
+# never a multi-megabyte echo.
+_SHOWN_CHARS = 100
+# RFC 9110 field values the gateway can forward: visible ASCII, space and tab.
+# Anything else (obs-text, control characters) is refused before it reaches an
+# HTTP client, whose encoding error would carry the value into an exception.
+_BAD_HEADER_CHAR = re.compile(r"[^\x20-\x7e\t]")
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -65,11 +74,28 @@ def supported_version_names() -> list[str]:
     return [v.name for v in modern_versions()]
 
 
-def parse(body: bytes, headers: Mapping[str, str]) -> Parsed:
+def _shown(value: Any) -> str:
+    """A client's value quoted in a message, bounded."""
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def parse(
+    body: bytes, headers: Mapping[str, str], *, max_depth: int = jsonio.DEFAULT_MAX_DEPTH
+) -> Parsed:
     try:
         message = jsonio.loads(body)
     except jsonio.JSONDecodeError:
         return Rejection(PARSE_ERROR, "Parse error: the request body is not valid JSON")
+    if jsonio.deeper_than(body, message, max_depth):
+        return Rejection(
+            INVALID_REQUEST,
+            f"Invalid request: the message nests objects and arrays more than {max_depth} "
+            "levels deep (MCP_SHIM_MAX_JSON_DEPTH)",
+            _readable_id(message),
+        )
     if isinstance(message, list):
         return Rejection(
             INVALID_REQUEST,
@@ -85,10 +111,94 @@ def parse(body: bytes, headers: Mapping[str, str]) -> Parsed:
     if shape is not None:
         return shape
     method: str = message["method"]
+    bad_header = _check_header_values(headers)
+    if bad_header is not None:
+        return bad_header.with_id(request_id if has_id else None)
     if not has_id:
-        return ModernNotification(method, message)
+        return _check_notification(message, method, headers)
     assert isinstance(request_id, str | int)
     return _check_request(message, method, request_id, headers)
+
+
+def _readable_id(message: Any) -> RequestId | None:
+    if not isinstance(message, dict):
+        return None
+    rid = message.get("id")
+    return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+
+
+def _check_header_values(headers: Mapping[str, str]) -> Rejection | None:
+    """Headers the gateway reads or forwards must be plain ASCII (streamable-http
+    "Server Validation": "A header value contains invalid characters" is a
+    validation failure). The message names the header, never its value."""
+    for name, value in headers.items():
+        if value.isascii() and value.isprintable():
+            continue  # the common case, in C
+        lowered = name.lower()
+        if lowered != "authorization" and not lowered.startswith("mcp-"):
+            continue
+        if _BAD_HEADER_CHAR.search(value) is None:
+            continue  # a tab
+        if lowered == "authorization":
+            return Rejection(
+                INVALID_REQUEST,
+                "Invalid request: the Authorization header contains characters other than "
+                "printable ASCII",
+            )
+        return Rejection(
+            HEADER_MISMATCH,
+            f"Header mismatch: the {_shown(name)} header contains characters other than "
+            "printable ASCII; encode the value with the Base64 sentinel (=?base64?...?=)",
+        )
+    return None
+
+
+def _check_notification(message: dict[str, Any], method: str, headers: Mapping[str, str]) -> Parsed:
+    """A notification POST: the same headers and method table as a request.
+
+    streamable-http "Sending Messages": every POST carries the request metadata
+    headers, and every POST MUST include MCP-Protocol-Version; a notification
+    the server cannot accept gets an HTTP error status, with an error that has
+    no id. The revision defines no header rule beyond that for notifications,
+    so Mcp-Method is checked when present. NotificationParams' `_meta` has no
+    protocolVersion; one that is sent must agree with the header.
+    """
+    header_version = headers.get("mcp-protocol-version")
+    if header_version is None:
+        return Rejection(
+            HEADER_MISMATCH, "Header mismatch: the MCP-Protocol-Version header is missing"
+        )
+    header_version = header_version.strip()
+    params = message.get("params") or {}
+    meta = params.get("_meta")
+    body_version = meta.get(META_VERSION) if isinstance(meta, dict) else None
+    if body_version is not None and body_version != header_version:
+        return Rejection(
+            HEADER_MISMATCH,
+            f"Header mismatch: MCP-Protocol-Version header value {_shown(header_version)} "
+            f"does not match body value {_shown(body_version)}",
+        )
+    version = get_version(header_version)
+    if version is None or version not in modern_versions():
+        return Rejection(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported protocol version {_shown(header_version)}: send one of "
+            + ", ".join(supported_version_names()),
+            data={"supported": supported_version_names(), "requested": header_version[:64]},
+        )
+    header_method = headers.get("mcp-method")
+    if header_method is not None and header_method.strip(" \t") != method:
+        return Rejection(
+            HEADER_MISMATCH,
+            f"Header mismatch: Mcp-Method header value {_shown(header_method.strip())} does "
+            f"not match body value {_shown(method)}",
+        )
+    if method not in version.features.client_notifications:
+        return Rejection(
+            METHOD_NOT_FOUND,
+            f"Method not found: {_shown(method)} is not a {version.name} client notification",
+        )
+    return ModernNotification(method, message)
 
 
 def _check_shape(message: dict[str, Any], has_id: bool, request_id: Any) -> Rejection | None:
@@ -161,11 +271,18 @@ def _check_request(
             f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
             request_id,
         )
+    bad_capability = check_client_capabilities(capabilities)
+    if bad_capability is not None:
+        return Rejection(
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{META_CAPABILITIES!r}]{bad_capability}",
+            request_id,
+        )
     if header_version.strip() != requested:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: MCP-Protocol-Version header value {header_version!r} does not "
-            f"match body value {requested!r}",
+            f"Header mismatch: MCP-Protocol-Version header value {_shown(header_version)} does "
+            f"not match body value {_shown(requested)}",
             request_id,
         )
 
@@ -173,10 +290,10 @@ def _check_request(
     if version is None or version not in modern_versions():
         return Rejection(
             UNSUPPORTED_PROTOCOL_VERSION,
-            f"Unsupported protocol version {requested!r}: send one of "
+            f"Unsupported protocol version {_shown(requested)}: send one of "
             + ", ".join(supported_version_names()),
             request_id,
-            data={"supported": supported_version_names(), "requested": requested},
+            data={"supported": supported_version_names(), "requested": requested[:64]},
         )
 
     mismatch = _check_standard_headers(method, params, headers)
@@ -186,14 +303,14 @@ def _check_request(
     if method not in version.features.client_requests:
         return Rejection(
             METHOD_NOT_FOUND,
-            f"Method not found: {method!r} is not a {version.name} method",
+            f"Method not found: {_shown(method)} is not a {version.name} method",
             request_id,
         )
 
     log_level = meta.get(META_LOG_LEVEL)
     if log_level is not None and log_level not in LOG_LEVELS:
         return Rejection(
-            INVALID_PARAMS, f"Invalid params: unknown log level {log_level!r}", request_id
+            INVALID_PARAMS, f"Invalid params: unknown log level {_shown(log_level)}", request_id
         )
 
     param_headers = {
@@ -224,8 +341,8 @@ def _check_standard_headers(
     if header_method != method:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: Mcp-Method header value {header_method!r} does not match "
-            f"body value {method!r}",
+            f"Header mismatch: Mcp-Method header value {_shown(header_method)} does not match "
+            f"body value {_shown(method)}",
         )
     field = NAME_FIELD.get(method)
     if field is None:
@@ -243,7 +360,43 @@ def _check_standard_headers(
     if header_name != body_name:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: Mcp-Name header value {header_name!r} does not match body "
-            f"value {body_name!r}",
+            f"Header mismatch: Mcp-Name header value {_shown(header_name)} does not match body "
+            f"value {_shown(body_name)}",
         )
+    return None
+
+
+# 2026-07-28 schema.json ClientCapabilities: which members are objects, and which
+# of their members are objects in turn (JSONObject). The set is open: other
+# members are allowed and left to the translators, which drop what the
+# upstream's revision does not define.
+_CAPABILITY_OBJECTS: dict[str, tuple[str, ...] | None] = {
+    "elicitation": ("form", "url"),
+    "roots": (),
+    "sampling": ("context", "tools"),
+    # Every value of these two is a JSONObject.
+    "experimental": None,
+    "extensions": None,
+}
+
+
+def check_client_capabilities(capabilities: Mapping[str, Any]) -> str | None:
+    """What is wrong with a ClientCapabilities object's shape, as the rest of a
+    sentence naming the field (`.roots must be an object`), or None.
+
+    Hand-written from the 2026-07-28 schema: a few dict look-ups, no schema
+    engine on the hot path. Malformed capabilities are the client's error, to
+    be refused here, not by the upstream's `initialize`.
+    """
+    for name, members in _CAPABILITY_OBJECTS.items():
+        value = capabilities.get(name)
+        if value is None and name not in capabilities:
+            continue
+        if not isinstance(value, dict):
+            return f".{name} must be an object"
+        checked = value.keys() if members is None else members
+        for member in checked:
+            if member in value and not isinstance(value[member], dict):
+                label = member if len(member) <= 64 else member[:64] + "..."
+                return f".{name}.{label} must be an object"
     return None

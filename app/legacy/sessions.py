@@ -94,7 +94,7 @@ class LegacySessions:
         client_info: Mapping[str, Any] | None,
     ) -> LegacySession:
         key = self._pool.key_for(upstream_caps, offered, authorization)
-        upstream = await self._pool.open_owned(key, upstream_caps, authorization, client_info)
+        upstream = await self._pool.open_owned(key, authorization, client_info)
         session = LegacySession(
             secrets.token_urlsafe(32), credential_hash(authorization), client_version, upstream
         )

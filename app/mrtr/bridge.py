@@ -204,21 +204,28 @@ class Bridge:
 
     async def _first(self, turn: Turn) -> AsyncGenerator[Frame, None]:
         call = turn.call
-        lane = await self._lanes.acquire(turn.key, turn.upstream_caps, turn.authorization)
-        ex = LiveExchange(
-            pooled=lane.pooled,
-            lane=lane,
-            method=call.method,
-            caller=turn.caller,
-            digest=params_digest(call.params),
-        )
+        # Everything that can fail on the request alone happens before the lane is
+        # taken; from the take on, one try/finally gives the lane back on every path.
+        digest = params_digest(call.params)
         supplied = dict(call.params.get("inputResponses") or {})
+        lane = await self._lanes.acquire(turn.key, turn.upstream_caps, turn.authorization)
+        ex: LiveExchange | None = None
         try:
+            ex = LiveExchange(
+                pooled=lane.pooled,
+                lane=lane,
+                method=call.method,
+                caller=turn.caller,
+                digest=digest,
+            )
             await self._send(ex, turn)
             async for frame in self._drive(ex, turn, supplied):
                 yield frame
         finally:
-            await self._settle(ex, turn)
+            if ex is None:
+                self._spawn(self._lanes.release(lane, reusable=False))
+            else:
+                await self._settle(ex, turn)
 
     async def _send(self, ex: LiveExchange, turn: Turn) -> None:
         """Send the call on the exchange's lane; once more on a fresh lane if the
@@ -230,7 +237,9 @@ class Bridge:
         try:
             upstream_id, exchange = await turn.codec.send(ex.pooled, outbound)
         except SessionExpired:
-            ex.lane = await self._lanes.replace(ex.lane, turn.upstream_caps, turn.authorization)
+            # Not the exchange's any more while it is replaced: released exactly once.
+            stale, ex.lane = ex.lane, None
+            ex.lane = await self._lanes.replace(stale, turn.upstream_caps, turn.authorization)
             ex.pooled = ex.lane.pooled
             upstream_id, exchange = await turn.codec.send(ex.pooled, outbound)
         ex.attach(upstream_id, exchange)
@@ -289,14 +298,14 @@ class Bridge:
                     return
         taken = self._registry.take(claims.exchange)
         assert taken is not None  # peeked above, no await since
-        turn.log(
-            "mrtr_resumed",
-            exchange=ex.fingerprint,
-            round=ex.round,
-            answered=sum(1 for key in ex.pending if key in supplied),
-            pending=len(ex.pending),
-        )
         try:
+            turn.log(
+                "mrtr_resumed",
+                exchange=ex.fingerprint,
+                round=ex.round,
+                answered=sum(1 for key in ex.pending if key in supplied),
+                pending=len(ex.pending),
+            )
             if ex.url_required is not None:
                 async for frame in self._after_url_elicitation(ex, turn, supplied):
                     yield frame
@@ -558,8 +567,10 @@ class Bridge:
     async def _settle(self, ex: LiveExchange, turn: Turn) -> None:
         """After a turn: keep what was parked, tidy what completed, end what was left."""
         if turn.settled is Settled.COMPLETED:
-            await ex.close_stream(answered=True)
-            await self._release_lane(ex, reusable=True)
+            try:
+                await ex.close_stream(answered=True)
+            finally:
+                await self._release_lane(ex, reusable=True)
         elif turn.settled is None:
             # The client went away (or something broke) mid-turn: nobody will
             # finish this call. Cleanup must not be cut short by our own cancellation.
@@ -569,8 +580,10 @@ class Bridge:
     async def _abandon(self, ex: LiveExchange, reason: str, *, timed_out: bool = False) -> None:
         if not ex.ended:
             log.info("mrtr_abandoned", exchange=ex.fingerprint, reason=reason, round=ex.round)
-        await ex.abandon(reason, timed_out=timed_out)
-        await self._release_lane(ex, reusable=False)
+        try:
+            await ex.abandon(reason, timed_out=timed_out)
+        finally:
+            await self._release_lane(ex, reusable=False)
 
     async def _release_lane(self, ex: LiveExchange, *, reusable: bool) -> None:
         lane, ex.lane = ex.lane, None

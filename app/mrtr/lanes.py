@@ -37,12 +37,16 @@ RequestHandler = Callable[[Message], Awaitable[Message | None]]
 class Lane:
     """One session, one call at a time; `handler` takes what its GET stream asks."""
 
-    def __init__(self, key: SessionKey, pooled: PooledSession) -> None:
+    def __init__(self, key: SessionKey, pooled: PooledSession, pool: SessionPool) -> None:
         self.key = key
         self.pooled = pooled
+        self._pool = pool
         self.handler: RequestHandler | None = None
         self.idle_since = time.monotonic()
         self._remove_handler = pooled.listener.add_handler(self._on_request)
+        # The GET stream meeting a 404 (the upstream restarted) retires the whole
+        # generation at once, before the next call meets one of its own.
+        self._remove_expiry = pooled.listener.add_expiry_callback(lambda: pool.expired(pooled))
 
     async def _on_request(self, request: Message) -> Message | None:
         handler = self.handler
@@ -53,12 +57,14 @@ class Lane:
     async def close(self) -> None:
         self.handler = None
         self._remove_handler()
+        self._remove_expiry()
         # Answers just given to GET-stream requests (e.g. "cancel" for an abandoned
         # call) go out before the stream and the session are closed.
-        await self.pooled.listener.flush()
-        await self.pooled.listener.aclose()
-        with contextlib.suppress(Exception):
-            await self.pooled.session.close()
+        try:
+            await self.pooled.listener.flush()
+        finally:
+            # Through the pool: the session stops counting against its bounds.
+            await self._pool.close_detached(self.pooled)
 
 
 class Lanes:
@@ -80,6 +86,8 @@ class Lanes:
         # an upstream without them does not cost every new lane a wait.
         self._get_streams: bool | None = None
         self._reaper: asyncio.Task[None] | None = None
+        # Lanes count against the pool's bounds; the pool may ask for idle ones back.
+        pool.add_holder(self._reclaim, self._retire)
 
     @property
     def busy(self) -> int:
@@ -95,13 +103,15 @@ class Lanes:
     async def acquire(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> Lane:
-        idle = self._idle.get(key)
-        if idle:
+        while idle := self._idle.get(key):
             lane = idle.pop()
+            if lane.pooled.generation < self._pool.generation:
+                await lane.close()  # its upstream generation was retired meanwhile
+                continue
             self._busy.add(lane)
             return lane
         pooled = await self._pool.open_detached(key, capabilities, authorization)
-        lane = Lane(key, pooled)
+        lane = Lane(key, pooled, self._pool)
         try:
             if self._get_streams is not False:
                 await self._open_get_stream(pooled)
@@ -131,7 +141,8 @@ class Lanes:
         lane.handler = None
         self._busy.discard(lane)
         idle = self._idle.setdefault(lane.key, [])
-        if reusable and len(idle) < self._max_idle:
+        current = lane.pooled.generation >= self._pool.generation
+        if reusable and current and len(idle) < self._max_idle:
             lane.idle_since = time.monotonic()
             idle.append(lane)
             return
@@ -140,9 +151,41 @@ class Lanes:
     async def replace(
         self, lane: Lane, capabilities: Mapping[str, Any], authorization: str | None
     ) -> Lane:
-        """A fresh lane for one whose session the upstream forgot (404)."""
+        """A fresh lane for one whose session the upstream forgot (404): every
+        session of its generation is retired first (idle lanes too), so the fresh
+        lane is not another forgotten one."""
+        self._pool.expired(lane.pooled)
         await self.release(lane, reusable=False)
         return await self.acquire(lane.key, capabilities, authorization)
+
+    async def _reclaim(self, credentials: str | None) -> bool:
+        """Close the longest idle lane (of these credentials, or any): the pool
+        needs its place."""
+        candidates = [
+            lane
+            for lanes in self._idle.values()
+            for lane in lanes
+            if credentials is None or lane.key.credentials == credentials
+        ]
+        if not candidates:
+            return False
+        oldest = min(candidates, key=lambda lane: lane.idle_since)
+        self._idle[oldest.key].remove(oldest)
+        await oldest.close()
+        return True
+
+    async def _retire(self, generation: int) -> None:
+        """The upstream forgot the sessions of `generation` and older: close the idle
+        lanes on them (busy ones are closed when released)."""
+        stale: list[Lane] = []
+        for lanes in self._idle.values():
+            stale += [lane for lane in lanes if lane.pooled.generation <= generation]
+            # In place, before any await: nobody can take a stale lane after this.
+            lanes[:] = [lane for lane in lanes if lane.pooled.generation > generation]
+        for lane in stale:
+            await lane.close()
+        if stale:
+            log.info("lanes_retired", closed=len(stale))
 
     async def _reap(self) -> None:
         while True:

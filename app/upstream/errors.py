@@ -51,3 +51,10 @@ class SessionExpired(UpstreamError):
 
 class PoolExhausted(UpstreamError):
     status = 503
+
+
+class SessionShareExceeded(PoolExhausted):
+    """One credential holds its whole share of upstream sessions, all busy: the
+    caller's own load, so 429 (RFC 6585) rather than the pool's 503."""
+
+    status = 429

@@ -13,7 +13,8 @@ import contextlib
 import hashlib
 import itertools
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,13 @@ import structlog
 from app import jsonio
 from app.front.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message, Session, Transport
-from app.upstream.errors import PoolExhausted, SessionExpired, UpstreamProtocolError
+from app.upstream.capabilities import canonical
+from app.upstream.errors import (
+    PoolExhausted,
+    SessionExpired,
+    SessionShareExceeded,
+    UpstreamProtocolError,
+)
 from app.upstream.listener import SessionListener
 from translators.registry import Version, get_version
 
@@ -55,6 +62,13 @@ class PooledSession:
     init_result: dict[str, Any]
     last_used: float = field(default_factory=time.monotonic)
     in_flight: int = 0
+    # The pool's upstream generation when the session was opened: a 404 for one
+    # session retires every session of its generation (SessionPool.expired).
+    generation: int = 0
+    # Counted against the pool's bounds until closed (exactly once).
+    counted: bool = True
+    # Owned by one holder (an MRTR lane), never in the pool's map.
+    detached: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _tools: dict[str, HeaderPaths] | None = None
     _tools_at: float = 0.0
@@ -125,23 +139,50 @@ class PooledSession:
         return tools
 
 
+# Something else that holds upstream sessions of the pool (the MRTR bridge's idle
+# lanes): asked to close one idle session, of one credential or of any (None).
+Reclaimer = Callable[[str | None], Awaitable[bool]]
+# Told that every session of this generation or older is gone upstream.
+Retirer = Callable[[int], Coroutine[Any, Any, None]]
+
+
 class SessionPool:
+    """Upstream sessions, bounded.
+
+    Every session counts against `max_sessions` from the moment its
+    `initialize` starts until it is closed: pooled ones, ones being opened, and
+    detached ones (lanes). One credential (the hash of an `Authorization`
+    value; all anonymous callers together) may hold at most
+    `max_per_credential`. When a bound is reached, an idle session (pooled or
+    an idle lane) is closed to make room; when none is idle the call is
+    refused: `PoolExhausted` (503) for the pool, `SessionShareExceeded` (429)
+    for a credential's share.
+    """
+
     def __init__(
         self,
         transport: Transport,
         *,
         max_sessions: int,
         idle_s: float,
+        max_per_credential: int | None = None,
     ) -> None:
         self._transport = transport
         self._max = max_sessions
+        self._share = min(max_per_credential or max_sessions, max_sessions)
         self._idle_s = idle_s
         self._sessions: dict[SessionKey, PooledSession] = {}
         self._opening: dict[SessionKey, asyncio.Future[PooledSession]] = {}
-        # Sessions held by one owner each (legacy clients' sessions, app/legacy):
-        # not pooled, but counted against MCP_SHIM_MAX_SESSIONS with the pooled ones.
-        self._owned = 0
         self._reaper: asyncio.Task[None] | None = None
+        # Sessions alive or being opened, in all and per credential hash.
+        self._count = 0
+        self._per_credential: Counter[str] = Counter()
+        self._generation = 0
+        # Out of the map (their generation was retired) but still leased.
+        self._retired: set[PooledSession] = set()
+        self._reclaimers: list[Reclaimer] = []
+        self._retirers: list[Retirer] = []
+        self._background: set[asyncio.Task[None]] = set()
         # When the upstream last answered (monotonic) and in which version: /readyz.
         self.last_answer: tuple[float, Version] | None = None
 
@@ -152,15 +193,33 @@ class SessionPool:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    @property
+    def open_sessions(self) -> int:
+        """Every upstream session counted against MCP_SHIM_MAX_SESSIONS."""
+        return self._count
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
     def start(self) -> None:
         self._reaper = asyncio.create_task(self._reap_idle())
+
+    def add_holder(self, reclaim: Reclaimer, retire: Retirer) -> None:
+        """Register an owner of detached sessions (the MRTR lanes): `reclaim` closes
+        one of its idle sessions when a bound is reached; `retire` closes its idle
+        sessions of a retired generation."""
+        self._reclaimers.append(reclaim)
+        self._retirers.append(retire)
 
     @staticmethod
     def key_for(
         capabilities: Mapping[str, Any], version: Version, authorization: str | None
     ) -> SessionKey:
-        canonical = jsonio.dumps_sorted(capabilities)
-        return SessionKey(canonical, version.name, credential_hash(authorization))
+        # Canonical capabilities: the key space is what the upstream's revision can
+        # tell apart, not whatever a client declares (app/upstream/capabilities.py).
+        canonical_caps = jsonio.dumps_sorted(canonical(capabilities, version))
+        return SessionKey(canonical_caps, version.name, credential_hash(authorization))
 
     async def acquire(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
@@ -181,6 +240,9 @@ class SessionPool:
     def release(self, pooled: PooledSession) -> None:
         pooled.in_flight -= 1
         pooled.last_used = time.monotonic()
+        if pooled in self._retired and pooled.in_flight == 0 and pooled.listener.users == 0:
+            self._retired.discard(pooled)
+            self._spawn(self._close(pooled))
 
     async def _open_once(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
@@ -201,14 +263,13 @@ class SessionPool:
     async def _open(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
-        if len(self._sessions) + self._owned >= self._max:
-            await self._evict_one()
-        pooled = await self._handshake(key, capabilities, authorization)
+        pooled = await self._handshake(key, authorization)
         self._sessions[key] = pooled
         log.info(
             "upstream_session_opened",
             upstream_version=pooled.version.name,
             sessions=len(self._sessions),
+            open_sessions=self._count,
         )
         return pooled
 
@@ -216,90 +277,177 @@ class SessionPool:
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
         """A fresh session for `key` that the pool neither keeps nor hands to anyone:
-        its owner uses it alone and closes it (the MRTR bridge's lanes, app/mrtr/lanes.py)."""
-        return await self._handshake(key, capabilities, authorization)
+        its owner uses it alone and closes it with `close_detached` (the MRTR
+        bridge's lanes, app/mrtr/lanes.py). It counts against the bounds."""
+        pooled = await self._handshake(key, authorization)
+        pooled.detached = True
+        return pooled
+
+    async def close_detached(self, pooled: PooledSession) -> None:
+        await self._close(pooled)
 
     async def open_owned(
-        self,
-        key: SessionKey,
-        capabilities: Mapping[str, Any],
-        authorization: str | None,
-        client_info: Mapping[str, Any] | None = None,
+        self, key: SessionKey, authorization: str | None, client_info: Mapping[str, Any] | None
     ) -> PooledSession:
-        """A fresh session for one owner alone (a legacy client's session), counted
-        against MCP_SHIM_MAX_SESSIONS until `close_owned`. When the bound is reached
-        an idle pooled session is closed to make room; owned sessions are never
-        evicted (their client holds state on them): PoolExhausted instead."""
-        if len(self._sessions) + self._owned >= self._max:
-            await self._evict_one()
-        self._owned += 1
-        try:
-            pooled = await self._handshake(key, capabilities, authorization, client_info)
-        except BaseException:
-            self._owned -= 1
-            raise
+        """A fresh session for one owner alone (a legacy client's session, app/legacy),
+        counted against the bounds until `close_owned`. Owned sessions are never
+        reclaimed to make room: their client holds state on them."""
+        pooled = await self._handshake(key, authorization, client_info)
+        pooled.detached = True
         log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
         return pooled
 
     async def close_owned(self, pooled: PooledSession) -> None:
         """End a session from `open_owned` (DELETE upstream) and free its place."""
-        self._owned -= 1
-        await pooled.listener.aclose()
-        with contextlib.suppress(Exception):
-            await pooled.session.close()
+        await self._close(pooled)
+
+    async def _reserve(self, credentials: str) -> None:
+        """Count one more session for `credentials`, closing idle ones to make room."""
+        while True:
+            if self._count >= self._max:
+                if await self._reclaim(None):
+                    continue
+                log.warning(
+                    "session_pool_exhausted", limit=self._max, setting="MCP_SHIM_MAX_SESSIONS"
+                )
+                raise PoolExhausted(
+                    f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
+                    "or retry later"
+                )
+            if self._per_credential[credentials] >= self._share:
+                if await self._reclaim(credentials):
+                    continue
+                log.warning(
+                    "session_share_exceeded",
+                    limit=self._share,
+                    setting="MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL",
+                )
+                raise SessionShareExceeded(
+                    f"this caller's credentials already hold {self._share} upstream sessions, "
+                    "all busy (MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL); retry later"
+                )
+            # No await between the checks above and the count: the bound is strict.
+            self._count += 1
+            self._per_credential[credentials] += 1
+            return
+
+    def _uncount(self, pooled: PooledSession) -> None:
+        if pooled.counted:
+            pooled.counted = False
+            self._uncount_key(pooled.key.credentials)
+
+    def _uncount_key(self, credentials: str) -> None:
+        self._count -= 1
+        self._per_credential[credentials] -= 1
+        if self._per_credential[credentials] <= 0:
+            del self._per_credential[credentials]
+
+    async def _reclaim(self, credentials: str | None) -> bool:
+        """Close one idle session (of these credentials, or of any): pooled ones
+        first (least recently used), then the holders' (idle lanes)."""
+        idle = [
+            p
+            for p in self._sessions.values()
+            if p.in_flight == 0
+            and p.listener.users == 0
+            and (credentials is None or p.key.credentials == credentials)
+        ]
+        if idle:
+            await self.discard(min(idle, key=lambda p: p.last_used))
+            return True
+        for reclaim in self._reclaimers:
+            if await reclaim(credentials):
+                return True
+        return False
 
     async def _handshake(
         self,
         key: SessionKey,
-        capabilities: Mapping[str, Any],
         authorization: str | None,
         client_info: Mapping[str, Any] | None = None,
     ) -> PooledSession:
-        headers = {"authorization": authorization} if authorization is not None else {}
-        initialize: Message = {
-            "jsonrpc": "2.0",
-            "id": "shim-init",
-            "method": "initialize",
-            "params": {
-                "protocolVersion": key.version,
-                "capabilities": dict(capabilities),
-                "clientInfo": dict(client_info) if client_info is not None else GATEWAY_INFO,
-            },
-        }
-        session, result = await self._transport.open_session(initialize, headers)
-        version = get_version(result.get("protocolVersion"))
-        if version is None:
-            await session.close()
-            raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
-        self.note_answer(version)
-        return PooledSession(key, session, version, result)
-
-    async def _evict_one(self) -> None:
-        idle = [p for p in self._sessions.values() if p.in_flight == 0 and p.listener.users == 0]
-        if not idle:
-            raise PoolExhausted(
-                f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
-                "or retry later"
-            )
-        victim = min(idle, key=lambda p: p.last_used)
-        await self.discard(victim)
+        await self._reserve(key.credentials)
+        generation = self._generation
+        try:
+            headers = {"authorization": authorization} if authorization is not None else {}
+            initialize: Message = {
+                "jsonrpc": "2.0",
+                "id": "shim-init",
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": key.version,
+                    # Exactly what the key says, so a session serves what it was keyed by.
+                    "capabilities": jsonio.loads(key.capabilities),
+                    # A legacy client's own session introduces that client.
+                    "clientInfo": dict(client_info) if client_info is not None else GATEWAY_INFO,
+                },
+            }
+            session, result = await self._transport.open_session(initialize, headers)
+            version = get_version(result.get("protocolVersion"))
+            if version is None:
+                await session.close()
+                raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
+            self.note_answer(version)
+        except BaseException:
+            self._uncount_key(key.credentials)
+            raise
+        return PooledSession(key, session, version, result, generation=generation)
 
     async def discard(self, pooled: PooledSession) -> None:
         if self._sessions.get(pooled.key) is pooled:
             del self._sessions[pooled.key]
+        self._retired.discard(pooled)
+        await self._close(pooled)
+
+    async def _close(self, pooled: PooledSession) -> None:
+        self._retired.discard(pooled)
+        self._uncount(pooled)  # first: the slot is free even if closing is cut short
         await pooled.listener.aclose()
         with contextlib.suppress(Exception):
             await pooled.session.close()
+
+    def expired(self, stale: PooledSession) -> None:
+        """The upstream answered 404 for `stale`'s session id: it forgot the session,
+        most often because it restarted and forgot every other one too. Every
+        session of that generation or older is retired at once (pooled ones, idle
+        lanes), so the next calls do not each meet a 404 of their own; leased
+        ones are closed when their lease ends."""
+        if not stale.detached:
+            self._retire(stale)
+        if stale.generation < self._generation:
+            return  # its generation is already retired
+        retired = stale.generation
+        self._generation += 1
+        log.info("upstream_sessions_retired", generation=retired)
+        for pooled in list(self._sessions.values()):
+            if pooled.generation <= retired:
+                self._retire(pooled)
+        for retire in self._retirers:
+            self._spawn(retire(retired))
+
+    def _retire(self, pooled: PooledSession) -> None:
+        """Out of the map; closed now if idle, else when its last user leaves."""
+        if self._sessions.get(pooled.key) is pooled:
+            del self._sessions[pooled.key]
+        if pooled.in_flight == 0 and pooled.listener.users == 0:
+            self._retired.discard(pooled)
+            self._spawn(self._close(pooled))
+        else:
+            self._retired.add(pooled)
 
     async def renew(
         self, stale: PooledSession, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
         """Replace a session the upstream expired (404) with a fresh, leased one.
         The caller still releases its lease on the stale one."""
-        if self._sessions.get(stale.key) is stale:
-            del self._sessions[stale.key]
+        self.expired(stale)
         log.info("upstream_session_expired", upstream_version=stale.version.name)
         return await self.acquire(stale.key, capabilities, authorization)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _reap_idle(self) -> None:
         while True:
@@ -310,13 +458,19 @@ class SessionPool:
                 if idle and now - pooled.last_used > self._idle_s:
                     await self.discard(pooled)
                     log.info("upstream_session_closed_idle", upstream_version=pooled.version.name)
+            for pooled in list(self._retired):
+                if pooled.in_flight == 0 and pooled.listener.users == 0:
+                    await self.discard(pooled)
 
     async def aclose(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        for pooled in list(self._sessions.values()):
+        for task in list(self._background):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 2.0)
+        for pooled in list(self._sessions.values()) + list(self._retired):
             await self.discard(pooled)
 
 

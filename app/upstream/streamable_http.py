@@ -64,6 +64,10 @@ def _library_errors(what: str) -> Iterator[None]:
         ) from exc
     except (SSEError, jsonio.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UpstreamProtocolError(f"upstream sent malformed data during {what}") from exc
+    except UnicodeEncodeError:
+        # httpx encodes header values as ASCII, and its exception holds the whole
+        # value (a credential, possibly): dropped, never chained into a log.
+        raise UpstreamError(f"a header value for {what} is not printable ASCII") from None
 
 
 def build_client(
@@ -191,14 +195,15 @@ class StreamableHttpSession:
         self._headers = base
 
     async def _post(self, message: Message, what: str) -> httpx.Response:
-        request = self._client.build_request(
-            "POST",
-            self._url,
-            content=jsonio.dumps(message),
-            headers={**self._headers, **tracing.outgoing_headers()},
-            timeout=self._timeout,
-        )
+        content = jsonio.dumps(message)
         with _library_errors(what):
+            request = self._client.build_request(
+                "POST",
+                self._url,
+                content=content,
+                headers={**self._headers, **tracing.outgoing_headers()},
+                timeout=self._timeout,
+            )
             response = await self._client.send(request, stream=True)
         if response.status_code == 404 and self.session_id is not None:
             await response.aclose()
@@ -238,13 +243,13 @@ class StreamableHttpSession:
         if last_event_id is not None:
             headers["last-event-id"] = last_event_id
         headers.update(tracing.outgoing_headers())
-        request = self._client.build_request(
-            "GET",
-            self._url,
-            headers=headers,
-            timeout=httpx.Timeout(None, connect=self._timeout.connect),
-        )
         with _library_errors("GET stream"):
+            request = self._client.build_request(
+                "GET",
+                self._url,
+                headers=headers,
+                timeout=httpx.Timeout(None, connect=self._timeout.connect),
+            )
             response = await self._client.send(request, stream=True)
         if response.status_code == 404 and self.session_id is not None:
             await response.aclose()
@@ -259,8 +264,8 @@ class StreamableHttpSession:
     async def close(self) -> None:
         if self.session_id is None:
             return
-        request = self._client.build_request("DELETE", self._url, headers=self._headers)
         with contextlib.suppress(UpstreamError), _library_errors("DELETE"):
+            request = self._client.build_request("DELETE", self._url, headers=self._headers)
             response = await self._client.send(request)
             await response.aclose()
 

@@ -448,7 +448,19 @@ def test_loopback_origin_and_host_are_accepted(client: httpx.Client, gateway_url
 
 def test_notification_is_accepted_with_202(client: httpx.Client, gateway_url: str) -> None:
     message = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
-    headers = {"content-type": "application/json", "accept": wire.ACCEPT_BOTH}
+    # streamable-http "Protocol Version Header": "Every POST request to the MCP
+    # endpoint MUST include an MCP-Protocol-Version header", notifications too.
+    headers = {
+        "content-type": "application/json",
+        "accept": wire.ACCEPT_BOTH,
+        "mcp-protocol-version": wire.MODERN,
+        "mcp-method": "notifications/cancelled",
+    }
     response = wire.post(client, gateway_url + "/mcp", message, headers)
     assert response.status_code == 202
     assert response.content == b""
+    # Without it, the notification is refused (an error without id, "Sending Messages" 5).
+    del headers["mcp-protocol-version"]
+    refused = wire.post(client, gateway_url + "/mcp", message, headers)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == -32020 and "id" not in refused.json()

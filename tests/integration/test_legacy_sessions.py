@@ -45,6 +45,9 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
             procs.free_port(),
             env={
                 "MCP_SHIM_MAX_SESSIONS": str(MAX_SESSIONS),
+                # One credential may take the whole (small) pool; parked calls must fit in it.
+                "MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL": str(MAX_SESSIONS),
+                "MCP_SHIM_MAX_PARKED": "1",
                 "MCP_SHIM_SESSION_IDLE_S": str(IDLE_S),
             },
             log_path=logs / "gateway.log",

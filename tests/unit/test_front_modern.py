@@ -129,7 +129,9 @@ def test_notification_is_accepted() -> None:
     raw = orjson.dumps(
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
     )
-    assert isinstance(modern.parse(raw, {}), modern.ModernNotification)
+    # streamable-http "Protocol Version Header": every POST MUST carry it.
+    hdrs = {"mcp-protocol-version": "2026-07-28", "mcp-method": "notifications/cancelled"}
+    assert isinstance(modern.parse(raw, hdrs), modern.ModernNotification)
 
 
 def test_responses_and_bad_shapes_are_invalid_requests() -> None:

@@ -1,0 +1,171 @@
+"""SessionPool's bounds and generations (issue 7 "Hardening", defects 6 and 8),
+as accounting: a transport double whose `initialize` takes a while, so that
+sessions being opened overlap. The same behaviour against the real legacy
+fixture is in tests/integration/test_hardening.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from app.upstream.errors import PoolExhausted, SessionShareExceeded
+from app.upstream.pool import PooledSession, SessionPool
+from translators.registry import get_version
+
+LEGACY = get_version("2025-11-25")
+
+
+class Session:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def request(self, message: dict[str, Any]) -> Any:
+        raise AssertionError("not used")
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        pass
+
+    async def respond(self, message: dict[str, Any]) -> None:
+        pass
+
+    async def listen(self, last_event_id: str | None = None) -> Any:
+        raise AssertionError("not used")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class SlowTransport:
+    def __init__(self) -> None:
+        self.opened: list[Session] = []
+        self.initialized: list[dict[str, Any]] = []
+
+    async def open_session(
+        self, initialize: dict[str, Any], headers: Mapping[str, str]
+    ) -> tuple[Session, dict[str, Any]]:
+        await asyncio.sleep(0.05)
+        self.initialized.append(initialize)
+        session = Session()
+        self.opened.append(session)
+        return session, {"protocolVersion": "2025-11-25", "capabilities": {}}
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def take(
+    pool: SessionPool, authorization: str | None, caps: dict[str, Any] | None = None
+) -> PooledSession:
+    assert LEGACY is not None
+    key = pool.key_for(caps or {}, LEGACY, authorization)
+    return await pool.acquire(key, caps or {}, authorization)
+
+
+async def test_sessions_being_opened_count_against_the_bound() -> None:
+    # The bound was checked against open sessions only: five concurrent openings
+    # all passed a bound of 2.
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=2, idle_s=300)
+    results = await asyncio.gather(
+        *(take(pool, f"Bearer {i}") for i in range(5)), return_exceptions=True
+    )
+    assert sum(isinstance(r, PooledSession) for r in results) == 2
+    assert sum(isinstance(r, PoolExhausted) for r in results) == 3
+    assert len(transport.opened) == 2 and pool.open_sessions == 2
+
+
+async def test_one_credential_gets_its_share_and_no_more() -> None:
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=8, idle_s=300, max_per_credential=2)
+    assert LEGACY is not None
+    key = pool.key_for({}, LEGACY, "Bearer greedy")
+    lanes = await asyncio.gather(
+        *(pool.open_detached(key, {}, "Bearer greedy") for _ in range(4)), return_exceptions=True
+    )
+    refused = [r for r in lanes if isinstance(r, SessionShareExceeded)]
+    assert len(refused) == 2 and refused[0].status == 429
+    assert "MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL" in refused[0].message
+    assert isinstance(await take(pool, "Bearer other"), PooledSession)
+    # Closing a detached session gives its place back.
+    await pool.close_detached(next(r for r in lanes if isinstance(r, PooledSession)))
+    assert isinstance(await pool.open_detached(key, {}, "Bearer greedy"), PooledSession)
+
+
+async def test_an_idle_session_of_the_same_credential_makes_room() -> None:
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=8, idle_s=300, max_per_credential=1)
+    first = await take(pool, None)
+    pool.release(first)
+    second = await take(pool, None, {"roots": {"listChanged": True}})
+    assert first.session.closed  # type: ignore[attr-defined]
+    assert second is not first and pool.open_sessions == 1
+
+
+async def test_capabilities_sent_upstream_are_the_canonical_key() -> None:
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=8, idle_s=300)
+    for i in range(10):
+        pool.release(await take(pool, None, {"experimental": {f"x{i}": {}}, "roots": {"junk": i}}))
+    assert len(transport.opened) == 1
+    assert transport.initialized[0]["params"]["capabilities"] == {"roots": {}}
+
+
+async def test_the_first_404_retires_the_whole_generation() -> None:
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=8, idle_s=300)
+    idle = [await take(pool, f"Bearer {i}") for i in range(3)]
+    busy = await take(pool, "Bearer busy")
+    for pooled in idle:
+        pool.release(pooled)
+    assert pool.open_sessions == 4
+    pool.expired(idle[0])
+    await asyncio.sleep(0)  # closings run in the background
+    await asyncio.sleep(0)
+    assert len(pool) == 0 and pool.generation == 1
+    assert all(p.session.closed for p in idle)  # type: ignore[attr-defined]
+    assert not busy.session.closed  # type: ignore[attr-defined]
+    # A 404 on another session of the same (already retired) generation: nothing more.
+    pool.expired(busy)
+    assert pool.generation == 1
+    pool.release(busy)
+    await asyncio.sleep(0)
+    assert busy.session.closed and pool.open_sessions == 0  # type: ignore[attr-defined]
+    fresh = await take(pool, "Bearer 0")
+    assert fresh.generation == 1 and pool.open_sessions == 1
+
+
+@pytest.mark.parametrize("share", [None, 3])
+async def test_session_share_never_exceeds_the_pool(share: int | None) -> None:
+    pool = SessionPool(SlowTransport(), max_sessions=2, idle_s=300, max_per_credential=share)
+    results = await asyncio.gather(
+        *(take(pool, None, {"roots": {"listChanged": i % 2 == 0}}) for i in range(4)),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, PooledSession) for r in results) == 4  # two keys, shared
+    assert pool.open_sessions == 2
+
+
+async def test_a_header_httpx_cannot_encode_never_reaches_an_exception() -> None:
+    # Defect 3, below the front: httpx's UnicodeEncodeError holds the whole header
+    # value; what leaves the transport is the gateway's own error, naming nothing.
+    import traceback
+
+    import httpx
+
+    from app.upstream.errors import UpstreamError
+    from app.upstream.streamable_http import StreamableHttpSession
+
+    assert LEGACY is not None
+    secret = "Bearer sk-live-TOPSECRET\xe9"
+    async with httpx.AsyncClient() as client:
+        session = StreamableHttpSession(
+            client, "http://127.0.0.1:9/mcp", {"authorization": secret}, "s-1", LEGACY, 5.0
+        )
+        with pytest.raises(UpstreamError) as caught:
+            await session.request({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    rendered = "".join(traceback.format_exception(caught.value)) + repr(caught.value)
+    assert "TOPSECRET" not in rendered
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
