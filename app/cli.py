@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import resource
 import socket
 import sys
 
+import structlog
 import uvicorn
 from fastapi import FastAPI
 
 from app import logs
 from app.config import Settings, SettingsError, load_settings
+from app.http_protocol import ConnectionLimits, protocol_class
 from app.server import create_app, drain
 
 
@@ -53,6 +56,48 @@ def check_listen_address(settings: Settings) -> None:
             ) from None
 
 
+# File descriptors kept for everything but client and upstream connections:
+# the listening socket, stdio, the event loop's own, DNS lookups.
+_FD_RESERVE = 64
+
+
+def connection_limits(settings: Settings) -> ConnectionLimits:
+    """The client-connection bound, kept within the file-descriptor limit: above
+    it, accept() fails and new clients are dropped before any code of ours runs.
+
+    The soft RLIMIT_NOFILE is raised to the hard one first. If the settings
+    still do not fit, the client bound is lowered (and a warning says so),
+    leaving at least half the room to upstream connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    bound = settings.max_connections
+    if soft != resource.RLIM_INFINITY:
+        room = soft - _FD_RESERVE
+        upstream = min(settings.max_upstream_connections, room // 2)
+        if bound > room - upstream:
+            bound = max(1, room - upstream)
+            structlog.get_logger("mcp_shim.connections").warning(
+                "connection_limit_lowered",
+                setting="MCP_SHIM_MAX_CONNECTIONS",
+                configured=settings.max_connections,
+                effective=bound,
+                fd_limit=soft,
+                max_upstream_connections=settings.max_upstream_connections,
+                hint="raise the file-descriptor limit (ulimit -n) or lower "
+                "MCP_SHIM_MAX_CONNECTIONS / MCP_SHIM_MAX_UPSTREAM_CONNECTIONS",
+            )
+    return ConnectionLimits(
+        max_connections=bound,
+        read_timeout_s=settings.read_timeout_s,
+        write_timeout_s=settings.write_timeout_s,
+    )
+
+
 def main() -> None:
     try:
         settings = load_settings()
@@ -67,11 +112,14 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with read and write timeouts and a connection bound
+        # (app/http_protocol.py).
+        http=protocol_class(connection_limits(settings)),
         log_config=None,
         access_log=False,
         lifespan="on",
-        # Headers and bodies of a slow client must not hold a worker forever.
+        # Idle keep-alive connections only; a request being read is bounded by
+        # MCP_SHIM_READ_TIMEOUT_S in the protocol.
         timeout_keep_alive=30,
         timeout_graceful_shutdown=10,
     )

@@ -76,8 +76,10 @@ class Gateway:
         subscriptions: SubscriptionHub | None = None,
         listen_keepalive_s: float = 15.0,
         bridge: Bridge | None = None,
+        call_deadline_s: float = 120.0,
     ) -> None:
         self._pool = pool
+        self._call_deadline_s = call_deadline_s
         # The MRTR bridge (app/mrtr); None: the upstream's requests are refused.
         self._bridge = bridge
         self._codec = Codec(
@@ -94,6 +96,65 @@ class Gateway:
     # -- entry point -------------------------------------------------------
 
     async def run(
+        self, call: ModernCall, authorization: str | None, state: CallState
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The call's messages for its client, within MCP_SHIM_CALL_DEADLINE_S.
+
+        A subscriptions/listen stream is long-lived by design and has no
+        deadline; a turn of a multi round-trip call ends when it parks, so the
+        deadline bounds each turn. At the deadline the call is cancelled where
+        it waits: its cleanup sends the upstream notifications/cancelled and
+        releases the session or lane, and the client gets -32603 with 504.
+        """
+        steps = self._call(call, authorization, state)
+        deadline = None
+        if call.method != subscriptions_listen.METHOD:
+            deadline = asyncio.get_running_loop().time() + self._call_deadline_s
+        async with contextlib.aclosing(steps):
+            while True:
+                timer = asyncio.timeout_at(deadline)
+                failed = False
+                try:
+                    async with timer:
+                        out = await anext(steps)
+                except StopAsyncIteration:
+                    if not timer.expired():
+                        return
+                except Exception as exc:
+                    failed = not (isinstance(exc, TimeoutError) and timer.expired())
+                    if failed:
+                        # A defect of ours: the stack goes to the log, never to the client.
+                        log.exception("call_failed", method=call.method)
+                else:
+                    yield out
+                    continue
+                if failed:
+                    state.outcome = "internal_error"
+                    rejection = Rejection(
+                        INTERNAL_ERROR,
+                        "Internal error: the gateway failed to serve the request",
+                        call.id,
+                        status=500,
+                    )
+                else:
+                    state.outcome = "deadline_exceeded"
+                    log.warning(
+                        "call_deadline_exceeded",
+                        method=call.method,
+                        deadline_s=self._call_deadline_s,
+                    )
+                    rejection = Rejection(
+                        INTERNAL_ERROR,
+                        f"Internal error: the call did not complete within "
+                        f"{self._call_deadline_s:g} s (MCP_SHIM_CALL_DEADLINE_S); the "
+                        "upstream request was cancelled",
+                        call.id,
+                        status=504,
+                    )
+                yield Outgoing(rejection.to_message(), True, rejection.http_status)
+                return
+
+    async def _call(
         self, call: ModernCall, authorization: str | None, state: CallState
     ) -> AsyncGenerator[Outgoing, None]:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -10,6 +11,8 @@ from contextlib import asynccontextmanager
 
 import structlog
 from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from app import jsonio
@@ -35,15 +38,31 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+class BodyTimeout(Exception):
+    pass
+
+
+class BodyAbandoned(Exception):
+    """The client went away before sending the whole body: its doing, not an error."""
+
+
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
     chunks = bytearray()
-    async for chunk in request.stream():
-        chunks += chunk
-        if len(chunks) > limit:
-            raise BodyTooLarge
+    try:
+        # A body shorter than its Content-Length, or dripped, would hold the
+        # connection for ever (uvicorn has no body timeout).
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                chunks += chunk
+                if len(chunks) > limit:
+                    raise BodyTooLarge
+    except TimeoutError:
+        raise BodyTimeout from None
+    except ClientDisconnect:
+        raise BodyAbandoned from None
     return bytes(chunks)
 
 
@@ -101,6 +120,7 @@ def create_app(settings: Settings) -> FastAPI:
             subscriptions=subscriptions,
             listen_keepalive_s=settings.listen_keepalive_s,
             bridge=bridge,
+            call_deadline_s=settings.call_deadline_s,
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
@@ -115,8 +135,21 @@ def create_app(settings: Settings) -> FastAPI:
             log.info("gateway_stopped")
 
     app = FastAPI(
-        title="mcp-shim", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="mcp-shim",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # Starlette's redirect to `/mcp` for `/mcp/` builds its Location from
+        # the Host header: no answer of ours is built from request headers.
+        redirect_slashes=False,
     )
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, exc: HTTPException) -> Response:
+        return _json(
+            Rejection(INVALID_REQUEST, "Not found: the MCP endpoint is POST /mcp", status=404)
+        )
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -163,7 +196,23 @@ def create_app(settings: Settings) -> FastAPI:
             log.warning("request_refused", reason="content_type", status=415)
             return _json(rejection)
         try:
-            body = await _read_body(request, settings.max_body_bytes)
+            body = await _read_body(request, settings.max_body_bytes, settings.read_timeout_s)
+        except BodyAbandoned:
+            log.info("client_disconnected", phase="request_body")
+            return Response(status_code=400)  # nobody is left to read it
+        except BodyTimeout:
+            log.warning("request_refused", reason="body_timeout", status=408)
+            timeout = _json(
+                Rejection(
+                    INVALID_REQUEST,
+                    f"Request timeout: the body did not arrive within {settings.read_timeout_s:g} "
+                    "s (MCP_SHIM_READ_TIMEOUT_S)",
+                    status=408,
+                )
+            )
+            # The rest of the body may still come: this connection cannot carry another request.
+            timeout.headers["connection"] = "close"
+            return timeout
         except BodyTooLarge:
             log.warning("request_refused", reason="body_too_large", status=413)
             return _json(
@@ -191,13 +240,13 @@ def create_app(settings: Settings) -> FastAPI:
         state = CallState(request_id=request_id, hop=HOP_HEADER in request.headers)
         gateway: Gateway = request.app.state.gateway
 
-        def done(status: int, disconnected: bool) -> None:
+        def done(status: int, ending: str | None) -> None:
             log.info(
                 "call",
                 method=parsed.method,
                 client_version=parsed.version.name,
                 upstream_version=state.upstream_version,
-                outcome="client_disconnected" if disconnected else state.outcome,
+                outcome=ending or state.outcome,
                 status=status,
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )
