@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
 import socket
 import sys
@@ -56,6 +58,29 @@ def check_listen_address(settings: Settings) -> None:
             ) from None
 
 
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+_MMAP_THRESHOLD = 128 * 1024
+
+
+def fix_mmap_threshold() -> None:
+    """Large buffers (request bodies, upstream answers, serialised results) are
+    mmapped, and so given back to the system when freed.
+
+    glibc raises its mmap threshold each time such a buffer is freed; later
+    ones then come from the heap, where fragmentation keeps them: RSS grew by
+    ~50 MB per round of 20 concurrent 3 MB calls and never came back down.
+    Setting the threshold fixes it at glibc's initial value. Not glibc: nothing."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+
+
 # File descriptors kept for everything but client and upstream connections:
 # the listening socket, stdio, the event loop's own, DNS lookups.
 _FD_RESERVE = 64
@@ -106,6 +131,7 @@ def main() -> None:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_level)
+    fix_mmap_threshold()
     app = create_app(settings)
     config = uvicorn.Config(
         app,

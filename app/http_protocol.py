@@ -20,8 +20,8 @@ flush, for ever. Here, per connection:
 - a transport whose write buffer stays above its high-water mark for
   MCP_SHIM_WRITE_TIMEOUT_S is aborted: the client read nothing for that long;
 - at most MCP_SHIM_MAX_CONNECTIONS connections are open: a new one beyond it
-  takes the place of the oldest connection that is not serving a request
-  (idle keep-alive, or still sending headers), or gets 503 if every one is.
+  takes the place of the oldest connection that is not being answered (idle
+  keep-alive, or still sending its request), or gets 503 if every one is.
 
 When a bound is hit, one structured log line per kind and period says so,
 with how many times since the last one.
@@ -133,11 +133,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._arm_read(self._headers_timed_out, self.limits.read_timeout_s)
 
-    def _idle(self) -> bool:
-        # Not serving a request: still sending the first headers, or between
-        # requests; and not flushing an answer to a slow reader either.
-        serving = self.cycle is not None and not self.cycle.response_complete
-        return not serving and not self.pipeline and not self.flow.write_paused
+    def _evictable(self) -> bool:
+        # Not answering anything: between requests, or still receiving one
+        # (headers or body, nothing answered yet); and not flushing an answer
+        # to a slow reader. A flood of partial requests can then never hold
+        # every slot: the oldest of them makes room for the newcomer.
+        cycle = self.cycle
+        receiving = cycle is None or cycle.response_complete or (
+            cycle.more_body and not cycle.response_started
+        )
+        return receiving and not self.pipeline and not self.flow.write_paused
 
     def _evict_one(self) -> bool:
         victims = [
@@ -146,14 +151,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if conn is not self
             and isinstance(conn, GuardedHttpToolsProtocol)
             and not conn.transport.is_closing()
-            and conn._idle()
+            and conn._evictable()
         ]
         if not victims:
             return False
         oldest = min(victims, key=lambda conn: conn._opened_at)
         self.events.event(
             "connection_limit_reached",
-            action="closed_oldest_idle",
+            action="closed_oldest_unanswered",
             limit=self.limits.max_connections,
             setting="MCP_SHIM_MAX_CONNECTIONS",
         )
