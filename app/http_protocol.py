@@ -139,8 +139,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # to a slow reader. A flood of partial requests can then never hold
         # every slot: the oldest of them makes room for the newcomer.
         cycle = self.cycle
-        receiving = cycle is None or cycle.response_complete or (
-            cycle.more_body and not cycle.response_started
+        receiving = (
+            cycle is None
+            or cycle.response_complete
+            or (cycle.more_body and not cycle.response_started)
         )
         return receiving and not self.pipeline and not self.flow.write_paused
 

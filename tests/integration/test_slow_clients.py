@@ -142,7 +142,7 @@ def call(url: str, name: str, arguments: dict[str, Any], timeout: float = 30.0) 
 
 def echo_ok(url: str, timeout: float = 30.0) -> None:
     response = call(url, "echo", {"text": "still here"}, timeout)
-    assert response.status_code == 200, response.text
+    assert response.status_code == 200, response.text[:300]
     (answer,) = wire.answer_messages(response)
     assert answer["result"]["content"][0]["text"] == "still here"
 
@@ -342,7 +342,7 @@ def test_large_answers_to_clients_that_never_read_are_closed_and_freed(
 ) -> None:
     echo_ok(guarded.mcp)
     baseline = guarded.rss_mb()
-    rounds = [_stalled_round(guarded, 20, 3 * 1024 * 1024) for _ in range(3)]
+    rounds = [_stalled_round(guarded, 20, 3 * 1024 * 1024) for _ in range(2)]
     print(f"RSS baseline {baseline:.0f} MB; (stalled, after close) per round: {rounds}")
     # What stalled clients cost is given back once they are closed, and RSS
     # does not grow round after round: memory per stalled client is bounded
@@ -368,7 +368,7 @@ def test_listen_streams_that_never_read_are_closed(guarded: Gateway) -> None:
         time.sleep(1.0)  # acknowledged, subscribed
         # Far more than socket buffers hold: each stream has megabytes to take.
         response = call(guarded.mcp, "burst_list_changed", {"count": 30000}, timeout=120)
-        assert response.status_code == 200, response.text
+        assert response.status_code == 200, response.text[:300]
         fds = wait_fds_at_most(guarded, baseline_fds + 2, 30)
         assert fds <= baseline_fds + 2, f"{fds - baseline_fds} stalled listen streams still open"
         assert all(closed_by_peer(sock, quiet_s=2.0) for sock in sockets)
@@ -398,7 +398,7 @@ def test_host_is_parsed_strictly(guarded: Gateway, host: str, status: int) -> No
     headers = {**wire.headers_for(message), "host": host}
     with httpx.Client(timeout=10) as client:
         response = wire.post(client, guarded.mcp, message, headers)
-    assert response.status_code == status, response.text
+    assert response.status_code == status, response.text[:300]
     if status != 200:
         assert response.json()["error"]["code"] == -32600
 
