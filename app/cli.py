@@ -90,9 +90,10 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
     """The client-connection bound, kept within the file-descriptor limit: above
     it, accept() fails and new clients are dropped before any code of ours runs.
 
-    The soft RLIMIT_NOFILE is raised to the hard one first. If the settings
-    still do not fit, the client bound is lowered (and a warning says so),
-    leaving at least half the room to upstream connections."""
+    The soft RLIMIT_NOFILE is raised to the hard one first. Upstream
+    connections are given MCP_SHIM_MAX_UPSTREAM_CONNECTIONS or half the room,
+    whichever is less; if the client bound does not fit in the rest, it is
+    lowered to it (and a warning says so)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
         try:
@@ -131,7 +132,6 @@ def main() -> None:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_level)
-    fix_mmap_threshold()
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -149,6 +149,7 @@ def main() -> None:
         timeout_keep_alive=30,
         timeout_graceful_shutdown=10,
     )
+    fix_mmap_threshold()
     server = GracefulServer(config, app)
     try:
         server.run()

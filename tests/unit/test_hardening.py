@@ -284,3 +284,28 @@ def test_new_settings_defaults() -> None:
 def test_new_settings_are_validated(fields: dict[str, str], says: str) -> None:
     with pytest.raises(ValueError, match=says):
         _settings(**fields)
+
+
+@pytest.mark.parametrize(
+    ("nofile", "configured", "effective"),
+    [
+        ((1 << 20, 1 << 20), {}, 1024),
+        # Room 960: upstream gets min(2048, 480), clients the remaining 480.
+        ((1024, 1024), {}, 480),
+        ((256, 256), {"max_connections": "64", "max_upstream_connections": "84"}, 64),
+        ((256, 256), {"max_connections": "200", "max_upstream_connections": "84"}, 108),
+    ],
+)
+def test_connection_bound_fits_the_descriptor_limit(
+    monkeypatch: pytest.MonkeyPatch,
+    nofile: tuple[int, int],
+    configured: dict[str, str],
+    effective: int,
+) -> None:
+    from app import cli
+
+    monkeypatch.setattr(cli.resource, "getrlimit", lambda _: nofile)
+    monkeypatch.setattr(cli.resource, "setrlimit", lambda *_: None)
+    fields = {"max_parked": "10", **configured}
+    limits = cli.connection_limits(_settings(**fields))
+    assert limits.max_connections == effective
