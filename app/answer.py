@@ -36,6 +36,8 @@ def sse_event(message: dict[str, Any], event_id: str | None = None) -> bytes:
 
 
 _KEEPALIVE = b":\n\n"
+# uvicorn's transport high-water mark (uvicorn.protocols.http.flow_control).
+_PIECE = 64 * 1024
 
 
 def _frame(out: Outgoing) -> bytes:
@@ -63,7 +65,7 @@ class CallAnswer(Response):
         *,
         accepts_sse: bool,
         accepts_json: bool,
-        on_done: Callable[[int, bool], None],
+        on_done: Callable[[int, str | None], None],
         write_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(status_code=200)
@@ -73,6 +75,7 @@ class CallAnswer(Response):
         self._on_done = on_done
         self._write_timeout_s = write_timeout_s
         self._status = 200
+        self._started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         main = asyncio.current_task()
@@ -88,21 +91,32 @@ class CallAnswer(Response):
                     return
 
         watcher = asyncio.create_task(watch())
+        ending: str | None = None
         try:
             await self._serve(send)
         except ClientStalled:
-            # Ended like a disconnect: the generator's cleanup cancels upstream work.
-            disconnected.set()
+            # Ended like a disconnect: the generator's cleanup cancels upstream
+            # work; the protocol aborts the connection (app/http_protocol.py).
+            ending = "client_stalled"
         except asyncio.CancelledError:
             if not disconnected.is_set():
                 raise
             main.uncancel()
+        except Exception:
+            # uvicorn logs it and answers 500 if nothing was sent yet; the call
+            # line must say so rather than the 200 we had not sent.
+            ending = "internal_error"
+            if not self._started:
+                self._status = 500
+            raise
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
             await self._events.aclose()
-            self._on_done(self._status, disconnected.is_set())
+            if ending is None and disconnected.is_set():
+                ending = "client_disconnected"
+            self._on_done(self._status, ending)
 
     async def _serve(self, send: Send) -> None:
         first = await anext(self._events)
@@ -122,7 +136,7 @@ class CallAnswer(Response):
                 # inspects first; not a 200 around an error event.
                 self._status = final.status
                 await self._start_sse(send, final.status, final.headers)
-                await send({"type": "http.response.body", "body": sse_event(final.message)})
+                await self._write(send, sse_event(final.message), more=False)
             return
         await self._start_sse(send)
         await self._write(send, _frame(first), more=True)
@@ -131,38 +145,51 @@ class CallAnswer(Response):
                 await self._write(send, _frame(out), more=False)
                 return
             await self._write(send, _frame(out), more=True)
-        await send({"type": "http.response.body", "body": b""})
+        await self._write(send, b"", more=False)
 
     async def _write(self, send: Send, body: bytes, *, more: bool) -> None:
-        # A client that stops reading fills the socket buffer and would hold
-        # this stream (and, for a listen, its upstream subscriptions) forever.
+        # uvicorn's send waits for the transport to drain only before a write
+        # that finds it already paused; the write itself never blocks, so one
+        # large body would go whole into the transport's buffer and a client
+        # that reads nothing would hold it. In pieces of the transport's
+        # high-water mark, each send waits for the previous ones to drain: at
+        # most about two pieces are buffered, and the timeout measures the
+        # client's reading.
         try:
-            async with asyncio.timeout(self._write_timeout_s):
-                await send({"type": "http.response.body", "body": body, "more_body": more})
+            for start in range(0, max(len(body), 1), _PIECE):
+                piece = body[start : start + _PIECE]
+                last = start + _PIECE >= len(body)
+                async with asyncio.timeout(self._write_timeout_s):
+                    await send(
+                        {"type": "http.response.body", "body": piece, "more_body": more or not last}
+                    )
         except TimeoutError:
             raise ClientStalled from None
+
+    async def _start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        try:
+            async with asyncio.timeout(self._write_timeout_s):
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+        except TimeoutError:
+            raise ClientStalled from None
+        self._started = True
 
     async def _send_json(self, send: Send, out: Outgoing) -> None:
         body = jsonio.dumps(out.message)
         self._status = out.status
-        await send(
-            {
-                "type": "http.response.start",
-                "status": out.status,
-                "headers": [
-                    *_JSON_HEADERS,
-                    (b"content-length", str(len(body)).encode()),
-                    *_encoded(out.headers),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        headers = [
+            *_JSON_HEADERS,
+            (b"content-length", str(len(body)).encode()),
+            *_encoded(out.headers),
+        ]
+        await self._start(send, out.status, headers)
+        await self._write(send, body, more=False)
 
     async def _start_sse(
         self, send: Send, status: int = 200, extra: tuple[tuple[str, str], ...] = ()
     ) -> None:
         headers = [*_SSE_HEADERS, *_encoded(extra)] if extra else _SSE_HEADERS
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._start(send, status, headers)
 
 
 def _encoded(headers: tuple[tuple[str, str], ...]) -> list[tuple[bytes, bytes]]:

@@ -53,8 +53,20 @@ class Settings(BaseSettings):
         le=200,  # orjson serialises ~254 levels; the gateway adds a few of its own
         description="objects and arrays nested deeper than this in a message are refused (400)",
     )
-    # An SSE answer whose client reads nothing for this long is closed.
+    # An answer whose client reads nothing for this long is closed
+    # (app/answer.py, app/http_protocol.py).
     write_timeout_s: float = Field(default=30.0, gt=0)
+    read_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="a request's headers, then its body, must each arrive within this long",
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        description="client connections open at once (kept within the file-descriptor limit)",
+    )
     connect_timeout_s: float = Field(default=5.0, gt=0)
     request_timeout_s: float = Field(default=300.0, gt=0)
     session_idle_s: float = Field(default=300.0, gt=0)
@@ -147,6 +159,16 @@ class Settings(BaseSettings):
         description="upper bound on gathering questions after the first one",
     )
 
+    # Total time of one call as its client sees it (one turn of a multi
+    # round-trip call; a subscriptions/listen stream is exempt). Declared after
+    # the settings it is checked against.
+    call_deadline_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="total deadline of one call; then -32603 with HTTP 504 and the "
+        "upstream call cancelled",
+    )
+
     @field_validator("allowed_origins", "allowed_hosts", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
@@ -231,6 +253,27 @@ class Settings(BaseSettings):
         quiet = info.data.get("mrtr_quiet_ms")
         if isinstance(quiet, int) and value < quiet:
             raise ValueError(f"must be at least MCP_SHIM_MRTR_QUIET_MS ({quiet})")
+        return value
+
+    @field_validator("call_deadline_s")
+    @classmethod
+    def _deadline_fits(cls, value: float, info: ValidationInfo) -> float:
+        # Above the upstream read timeout, a silent upstream would be cut by
+        # that timeout first and the deadline would never be the one to answer.
+        timeout = info.data.get("request_timeout_s")
+        if isinstance(timeout, float | int) and value > timeout:
+            raise ValueError(
+                f"must be at most MCP_SHIM_REQUEST_TIMEOUT_S ({timeout:g}): a silent "
+                "upstream would hit that read timeout first"
+            )
+        # A turn of a multi round-trip call gathers the upstream's questions
+        # before it answers; the deadline must leave it that time.
+        gather = info.data.get("mrtr_gather_max_ms")
+        if isinstance(gather, int) and value * 1000 <= gather:
+            raise ValueError(
+                f"must be above MCP_SHIM_MRTR_GATHER_MAX_MS ({gather} ms): a turn of a "
+                "multi round-trip call could not gather the upstream's questions"
+            )
         return value
 
     def session_share(self) -> int:

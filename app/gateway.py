@@ -27,7 +27,12 @@ from app.subscriptions import filters as subscription_filters
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
 from app.upstream.base import Message
-from app.upstream.errors import SessionExpired, UpstreamAuthChallenge, UpstreamError
+from app.upstream.errors import (
+    PoolExhausted,
+    SessionExpired,
+    UpstreamAuthChallenge,
+    UpstreamError,
+)
 from app.upstream.listener import default_answer
 from app.upstream.pool import PooledSession, SessionPool
 from translators import translate
@@ -86,8 +91,10 @@ class Gateway:
         bridge: Bridge | None = None,
         auth: AuthRelay | None = None,
         declare_every_input: bool = False,
+        call_deadline_s: float = 120.0,
     ) -> None:
         self._pool = pool
+        self._call_deadline_s = call_deadline_s
         # MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all: sessions declare every input
         # capability; the caller's own set still decides what it is asked.
         self._declare_every_input = declare_every_input
@@ -109,6 +116,65 @@ class Gateway:
     # -- entry point -------------------------------------------------------
 
     async def run(
+        self, call: ModernCall, authorization: str | None, state: CallState
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The call's messages for its client, within MCP_SHIM_CALL_DEADLINE_S.
+
+        A subscriptions/listen stream is long-lived by design and has no
+        deadline; a turn of a multi round-trip call ends when it parks, so the
+        deadline bounds each turn. At the deadline the call is cancelled where
+        it waits: its cleanup sends the upstream notifications/cancelled and
+        releases the session or lane, and the client gets -32603 with 504.
+        """
+        steps = self._call(call, authorization, state)
+        deadline = None
+        if call.method != subscriptions_listen.METHOD:
+            deadline = asyncio.get_running_loop().time() + self._call_deadline_s
+        async with contextlib.aclosing(steps):
+            while True:
+                timer = asyncio.timeout_at(deadline)
+                failed = False
+                try:
+                    async with timer:
+                        out = await anext(steps)
+                except StopAsyncIteration:
+                    if not timer.expired():
+                        return
+                except Exception as exc:
+                    failed = not (isinstance(exc, TimeoutError) and timer.expired())
+                    if failed:
+                        # A defect of ours: the stack goes to the log, never to the client.
+                        log.exception("call_failed", method=call.method)
+                else:
+                    yield out
+                    continue
+                if failed:
+                    state.outcome = "internal_error"
+                    rejection = Rejection(
+                        INTERNAL_ERROR,
+                        "Internal error: the gateway failed to serve the request",
+                        call.id,
+                        status=500,
+                    )
+                else:
+                    state.outcome = "deadline_exceeded"
+                    log.warning(
+                        "call_deadline_exceeded",
+                        method=call.method,
+                        deadline_s=self._call_deadline_s,
+                    )
+                    rejection = Rejection(
+                        INTERNAL_ERROR,
+                        f"Internal error: the call did not complete within "
+                        f"{self._call_deadline_s:g} s (MCP_SHIM_CALL_DEADLINE_S); the "
+                        "upstream request was cancelled",
+                        call.id,
+                        status=504,
+                    )
+                yield Outgoing(rejection.to_message(), True, rejection.http_status)
+                return
+
+    async def _call(
         self, call: ModernCall, authorization: str | None, state: CallState
     ) -> AsyncGenerator[Outgoing, None]:
         try:
@@ -178,26 +244,17 @@ class Gateway:
         except UpstreamError as exc:
             state.outcome = type(exc).__name__
             log.warning("upstream_error", error=exc.message)
+            # The gateway's own bounds (503, 429) are not the upstream's failure.
+            what = (
+                "the gateway is at a limit"
+                if isinstance(exc, PoolExhausted)
+                else "the upstream MCP server could not serve the request"
+            )
             rejection = Rejection(
                 INTERNAL_ERROR,
-                "Internal error: the upstream MCP server could not serve the request "
-                f"({exc.message})",
+                f"Internal error: {what} ({exc.message})",
                 call.id,
                 status=exc.status,
-            )
-            yield Outgoing(rejection.to_message(), True, rejection.http_status)
-        except Exception:
-            # Last resort: a defect of ours must not become a plain-text 500 (nor
-            # leave a resource taken: each is released by its own finally above).
-            # The stack is logged; the message, the arguments and headers are not.
-            state.outcome = "internal_error"
-            log.exception("call_failed", method=call.method)
-            rejection = Rejection(
-                INTERNAL_ERROR,
-                "Internal error: the gateway failed to serve the request; it was logged "
-                "with the request id",
-                call.id,
-                status=500,
             )
             yield Outgoing(rejection.to_message(), True, rejection.http_status)
 

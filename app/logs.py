@@ -53,6 +53,9 @@ def configure(level: str) -> None:
             foreign_pre_chain=[
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
+                # A record's exc_info arrives as a tuple; without this it is
+                # rendered as its repr, with no stack.
+                structlog.processors.format_exc_info,
             ],
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,

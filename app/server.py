@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -11,6 +12,8 @@ from urllib.parse import urlsplit
 
 import structlog
 from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -73,15 +76,31 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+class BodyTimeout(Exception):
+    pass
+
+
+class BodyAbandoned(Exception):
+    """The client went away before sending the whole body: its doing, not an error."""
+
+
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
     chunks = bytearray()
-    async for chunk in request.stream():
-        chunks += chunk
-        if len(chunks) > limit:
-            raise BodyTooLarge
+    try:
+        # A body shorter than its Content-Length, or dripped, would hold the
+        # connection for ever (uvicorn has no body timeout).
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                chunks += chunk
+                if len(chunks) > limit:
+                    raise BodyTooLarge
+    except TimeoutError:
+        raise BodyTimeout from None
+    except ClientDisconnect:
+        raise BodyAbandoned from None
     return bytes(chunks)
 
 
@@ -171,6 +190,7 @@ def create_app(settings: Settings) -> FastAPI:
             bridge=bridge,
             auth=auth_relay,
             declare_every_input=settings.upstream_client_capabilities == "all",
+            call_deadline_s=settings.call_deadline_s,
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
@@ -187,9 +207,22 @@ def create_app(settings: Settings) -> FastAPI:
             log.info("gateway_stopped")
 
     app = FastAPI(
-        title="mcp-shim", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="mcp-shim",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # Starlette's redirect to `/mcp` for `/mcp/` builds its Location from
+        # the Host header: no answer of ours is built from request headers.
+        redirect_slashes=False,
     )
     app.add_middleware(RequestIdMiddleware)
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, exc: HTTPException) -> Response:
+        return _json(
+            Rejection(INVALID_REQUEST, "Not found: the MCP endpoint is POST /mcp", status=404)
+        )
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -219,6 +252,37 @@ def create_app(settings: Settings) -> FastAPI:
         status, body = await relay.answer(gateway_url(request))
         return JSONResponse(body, status_code=status)
 
+    async def _body_or_refusal(request: Request) -> bytes | Response:
+        """The request body, or the answer refusing it (413, 408, a client gone)."""
+        try:
+            return await _read_body(request, settings.max_body_bytes, settings.read_timeout_s)
+        except BodyAbandoned:
+            log.info("client_disconnected", phase="request_body")
+            return Response(status_code=400)  # nobody is left to read it
+        except BodyTimeout:
+            log.warning("request_refused", reason="body_timeout", status=408)
+            timeout = _json(
+                Rejection(
+                    INVALID_REQUEST,
+                    f"Request timeout: the body did not arrive within {settings.read_timeout_s:g} "
+                    "s (MCP_SHIM_READ_TIMEOUT_S)",
+                    status=408,
+                )
+            )
+            # The rest of the body may still come: this connection cannot carry another request.
+            timeout.headers["connection"] = "close"
+            return timeout
+        except BodyTooLarge:
+            log.warning("request_refused", reason="body_too_large", status=413)
+            return _json(
+                Rejection(
+                    INVALID_REQUEST,
+                    f"Request body too large: the limit is {settings.max_body_bytes} bytes "
+                    "(MCP_SHIM_MAX_BODY_BYTES)",
+                    status=413,
+                )
+            )
+
     def _host_or_origin_refused(request: Request) -> Response | None:
         refused = security.check_host(
             request.headers.get("host"), allowed_hosts
@@ -242,11 +306,9 @@ def create_app(settings: Settings) -> FastAPI:
         refused = _host_or_origin_refused(request)
         if refused is not None:
             return refused
-        try:
-            body = await _read_body(request, settings.max_body_bytes)
-        except BodyTooLarge:
-            log.warning("request_refused", reason="body_too_large", status=413)
-            return _json(Rejection(INVALID_REQUEST, "Request body too large", status=413))
+        body = await _body_or_refusal(request)
+        if isinstance(body, Response):
+            return body
         http_sse: HttpSseFront = request.app.state.http_sse
         return await http_sse.post(request.query_params.get("session_id"), body, request.headers)
 
@@ -305,18 +367,9 @@ def create_app(settings: Settings) -> FastAPI:
             )
             log.warning("request_refused", reason="content_type", status=415)
             return _json(rejection)
-        try:
-            body = await _read_body(request, settings.max_body_bytes)
-        except BodyTooLarge:
-            log.warning("request_refused", reason="body_too_large", status=413)
-            return _json(
-                Rejection(
-                    INVALID_REQUEST,
-                    f"Request body too large: the limit is {settings.max_body_bytes} bytes "
-                    "(MCP_SHIM_MAX_BODY_BYTES)",
-                    status=413,
-                )
-            )
+        body = await _body_or_refusal(request)
+        if isinstance(body, Response):
+            return body
 
         claim = legacy.claims(body, request.headers)
         if claim is not None:
@@ -343,13 +396,13 @@ def create_app(settings: Settings) -> FastAPI:
         )
         gateway: Gateway = request.app.state.gateway
 
-        def done(status: int, disconnected: bool) -> None:
+        def done(status: int, ending: str | None) -> None:
             log.info(
                 "call",
                 method=parsed.method,
                 client_version=parsed.version.name,
                 upstream_version=state.upstream_version,
-                outcome="client_disconnected" if disconnected else state.outcome,
+                outcome=ending or state.outcome,
                 status=status,
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )

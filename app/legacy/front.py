@@ -245,14 +245,14 @@ class LegacyFront:
     ) -> CallAnswer:
         started = time.perf_counter()
 
-        def done(status: int, disconnected: bool) -> None:
+        def done(status: int, ending: str | None) -> None:
             log.info(
                 "call",
                 era="legacy",
                 method=method[:64],
                 client_version=session.client_version.name,
                 upstream_version=session.upstream_version.name,
-                outcome="client_disconnected" if disconnected else "done",
+                outcome=ending or "done",
                 status=status,
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )

@@ -31,14 +31,14 @@ async def test_answer_first_gives_json_with_its_status() -> None:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    done: list[tuple[int, bool]] = []
+    done: list[tuple[int, str | None]] = []
     answer = CallAnswer(
         events(), accepts_sse=True, accepts_json=True, on_done=lambda s, d: done.append((s, d))
     )
     await answer({}, _never_disconnects, send)
     assert sent[0]["type"] == "http.response.start"
     assert dict(sent[0]["headers"])[b"content-type"] == b"application/json"
-    assert done == [(200, False)]
+    assert done == [(200, None)]
 
 
 async def test_notification_first_gives_sse() -> None:
@@ -77,7 +77,7 @@ async def test_client_that_stops_reading_is_closed_and_the_call_ends() -> None:
             if writes > 2:  # the socket buffer is full: the write never completes
                 await asyncio.Event().wait()
 
-    done: list[tuple[int, bool]] = []
+    done: list[tuple[int, str | None]] = []
     answer = CallAnswer(
         events(),
         accepts_sse=True,
@@ -87,4 +87,4 @@ async def test_client_that_stops_reading_is_closed_and_the_call_ends() -> None:
     )
     await asyncio.wait_for(answer({}, _never_disconnects, send), 2.0)
     assert closed.is_set()
-    assert done == [(200, True)]
+    assert done == [(200, "client_stalled")]

@@ -1,0 +1,275 @@
+"""The HTTP/1.1 protocol the gateway serves on: uvicorn's httptools protocol,
+plus the connection limits uvicorn does not have.
+
+uvicorn times out only idle keep-alive connections: a client that sends half
+its headers, drips them byte by byte, or connects and sends nothing, keeps a
+socket open for ever, and `limit_concurrency` is only checked once headers
+are complete, so such sockets are never refused. Enough of them exhaust the
+process's file descriptors and every new client is locked out. And uvicorn
+waits for the transport to drain only *before* a write that finds it already
+paused: an answer to a client that never reads goes whole into the
+transport's buffer, and the graceful close after it waits for that buffer to
+flush, for ever. Here, per connection:
+
+- the headers of each request must arrive within MCP_SHIM_READ_TIMEOUT_S of
+  its first byte (of the connection, for the first request): else 408 and
+  close;
+- a body still incomplete after that time is the route's to refuse (408,
+  `app/server.py`); the connection is closed shortly after if it did not, or
+  at once if the route answered without reading it;
+- a transport whose write buffer stays above its high-water mark for
+  MCP_SHIM_WRITE_TIMEOUT_S is aborted: the client read nothing for that long;
+- at most MCP_SHIM_MAX_CONNECTIONS connections are open: a new one beyond it
+  takes the place of the oldest connection that is not being answered (idle
+  keep-alive, or still sending its request), or gets 503 if every one is.
+
+When a bound is hit, one structured log line per kind and period says so,
+with how many times since the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import structlog
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app import jsonio
+from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
+
+log = structlog.get_logger("mcp_shim.connections")
+
+# After the read timeout, a route still reading a body gets this long to send
+# its own 408 before the connection is closed under it.
+_BODY_GRACE_S = 2.0
+_LOG_EVERY_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_connections: int
+    read_timeout_s: float
+    write_timeout_s: float
+
+
+@dataclass(slots=True)
+class _Counter:
+    """Counts events of one kind; says when a log line is due (first event, then
+    at most one per period), with the number since the previous line."""
+
+    every_s: float = _LOG_EVERY_S
+    pending: int = 0
+    last: float = field(default=-1e18)
+
+    def hit(self) -> int | None:
+        self.pending += 1
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return None
+        self.last = now
+        count, self.pending = self.pending, 0
+        return count
+
+
+class RateLimitedLog:
+    def __init__(self, every_s: float = _LOG_EVERY_S) -> None:
+        self._every_s = every_s
+        self._counters: dict[str, _Counter] = {}
+
+    def event(self, event: str, **fields: Any) -> None:
+        counter = self._counters.setdefault(event, _Counter(self._every_s))
+        count = counter.hit()
+        if count is not None:
+            log.warning(event, count_since_last=count, **fields)
+
+
+def _raw_response(status: int, rejection: Rejection) -> bytes:
+    body = jsonio.dumps(rejection.to_message())
+    reason = {408: b"Request Timeout", 503: b"Service Unavailable"}[status]
+    return b"".join(
+        [
+            b"HTTP/1.1 %d %s\r\n" % (status, reason),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+            body,
+        ]
+    )
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """Use `protocol_class(limits)`: uvicorn builds protocols from a class."""
+
+    limits: ClassVar[ConnectionLimits]
+    events: ClassVar[RateLimitedLog]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._opened_at = time.monotonic()
+        self._read_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+
+    # -- connection bound ----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections and not self._evict_one():
+            self.events.event(
+                "connection_limit_reached",
+                action="refused",
+                limit=self.limits.max_connections,
+                setting="MCP_SHIM_MAX_CONNECTIONS",
+            )
+            refusal = Rejection(
+                INTERNAL_ERROR,
+                "Server busy: too many open connections (MCP_SHIM_MAX_CONNECTIONS); retry later",
+                status=503,
+            )
+            transport.write(_raw_response(503, refusal))
+            transport.close()
+            return
+        self._arm_read(self._headers_timed_out, self.limits.read_timeout_s)
+
+    def _evictable(self) -> bool:
+        # Not answering anything: between requests, or still receiving one
+        # (headers or body, nothing answered yet); and not flushing an answer
+        # to a slow reader. A flood of partial requests can then never hold
+        # every slot: the oldest of them makes room for the newcomer.
+        cycle = self.cycle
+        receiving = (
+            cycle is None
+            or cycle.response_complete
+            or (cycle.more_body and not cycle.response_started)
+        )
+        return receiving and not self.pipeline and not self.flow.write_paused
+
+    def _evict_one(self) -> bool:
+        victims = [
+            conn
+            for conn in self.connections
+            if conn is not self
+            and isinstance(conn, GuardedHttpToolsProtocol)
+            and not conn.transport.is_closing()
+            and conn._evictable()
+        ]
+        if not victims:
+            return False
+        oldest = min(victims, key=lambda conn: conn._opened_at)
+        self.events.event(
+            "connection_limit_reached",
+            action="closed_oldest_unanswered",
+            limit=self.limits.max_connections,
+            setting="MCP_SHIM_MAX_CONNECTIONS",
+        )
+        oldest.transport.abort()
+        return True
+
+    # -- read timeouts -------------------------------------------------------
+
+    def _arm_read(self, callback: Any, delay: float) -> None:
+        self._cancel_read()
+        self._read_timer = self.loop.call_later(delay, callback)
+
+    def _cancel_read(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # The first request's clock started at connection_made; a later one's
+        # starts at its first byte (the keep-alive timeout covers the wait).
+        if self._read_timer is None:
+            self._arm_read(self._headers_timed_out, self.limits.read_timeout_s)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_read()
+        super().on_headers_complete()
+        self._arm_read(self._body_timed_out, self.limits.read_timeout_s)
+
+    def on_message_complete(self) -> None:
+        self._cancel_read()
+        super().on_message_complete()
+
+    def _headers_timed_out(self) -> None:
+        self._read_timer = None
+        if self.transport.is_closing():
+            return
+        self.events.event(
+            "request_read_timeout",
+            phase="headers",
+            timeout_s=self.limits.read_timeout_s,
+            setting="MCP_SHIM_READ_TIMEOUT_S",
+        )
+        refusal = Rejection(
+            INVALID_REQUEST,
+            f"Request timeout: the request headers did not arrive within "
+            f"{self.limits.read_timeout_s:g} s (MCP_SHIM_READ_TIMEOUT_S)",
+            status=408,
+        )
+        self.transport.write(_raw_response(408, refusal))
+        self.transport.close()
+
+    def _body_timed_out(self, grace_used: bool = False) -> None:
+        self._read_timer = None
+        if self.transport.is_closing() or self.cycle is None or not self.cycle.more_body:
+            return
+        if not self.cycle.response_started and not grace_used:
+            # The route reads the body under the same timeout and answers 408 itself.
+            self._arm_read(lambda: self._body_timed_out(grace_used=True), _BODY_GRACE_S)
+            return
+        self.events.event(
+            "request_read_timeout",
+            phase="body",
+            timeout_s=self.limits.read_timeout_s,
+            setting="MCP_SHIM_READ_TIMEOUT_S",
+        )
+        self.transport.abort()
+
+    # -- write back-pressure -------------------------------------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(
+                self.limits.write_timeout_s, self._write_timed_out
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel_write()
+
+    def _cancel_write(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        if self.transport.is_closing() and self.transport.get_write_buffer_size() == 0:
+            return
+        self.events.event(
+            "client_stalled",
+            timeout_s=self.limits.write_timeout_s,
+            buffered_bytes=self.transport.get_write_buffer_size(),
+            setting="MCP_SHIM_WRITE_TIMEOUT_S",
+        )
+        # close() would wait for the buffer to flush, which is what never happens.
+        self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_read()
+        self._cancel_write()
+        super().connection_lost(exc)
+
+
+def protocol_class(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
+    """A protocol class bound to these limits (uvicorn instantiates it per connection)."""
+    return type(
+        "GatewayHttpProtocol",
+        (GuardedHttpToolsProtocol,),
+        {"limits": limits, "events": RateLimitedLog()},
+    )
