@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=10,
     )
     server = GracefulServer(config, app)
+    app.state.metrics.watch_server(server.server_state)  # open connections, requests served
     try:
         server.run()
     except KeyboardInterrupt:
