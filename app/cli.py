@@ -10,7 +10,7 @@ from importlib import metadata
 import uvicorn
 from fastapi import FastAPI
 
-from app import logs
+from app import logs, metrics
 from app.config import Settings, SettingsError, load_settings
 from app.server import create_app, drain
 
@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_settings()
         check_listen_address(settings)
+        metrics.check_port(settings.host, settings.metrics_port)
     except SettingsError as exc:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)

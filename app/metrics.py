@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -449,6 +450,25 @@ class MetricsServer:
         await asyncio.to_thread(self._httpd.shutdown)
         self._httpd.server_close()
         self._thread.join(timeout=2.0)
+
+
+def check_port(host: str, port: int | None) -> None:
+    """Fail before start-up, naming the variable, when MCP_SHIM_METRICS_PORT cannot
+    be listened on (the app's start would otherwise fail with a traceback)."""
+    if port is None:
+        return
+    from app.config import SettingsError
+
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise SettingsError(
+            f"invalid configuration:\n  MCP_SHIM_METRICS_PORT: cannot listen on {host}:{port} "
+            f"({exc.strerror})"
+        ) from None
 
 
 def parse_exposition(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
