@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -180,7 +180,7 @@ class LiveState:
     listen_streams: Callable[[], int]
 
 
-class ServerStateLike:
+class ServerStateLike(Protocol):
     """What is read of uvicorn's `ServerState`: its live connection and task sets."""
 
     connections: set[Any]
@@ -257,7 +257,7 @@ class _LiveCollector(Collector):
             out.append(
                 _gauge(
                     "mcp_shim_client_connections",
-                    "Open client connections to the gateway's port",
+                    "Open client connections to the gateway's main port",
                     lambda: len(server.connections),
                 )
             )
@@ -383,7 +383,6 @@ class Metrics:
 
     def start(
         self,
-        *,
         pool: SessionPool,
         bridge: Bridge,
         subscriptions: SubscriptionHub,

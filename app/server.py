@@ -154,13 +154,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
-            app_metrics.start(
-                pool=pool,
-                bridge=bridge,
-                subscriptions=subscriptions,
-                host=settings.host,
-                port=settings.metrics_port,
-            )
+            app_metrics.start(pool, bridge, subscriptions, settings.host, settings.metrics_port)
             yield
         finally:
             await app_metrics.stop()

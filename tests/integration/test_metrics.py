@@ -190,8 +190,9 @@ def refusals(url: str) -> None:
 def test_every_series_after_a_known_sequence(chain: Chain) -> None:
     started = time.monotonic()
     # Fresh: only the constant series and the gauges; the scrape is the one
-    # open connection and the one request in progress.
-    _, series = scrape(chain.metrics)
+    # open connection and the one request in progress (once the start-up
+    # probe's connection is gone).
+    series = scrape_until(chain.metrics, connections=1)
     assert series == {
         key("mcp_shim_build_info", version=metadata.version("mcp-shim")): 1.0,
         **{key("mcp_shim_upstream_errors_total", kind=kind): 0.0 for kind in UPSTREAM_KINDS},
