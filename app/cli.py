@@ -14,7 +14,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
-from app import logs
+from app import logs, metrics
 from app.config import Settings, SettingsError, load_settings
 from app.http_protocol import ConnectionLimits, protocol_class
 from app.server import create_app, drain
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_settings()
         check_listen_address(settings)
+        metrics.check_port(settings.host, settings.metrics_port)
     except SettingsError as exc:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     fix_mmap_threshold()
     server = GracefulServer(config, app)
+    app.state.metrics.watch_server(server.server_state)  # open connections, requests served
     try:
         server.run()
     except KeyboardInterrupt:

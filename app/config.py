@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     upstream_url: AnyHttpUrl = Field(description="MCP endpoint of the legacy server")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     upstream_protocol_version: str = Field(
@@ -173,6 +175,19 @@ class Settings(BaseSettings):
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("metrics_port", mode="before")
+    @classmethod
+    def _unset_if_empty(cls, value: object) -> object:
+        # `MCP_SHIM_METRICS_PORT=` (an empty value in a compose file) means unset.
+        return None if value == "" else value
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _other_port(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value == info.data.get("port"):
+            raise ValueError("must differ from MCP_SHIM_PORT (or be unset: /metrics on that port)")
+        return value
 
     @field_validator("upstream_protocol_version")
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from app import auth
+from app import auth, metrics
 from app.auth import AuthRelay
 from app.front import param_headers
 from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
@@ -374,12 +374,14 @@ class Gateway:
             params = dict(message["params"])
             params["_meta"] = {**params["_meta"], "progressToken": upstream_id}
             message["params"] = params
+        metrics.upstream_sent()
         exchange = await pooled.session.request(message)
         return upstream_id, exchange
 
     def _answer(
         self, call: ModernCall, pooled: PooledSession, message: Message, state: CallState
     ) -> Outgoing:
+        metrics.upstream_answered()
         self._pool.note_answer(pooled.version)
         if "error" in message and isinstance(message["error"], dict):
             refusal = self._url_elicitation_refusal(call, message["error"], state)

@@ -17,7 +17,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import jsonio, tracing
+from app import jsonio, metrics, tracing
 from app.answer import CallAnswer
 from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
 from app.auth import gateway_mcp_url as _gateway_mcp_url
@@ -128,6 +128,7 @@ def create_app(settings: Settings) -> FastAPI:
     assert offered is not None  # validated in Settings
     allowed_hosts = [h.lower() for h in settings.allowed_hosts]
     public_url = str(settings.public_url) if settings.public_url is not None else None
+    app_metrics = metrics.Metrics()
 
     def gateway_url(request: Request) -> str | None:
         return _gateway_mcp_url(
@@ -194,8 +195,10 @@ def create_app(settings: Settings) -> FastAPI:
         )
         log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
         try:
+            app_metrics.start(pool, bridge, subscriptions, settings.host, settings.metrics_port)
             yield
         finally:
+            await app_metrics.stop()
             # Normally already done by `drain` before the server stopped serving.
             await subscriptions.aclose(settings.shutdown_grace_s)
             await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
@@ -217,6 +220,7 @@ def create_app(settings: Settings) -> FastAPI:
         redirect_slashes=False,
     )
     app.add_middleware(RequestIdMiddleware)
+    app.state.metrics = app_metrics
 
     @app.exception_handler(404)
     async def not_found(request: Request, exc: HTTPException) -> Response:
@@ -227,6 +231,13 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> Response:
         return JSONResponse({"status": "ok"})
+
+    if settings.metrics_port is None:  # else only on its own port: a 404 here
+
+        @app.get("/metrics")
+        async def metrics_route(request: Request) -> Response:
+            body, content_type = app_metrics.render(request.headers.get("accept"))
+            return Response(body, media_type=content_type)
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
@@ -247,6 +258,7 @@ def create_app(settings: Settings) -> FastAPI:
         refused = security.check_host(request.headers.get("host"), allowed_hosts)
         if refused is not None:
             log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+            app_metrics.rejected(refused.code, refused.http_status)
             return _json(refused)
         relay: AuthRelay = request.app.state.auth
         status, body = await relay.answer(gateway_url(request))
@@ -261,6 +273,7 @@ def create_app(settings: Settings) -> FastAPI:
             return Response(status_code=400)  # nobody is left to read it
         except BodyTimeout:
             log.warning("request_refused", reason="body_timeout", status=408)
+            app_metrics.rejected(INVALID_REQUEST, 408)
             timeout = _json(
                 Rejection(
                     INVALID_REQUEST,
@@ -274,6 +287,7 @@ def create_app(settings: Settings) -> FastAPI:
             return timeout
         except BodyTooLarge:
             log.warning("request_refused", reason="body_too_large", status=413)
+            app_metrics.rejected(INVALID_REQUEST, 413)
             return _json(
                 Rejection(
                     INVALID_REQUEST,
@@ -290,6 +304,7 @@ def create_app(settings: Settings) -> FastAPI:
         if refused is None:
             return None
         log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
+        app_metrics.rejected(refused.code, refused.http_status)
         return _json(refused)
 
     # The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py).
@@ -334,11 +349,13 @@ def create_app(settings: Settings) -> FastAPI:
             http_method=request.method,
             status=405,
         )
+        app_metrics.rejected(None, 405)
         return Response(status_code=405, headers={"allow": "POST"})
 
     @app.post("/mcp")
     async def mcp_post(request: Request) -> Response:
         started = time.perf_counter()
+        timing = metrics.start_call()
         request_id: str = request.state.request_id
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
@@ -366,6 +383,7 @@ def create_app(settings: Settings) -> FastAPI:
                 status=415,
             )
             log.warning("request_refused", reason="content_type", status=415)
+            app_metrics.rejected(rejection.code, 415)
             return _json(rejection)
         body = await _body_or_refusal(request)
         if isinstance(body, Response):
@@ -379,6 +397,7 @@ def create_app(settings: Settings) -> FastAPI:
         parsed = modern.parse(body, request.headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)
+            app_metrics.rejected(parsed.code, parsed.http_status)
             return _json(parsed)
         if isinstance(parsed, modern.ModernNotification):
             log.info("notification_accepted", method=parsed.method)
@@ -388,6 +407,7 @@ def create_app(settings: Settings) -> FastAPI:
         if parsed.method == subscriptions_listen.METHOD and not sse_ok:
             refusal = subscriptions_listen.needs_event_stream(parsed.id)
             log.info("request_rejected", code=refusal.code, status=refusal.http_status)
+            app_metrics.rejected(refusal.code, refusal.http_status)
             return _json(refusal)
         state = CallState(
             request_id=request_id,
@@ -397,14 +417,19 @@ def create_app(settings: Settings) -> FastAPI:
         gateway: Gateway = request.app.state.gateway
 
         def done(status: int, ending: str | None) -> None:
+            outcome = ending or state.outcome
+            duration_s = time.perf_counter() - started
             log.info(
                 "call",
                 method=parsed.method,
                 client_version=parsed.version.name,
                 upstream_version=state.upstream_version,
-                outcome=ending or state.outcome,
+                outcome=outcome,
                 status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                duration_ms=round(duration_s * 1000, 2),
+            )
+            app_metrics.call_done(
+                parsed.method, parsed.version, outcome, status, duration_s, timing.upstream_s
             )
 
         return CallAnswer(

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from app import metrics
 from app.config import Settings
 from app.front.modern import ModernCall
 from app.mrtr import answers, capabilities, results
@@ -166,6 +167,10 @@ class Bridge:
     @property
     def parked(self) -> int:
         return len(self._registry)
+
+    @property
+    def lanes(self) -> Lanes:
+        return self._lanes
 
     @staticmethod
     def takes(call: ModernCall) -> bool:
@@ -469,6 +474,7 @@ class Bridge:
             return
         method = str(question.request.get("method"))
         translated = translate.result(dict(answer), method, turn.call.version, ex.pooled.version)
+        metrics.upstream_sent()  # the upstream part now runs until its next answer
         await _send_reply(question.reply, results.response(question.request, translated))
 
     async def _response(self, ex: LiveExchange, turn: Turn, message: Message) -> Frame:
