@@ -22,8 +22,8 @@ from app.mrtr.forwarding import HOP_HEADER
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
+from app.upstream.choice import build_transport
 from app.upstream.pool import SessionPool
-from app.upstream.streamable_http import StreamableHttpTransport, build_client
 from translators.registry import get_version
 
 log = structlog.get_logger("mcp_shim.http")
@@ -73,17 +73,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = build_client(
-            connect_timeout_s=settings.connect_timeout_s,
-            max_connections=settings.max_upstream_connections,
-            transport=settings.upstream_http_transport,
-        )
-        transport = StreamableHttpTransport(
-            client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
-        )
-        pool = SessionPool(
-            transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
-        )
+        # Streamable HTTP or stdio, by which of the two upstream settings is set.
+        transport, max_sessions = build_transport(settings)
+        pool = SessionPool(transport, max_sessions=max_sessions, idle_s=settings.session_idle_s)
         pool.start()
         subscriptions = SubscriptionHub(
             pool,
