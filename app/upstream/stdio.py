@@ -12,9 +12,12 @@ Where a message goes, since stdio carries nothing but the message:
 
 - a response goes to the exchange of its request id;
 - `notifications/progress` to the exchange whose request carried its token;
-- `notifications/message` to the one exchange in flight when there is exactly
-  one (a lane always), else like any other notification;
-- server requests and other notifications to the session's `listen()` stream
+- a server request, and `notifications/message`, to the one exchange in
+  flight when there is exactly one (always so on an MRTR lane): only that
+  call can have caused it, and the gateway then treats it as it treats one on
+  a call's HTTP stream (the bridge asks the client; a caller without the
+  capability gets -32021);
+- otherwise, and for other notifications, to the session's `listen()` stream
   when one is open (the MRTR lane's listener, the subscriptions hub), which is
   what a legacy HTTP session's standalone GET stream carries. With no stream
   open, notifications are dropped and requests get the listener's
@@ -140,6 +143,7 @@ class StdioExchange:
         self._timeout_s = timeout_s
         self.request_id = request_id
         self.progress_token: Any = None
+        self.internal = False  # the gateway's own liveness ping
         self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
         self.last_event_id: str | None = None
         self._messages = self._read()
@@ -347,7 +351,13 @@ class StdioSession:
                 exchange.put(message)
             return
         if "id" in message:
-            if self._listen is not None:
+            sole = self._sole_call()
+            if sole is not None:
+                # Only one call can have caused it: the call's own question, handled
+                # as on its HTTP stream (the MRTR bridge asks the client; a caller
+                # without the capability gets -32021).
+                sole.put(message)
+            elif self._listen is not None:
                 self._listen.put(message)
             else:
                 self._answer_alone(message)
@@ -359,12 +369,22 @@ class StdioSession:
             if exchange is not None:
                 exchange.put(message)
                 return
-        elif method == "notifications/message" and len(self._pending) == 1:
-            # One call in flight (always so on an MRTR lane): its log lines.
-            next(iter(self._pending.values())).put(message)
-            return
+        elif method == "notifications/message":
+            sole = self._sole_call()
+            if sole is not None:
+                sole.put(message)  # one call in flight: its log lines
+                return
         if self._listen is not None:
             self._listen.put(message)
+
+    def _sole_call(self) -> StdioExchange | None:
+        """The one request in flight after initialize, if there is exactly one (always
+        so on an MRTR lane). With several, nothing on stdio says which one a server
+        request or a log line belongs to."""
+        if not self.initialized:
+            return None  # initialize itself: what comes now is unprompted
+        calls = [e for e in self._pending.values() if not e.internal]
+        return calls[0] if len(calls) == 1 else None
 
     def _answer_alone(self, request: Message) -> None:
         """A server request with no listen stream open (e.g. `roots/list` right after
@@ -434,6 +454,7 @@ class StdioSession:
                 exchange = await self.request(ping)
             except UpstreamError:
                 return
+            exchange.internal = True
             try:
                 async with asyncio.timeout(self._liveness_s):
                     async for _ in exchange:
