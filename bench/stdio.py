@@ -137,13 +137,14 @@ async def _bench(url: str, gateway_pid: int, total: int, concurrency: int, round
         f"concurrency {concurrency}"
     )
     print(
-        f"{'processes':<10} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'processes':<10} {'seen':>5} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'gw CPU ms/req':>14} {'servers CPU ms/req':>19}"
     )
     for n, runs in results.items():
         best = max(runs, key=lambda r: r["rps"])
         print(
-            f"{n:<10} {best['rps']:>7.0f} {best['p50_ms']:>7.2f} {best['p99_ms']:>7.2f} "
+            f"{n:<10} {best['processes']:>5.0f} {best['rps']:>7.0f} "
+            f"{best['p50_ms']:>7.2f} {best['p99_ms']:>7.2f} "
             f"{best['gateway_cpu_ms']:>14.3f} {best['upstream_cpu_ms']:>19.3f}"
         )
 

@@ -208,6 +208,7 @@ class StdioSession:
         self._last_output = time.monotonic()
         self.initialized = False  # set once initialize / initialized went through
         self.proven = False  # answered a request after initialize
+        self.failure_counted = False  # in the transport's backoff
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._ping_ids = itertools.count(1)
         self._answers: set[asyncio.Task[None]] = set()
@@ -578,10 +579,9 @@ class StdioTransport:
                 self._starting -= 1
                 self._freed.set()
             else:
-                session.closing = True  # counted as a failure once, below
                 session.stop("initialize did not complete")
             if isinstance(exc, UpstreamError):
-                self._failed()
+                self._failed(session)
             raise
         return session, result
 
@@ -681,7 +681,13 @@ class StdioTransport:
 
     # -- health -------------------------------------------------------------------
 
-    def _failed(self) -> None:
+    def _failed(self, session: StdioSession | None) -> None:
+        """One more failure in a row (a process counts once, whether its start or its
+        exit is noticed first); the next spawn waits longer."""
+        if session is not None:
+            if session.failure_counted:
+                return
+            session.failure_counted = True
         self._failures += 1
         delay = min(BACKOFF_START_S * 2 ** (self._failures - 1), BACKOFF_MAX_S)
         self._not_before = time.monotonic() + delay
@@ -695,7 +701,7 @@ class StdioTransport:
         self._live.discard(session)
         self._freed.set()
         if not expected:
-            self._failed()
+            self._failed(session)
 
     # -- stopping -----------------------------------------------------------------
 

@@ -433,3 +433,68 @@ def test_no_process_outlives_a_killed_gateway(tmp_path: Path, http: httpx.Client
         assert len(groups) >= 2
         os.kill(gateway_pid, signal.SIGKILL)
         wait_for(lambda: group_members(groups) == [], timeout=10, what="the children to die")
+
+
+def test_a_server_that_fails_to_start(tmp_path: Path, http: httpx.Client) -> None:
+    """server-everything with an unknown transport argument prints its usage (to
+    stderr, and a list to stdout, which is not JSON-RPC) and exits 1."""
+    log = tmp_path / "gateway.log"
+    with stdio_gateway(node_command(EVERYTHING, "bogus"), log) as (base, gateway_pid):
+        for _ in range(3):
+            answer = call(http, base, "echo", {"message": "x"})
+            assert answer.status == 502
+            assert "exited with code 1 during initialize" in answer.error["message"]
+        assert children(gateway_pid) == []
+    exits = [line for line in wire.log_lines(log) if line.get("event") == "upstream_process_exited"]
+    assert len(exits) == 3 and all(e["exit_code"] == 1 for e in exits)
+    assert "Unknown transport: bogus" in exits[0]["stderr_tail"]
+    # Each failure in a row doubles the wait before the next start.
+    backoff = [
+        line["next_start_in_s"]
+        for line in wire.log_lines(log)
+        if line.get("event") == "upstream_process_backoff"
+    ]
+    assert backoff == [0.1, 0.2, 0.4]
+
+
+@pytest.fixture(scope="module")
+def fixture_over_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The gateway's own legacy fixture (mcp 1.x), run as its stdio upstream."""
+    log = tmp_path_factory.mktemp("stdio") / "gateway-fixture.log"
+    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+    with stdio_gateway(command, log) as (base, _):
+        yield base
+
+
+def test_a_server_request_for_a_capability_the_caller_lacks(
+    fixture_over_stdio: str, http: httpx.Client
+) -> None:
+    """The fixture samples without checking what its client declared. The request
+    arrives on stdout with nothing tying it to the call but being the one call in
+    flight on that process; the caller declared no sampling."""
+    answer = call(http, fixture_over_stdio, "test_missing_capability")
+    # 2026-07-28 basic/index: a server MUST return MissingRequiredClientCapabilityError
+    # (-32021) when processing needs a capability the client did not declare; HTTP 400.
+    assert answer.status == 400
+    assert answer.error["code"] == -32021
+    assert answer.error["data"]["requiredCapabilities"] == {"sampling": {}}
+
+
+def test_fixture_sampling_round_trip_over_stdio(
+    fixture_over_stdio: str, http: httpx.Client
+) -> None:
+    first = call(http, fixture_over_stdio, "ask_sampling", {"prompt": "Capital?"}, caps=SAMPLING)
+    assert first.input_required, first.final
+    mw.check_input_required(first)
+    ((key, _),) = first.requests.items()
+    done = call(
+        http,
+        fixture_over_stdio,
+        "ask_sampling",
+        {"prompt": "Capital?"},
+        caps=SAMPLING,
+        input_responses={key: sampled("Paris")},
+        state=first.state,
+    )
+    assert done.result["resultType"] == "complete", done.final
+    assert "Paris" in text_of(done)
