@@ -498,3 +498,27 @@ def test_fixture_sampling_round_trip_over_stdio(
     )
     assert done.result["resultType"] == "complete", done.final
     assert "Paris" in text_of(done)
+
+
+def test_progress_and_logs_of_a_call_reach_its_caller(
+    fixture_over_stdio: str, everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    # Progress: routed by the token the gateway put on the request (its own id).
+    progress = call(
+        http,
+        everything[0],
+        "trigger-long-running-operation",
+        {"duration": 1, "steps": 3},
+        meta={"progressToken": "my-token"},
+    )
+    notes = [m for m in progress.messages if m.get("method") == "notifications/progress"]
+    assert progress.content_type == "text/event-stream"
+    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert all(n["params"]["progressToken"] == "my-token" for n in notes)
+    assert "completed" in text_of(progress).lower()
+    # Logs: the one call in flight on the process gets them, when it asked (logLevel).
+    logged = call(http, fixture_over_stdio, "test_logging_tool", meta={wire.META_LOG_LEVEL: "info"})
+    lines = [m for m in logged.messages if m.get("method") == "notifications/message"]
+    assert [line["params"]["data"] for line in lines] == ["Diagnostic trace logging activated"]
+    quiet = call(http, fixture_over_stdio, "test_logging_tool")
+    assert [m for m in quiet.messages if m.get("method")] == []
