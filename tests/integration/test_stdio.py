@@ -522,3 +522,25 @@ def test_progress_and_logs_of_a_call_reach_its_caller(
     assert [line["params"]["data"] for line in lines] == ["Diagnostic trace logging activated"]
     quiet = call(http, fixture_over_stdio, "test_logging_tool")
     assert [m for m in quiet.messages if m.get("method")] == []
+
+
+def test_an_unprompted_roots_request_is_answered(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    """server-everything asks a client that declared roots for them 350 ms after
+    `initialized`, outside any call. Nobody can answer for the client then: the
+    gateway refuses it at once (-32601, the listener's default answer), so the
+    server is not left waiting, and says so on its stderr."""
+    base, _, log = everything
+    answer = call(http, base, "echo", {"message": "with roots"}, caps={"roots": {}})
+    assert text_of(answer) == "Echo: with roots"
+
+    def refused() -> bool:
+        return any(
+            line.get("event") == "upstream_stderr"
+            and "Failed to request roots from client" in line.get("line", "")
+            and "no client call is waiting" in line.get("line", "")
+            for line in wire.log_lines(log)
+        )
+
+    wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
