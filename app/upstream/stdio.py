@@ -12,11 +12,11 @@ Where a message goes, since stdio carries nothing but the message:
 
 - a response goes to the exchange of its request id;
 - `notifications/progress` to the exchange whose request carried its token;
-- a server request, and `notifications/message`, to the one exchange in
-  flight when there is exactly one (always so on an MRTR lane): only that
-  call can have caused it, and the gateway then treats it as it treats one on
-  a call's HTTP stream (the bridge asks the client; a caller without the
-  capability gets -32021);
+- a server request, and `notifications/message`, to the one call (`tools/call`,
+  `prompts/get`, `resources/read`) in flight when there is exactly one (always
+  so on an MRTR lane): only that call can have caused it, and the gateway then
+  treats it as one on a call's HTTP stream (the bridge asks the client; a
+  caller without the capability gets -32021);
 - otherwise, and for other notifications, to the session's `listen()` stream
   when one is open (the MRTR lane's listener, the subscriptions hub), which is
   what a legacy HTTP session's standalone GET stream carries. With no stream
@@ -80,6 +80,8 @@ STDERR_TAIL = 20  # last lines kept for the exit log
 # Notifications an exchange or a listen stream may hold unread; beyond, dropped
 # (responses and server requests never are).
 QUEUE_SOFT_BOUND = 1000
+# The requests during which a server asks its client for input.
+CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 10.0
 
@@ -139,11 +141,10 @@ class StdioExchange:
         self, session: StdioSession, what: str, timeout_s: float | None, request_id: Any = None
     ) -> None:
         self._session = session
-        self._what = what
+        self.what = what
         self._timeout_s = timeout_s
         self.request_id = request_id
         self.progress_token: Any = None
-        self.internal = False  # the gateway's own liveness ping
         self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
         self.last_event_id: str | None = None
         self._messages = self._read()
@@ -166,7 +167,7 @@ class StdioExchange:
                     item = await self.queue.get()
             except TimeoutError:
                 raise UpstreamTimeout(
-                    f"stdio upstream sent nothing for {self._what} within {self._timeout_s:g}s"
+                    f"stdio upstream sent nothing for {self.what} within {self._timeout_s:g}s"
                 ) from None
             if isinstance(item, _End):
                 raise item.error
@@ -379,12 +380,14 @@ class StdioSession:
             self._listen.put(message)
 
     def _sole_call(self) -> StdioExchange | None:
-        """The one request in flight after initialize, if there is exactly one (always
-        so on an MRTR lane). With several, nothing on stdio says which one a server
-        request or a log line belongs to."""
+        """The one call in flight after initialize, if there is exactly one (always so
+        on an MRTR lane). With several, nothing on stdio says which one a server
+        request or a log line belongs to. Only the methods whose handlers ask the
+        client count: the gateway's own list and subscribe requests read nothing but
+        their answer, so a request handed to them would never be answered."""
         if not self.initialized:
             return None  # initialize itself: what comes now is unprompted
-        calls = [e for e in self._pending.values() if not e.internal]
+        calls = [e for e in self._pending.values() if e.what in CALL_METHODS]
         return calls[0] if len(calls) == 1 else None
 
     def _answer_alone(self, request: Message) -> None:
@@ -455,7 +458,6 @@ class StdioSession:
                 exchange = await self.request(ping)
             except UpstreamError:
                 return
-            exchange.internal = True
             try:
                 async with asyncio.timeout(self._liveness_s):
                     async for _ in exchange:
@@ -554,10 +556,6 @@ class StdioTransport:
     def processes(self) -> int:
         """Processes running or starting (the bound counts both)."""
         return len(self._live) + self._starting
-
-    @property
-    def pids(self) -> list[int]:
-        return [session.pid for session in self._live]
 
     # -- opening ------------------------------------------------------------------
 
