@@ -13,6 +13,7 @@ stdio_servers.py) and raw 2026-07-28 requests. Processes are counted from
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shlex
 import signal
@@ -544,3 +545,40 @@ def test_an_unprompted_roots_request_is_answered(
         )
 
     wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
+
+
+def test_a_resource_subscription_over_stdio(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    """subscriptions/listen on a stdio upstream: `resources/subscribe` written to
+    the process, its `notifications/resources/updated` (not tied to any call)
+    read from stdout into the listen stream of the session."""
+    base = everything[0]
+    uri = "demo://resource/static/document/features.md"
+    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
+    frames: list[dict[str, Any]] = []
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
+    ) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+
+        def next_frame() -> dict[str, Any]:
+            for line in lines:
+                if line.startswith("data:"):
+                    frame: dict[str, Any] = json.loads(line[5:])
+                    frames.append(frame)
+                    return frame
+            raise AssertionError(f"the listen stream ended; saw {frames}")
+
+        ack = next_frame()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
+        # Sends an update for each subscribed URI of its session at once, then every 5 s.
+        toggled = call(http, base, "toggle-subscriber-updates")
+        assert toggled.status == 200, toggled.final
+        update = next_frame()
+        assert update["method"] == "notifications/resources/updated"
+        assert update["params"]["uri"] == uri
+        assert update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == listen["id"]
+        call(http, base, "toggle-subscriber-updates")  # and off again
