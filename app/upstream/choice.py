@@ -18,6 +18,8 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
             env=child_environment(os.environ, settings.upstream_env),
             max_processes=settings.stdio_max_processes,
             start_timeout_s=settings.stdio_start_timeout_s,
+            # Getting a process is this transport's "connecting".
+            slot_wait_s=settings.connect_timeout_s,
             request_timeout_s=settings.request_timeout_s,
             liveness_s=settings.stdio_liveness_s,
         )

@@ -531,6 +531,7 @@ class StdioTransport:
         env: Mapping[str, str],
         max_processes: int,
         start_timeout_s: float,
+        slot_wait_s: float,
         request_timeout_s: float,
         liveness_s: float,
         stdin_grace_s: float = 2.0,
@@ -540,6 +541,7 @@ class StdioTransport:
         self._env = dict(env)
         self.max_processes = max_processes
         self._start_timeout_s = start_timeout_s
+        self._slot_wait_s = slot_wait_s
         self._request_timeout_s = request_timeout_s
         self._liveness_s = liveness_s
         self._stdin_grace_s = stdin_grace_s
@@ -587,7 +589,7 @@ class StdioTransport:
         if self._closed:
             raise UpstreamUnavailable("the gateway is shutting down")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._start_timeout_s
+        deadline = loop.time() + self._slot_wait_s
         while self.processes >= self.max_processes:
             self._reclaim_one()
             remaining = deadline - loop.time()

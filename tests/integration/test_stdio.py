@@ -361,7 +361,7 @@ def test_a_server_that_stops_answering(tmp_path: Path, http: httpx.Client) -> No
 def test_process_bound_and_what_a_caller_gets_beyond_it(tmp_path: Path, http: httpx.Client) -> None:
     log = tmp_path / "gateway.log"
     with stdio_gateway(
-        node_command(EVERYTHING), log, stdio_max_processes="2", stdio_start_timeout_s="3"
+        node_command(EVERYTHING), log, stdio_max_processes="2", connect_timeout_s="3"
     ) as (base, gateway_pid):
         most = 0
         watching = True
@@ -382,7 +382,7 @@ def test_process_bound_and_what_a_caller_gets_beyond_it(tmp_path: Path, http: ht
                 for p in ("a", "b")
             ]
             assert all(p.input_required for p in parked), [p.final for p in parked]
-            # Beyond the bound: a call waits MCP_SHIM_STDIO_START_TIMEOUT_S, then 503.
+            # Beyond the bound: a call waits MCP_SHIM_CONNECT_TIMEOUT_S, then 503.
             refused = call(http, base, "echo", {"message": "no room"})
             assert refused.status == 503
             assert "MCP_SHIM_STDIO_MAX_PROCESSES" in refused.error["message"]

@@ -25,6 +25,7 @@ async def session() -> AsyncIterator[StdioSession]:
         env={"PATH": os.defpath},
         max_processes=1,
         start_timeout_s=5,
+        slot_wait_s=5,
         request_timeout_s=5,
         liveness_s=5,
         stdin_grace_s=0.5,

@@ -52,6 +52,7 @@ async def test_stdin_closed_then_sigterm_then_sigkill(
         env={"PATH": os.defpath},
         max_processes=2,
         start_timeout_s=5,
+        slot_wait_s=5,
         request_timeout_s=5,
         liveness_s=5,
         stdin_grace_s=0.3,
