@@ -210,6 +210,7 @@ class StdioSession:
         self.initialized = False  # set once initialize / initialized went through
         self.proven = False  # answered a request after initialize
         self.failure_counted = False  # in the transport's backoff
+        self.not_json = 0  # stdout lines that were not JSON-RPC
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._ping_ids = itertools.count(1)
         self._answers: set[asyncio.Task[None]] = set()
@@ -336,7 +337,15 @@ class StdioSession:
             try:
                 parsed = jsonio.loads(line)
             except (jsonio.JSONDecodeError, UnicodeDecodeError):
-                log.info("stdio_stdout_not_json", pid=self.pid, length=len(line))
+                # Skipped (some servers print banners there); logged sparingly.
+                self.not_json += 1
+                if self.not_json <= 5 or self.not_json % 1000 == 0:
+                    log.info(
+                        "upstream_stdout_not_json",
+                        pid=self.pid,
+                        length=len(line),
+                        count=self.not_json,
+                    )
                 continue
             for message in parsed if isinstance(parsed, list) else [parsed]:
                 if isinstance(message, dict):

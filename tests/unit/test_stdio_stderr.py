@@ -77,3 +77,20 @@ async def test_a_line_without_end_stays_bounded(capsys: pytest.CaptureFixture[st
         await transport.aclose()
     assert all(len(line) <= STDERR_LINE_CHARS for line in session.stderr_tail)
     assert any(line.startswith("x" * 100) for line in session.stderr_tail)
+
+
+async def test_stdout_lines_that_are_not_json_rpc_are_skipped_and_logged_sparingly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    transport, session = await _session(
+        "yes 'Server banner, not JSON' | head -n 3000; echo done >&2; sleep 30"
+    )
+    try:
+        await _until(lambda: "done" in session.stderr_tail, within_s=20)
+        await _until(lambda: session.not_json == 3000, within_s=5)
+        assert session.gone is None  # still a usable session
+    finally:
+        await session.close()
+        await transport.aclose()
+    noted = [line for line in capsys.readouterr().out.splitlines() if "not_json" in line]
+    assert len(noted) == 5 + 3  # the first five, then every thousandth
