@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+import shutil
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -11,6 +14,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -30,7 +34,15 @@ def _split_csv(value: object) -> object:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MCP_SHIM_", extra="ignore", frozen=True)
 
-    upstream_url: AnyHttpUrl = Field(description="MCP endpoint of the legacy server")
+    # Exactly one of these two: the upstream is an HTTP endpoint or a command (stdio).
+    upstream_url: AnyHttpUrl | None = Field(
+        default=None, description="MCP endpoint of the legacy server"
+    )
+    upstream_command: str | None = Field(
+        default=None,
+        description="command line (shell quoting rules, no shell) of a stdio MCP server the "
+        "gateway starts itself",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
@@ -90,6 +102,24 @@ class Settings(BaseSettings):
     # httpx's API either way; the aiohttp transport is the measured default
     # (bench/README.md). "httpx" keeps httpx's own transport for comparison.
     upstream_http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    # stdio upstreams (app/upstream/stdio.py).
+    upstream_env: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="names of environment variables passed to the stdio server besides "
+        "PATH, HOME and LANG",
+    )
+    stdio_max_processes: int = Field(
+        default=8, ge=1, description="stdio server processes running at once, lanes included"
+    )
+    stdio_start_timeout_s: float = Field(
+        default=30.0, gt=0, description="longest wait for a new stdio server's initialize answer"
+    )
+    stdio_liveness_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a stdio server silent this long with calls in flight is pinged; one that "
+        "does not answer the ping within as long is stopped",
+    )
     cache_ttl_ms: int = Field(default=60_000, ge=0)
     cache_scope: Literal["public", "private"] = "private"
     # subscriptions/listen (app/subscriptions).
@@ -171,7 +201,7 @@ class Settings(BaseSettings):
         "upstream call cancelled",
     )
 
-    @field_validator("allowed_origins", "allowed_hosts", mode="before")
+    @field_validator("allowed_origins", "allowed_hosts", "upstream_env", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
@@ -188,6 +218,34 @@ class Settings(BaseSettings):
         if value is not None and value == info.data.get("port"):
             raise ValueError("must differ from MCP_SHIM_PORT (or be unset: /metrics on that port)")
         return value
+
+    @field_validator("upstream_command")
+    @classmethod
+    def _command_line(cls, value: str | None) -> str | None:
+        if value is not None:
+            command_argv(value)  # ValueError says what is wrong with it
+        return value
+
+    @field_validator("upstream_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if name.upper().startswith("MCP_SHIM_"):
+                # The gateway's own settings include its secrets (MCP_SHIM_STATE_KEY).
+                raise ValueError(f"{name} is the gateway's own setting; it is never passed on")
+        return value
+
+    @model_validator(mode="after")
+    def _one_upstream(self) -> Settings:
+        if (self.upstream_url is None) == (self.upstream_command is None):
+            state = "both are" if self.upstream_url is not None else "neither is"
+            raise ValueError(
+                "exactly one of MCP_SHIM_UPSTREAM_URL (an HTTP MCP endpoint) and "
+                f"MCP_SHIM_UPSTREAM_COMMAND (a stdio MCP server to start) must be set; {state}"
+            )
+        return self
 
     @field_validator("upstream_protocol_version")
     @classmethod
@@ -306,16 +364,36 @@ class Settings(BaseSettings):
         return parse_keys(self.state_key.get_secret_value())
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def command_argv(command: str) -> list[str]:
+    """MCP_SHIM_UPSTREAM_COMMAND split with shell quoting rules (no shell runs it);
+    ValueError when it cannot be, or its program cannot be found."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # "No closing quotation"
+        raise ValueError(f"cannot be split into arguments: {exc}") from None
+    if not argv:
+        raise ValueError("is empty")
+    if shutil.which(argv[0]) is None:
+        raise ValueError(f"{argv[0]!r} is not an executable file nor found on PATH")
+    return argv
+
+
 class SettingsError(Exception):
     """Start-up configuration is invalid; the message names each bad variable."""
 
 
 def load_settings() -> Settings:
     try:
-        return Settings()  # type: ignore[call-arg]
+        return Settings()
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            field = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a rule across settings names them itself
+                lines.append(err["msg"].removeprefix("Value error, "))
+                continue
+            field = str(err["loc"][0])
             lines.append(f"MCP_SHIM_{field.upper()}: {err['msg']}")
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None

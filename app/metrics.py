@@ -76,6 +76,7 @@ UPSTREAM_ERROR_KINDS = (
     "SessionExpired",
     "PoolExhausted",
     "SessionShareExceeded",
+    "StdioProcessExited",
 )
 
 # `CallState.outcome` values the code sets (app/gateway.py, app/mrtr/bridge.py,

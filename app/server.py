@@ -33,8 +33,9 @@ from app.readiness import ReadinessCheck
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
+from app.upstream.choice import build_transport
 from app.upstream.pool import SessionPool
-from app.upstream.streamable_http import StreamableHttpTransport, build_client
+from app.upstream.streamable_http import StreamableHttpTransport
 from translators.registry import get_version
 
 log = structlog.get_logger("mcp_shim.http")
@@ -137,27 +138,27 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = build_client(
-            connect_timeout_s=settings.connect_timeout_s,
-            max_connections=settings.max_upstream_connections,
-            transport=settings.upstream_http_transport,
-        )
-        transport = StreamableHttpTransport(
-            client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
-        )
+        # Streamable HTTP or stdio, by which of the two upstream settings is set.
+        transport, max_sessions = build_transport(settings)
         pool = SessionPool(
             transport,
-            max_sessions=settings.max_sessions,
+            max_sessions=max_sessions,
             idle_s=settings.session_idle_s,
-            max_per_credential=settings.session_share(),
+            max_per_credential=min(settings.session_share(), max_sessions),
         )
         pool.start()
         app.state.readiness = ReadinessCheck(pool, offered, max_age_s=settings.ready_max_age_s)
 
-        async def fetch(url: str) -> object:
-            return await transport.fetch_document(url, max_bytes=MAX_METADATA_BYTES)
+        # OAuth is an HTTP upstream's: a stdio server has no challenge to relay.
+        auth_relay: AuthRelay | None = None
+        if isinstance(transport, StreamableHttpTransport):
+            http = transport
 
-        app.state.auth = auth_relay = AuthRelay(fetch, str(settings.upstream_url))
+            async def fetch(url: str) -> object:
+                return await http.fetch_document(url, max_bytes=MAX_METADATA_BYTES)
+
+            auth_relay = AuthRelay(fetch, str(settings.upstream_url))
+        app.state.auth = auth_relay
         subscriptions = SubscriptionHub(
             pool,
             queue_bound=settings.listen_queue_size,
@@ -260,7 +261,12 @@ def create_app(settings: Settings) -> FastAPI:
             log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
             app_metrics.rejected(refused.code, refused.http_status)
             return _json(refused)
-        relay: AuthRelay = request.app.state.auth
+        relay: AuthRelay | None = request.app.state.auth
+        if relay is None:
+            return JSONResponse(
+                {"error": "not_found", "error_description": "the upstream is not an HTTP server"},
+                status_code=404,
+            )
         status, body = await relay.answer(gateway_url(request))
         return JSONResponse(body, status_code=status)
 

@@ -31,7 +31,7 @@
 set -Eeuo pipefail
 
 # Top-level pins. Everything else is resolved from these by --refresh-pins.
-LEGACY_TOP=("mcp==1.30.0" "uvicorn==0.54.0")
+LEGACY_TOP=("mcp==1.30.0" "uvicorn==0.54.0" "mcp-server-time==2026.8.18")
 MODERN_TOP=("mcp==2.3.0" "jsonschema==4.26.0")
 NODE_VERSION_EXPECTED="v22."
 # Bump when the way a peer is built changes, so existing builds are redone.

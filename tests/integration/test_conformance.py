@@ -366,6 +366,36 @@ def test_conformance_suite_2025_11_25_legacy_clients(gateway_url: str) -> None:
     assert all(r.clean for r in scored), "\n" + report.text()
 
 
+STDIO_BASELINE = ROOT / "tests" / "conformance" / "expected-failures-stdio.yml"
+
+
+@pytest.mark.peers
+def test_conformance_suite_with_the_fixture_over_stdio(tmp_path: Path) -> None:
+    """The same fixture, run by the gateway as its stdio upstream
+    (MCP_SHIM_UPSTREAM_COMMAND, app/upstream/stdio.py): one process per session."""
+    _peers_or_fail()
+    import shlex
+
+    from tests import procs
+
+    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+    port = procs.free_port()
+    env = {
+        "MCP_SHIM_UPSTREAM_COMMAND": command,
+        "MCP_SHIM_PORT": str(port),
+        "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_LOG_LEVEL": "info",
+    }
+    base = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "app.cli"]
+    with procs.running(argv, base + "/healthz", env=env, log_path=tmp_path / "gateway.log"):
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-stdio"
+        report = run_conformance(base + "/mcp", RESULTS / stamp, STDIO_BASELINE)
+    passed = [r.name for r in report.scored_results() if r.clean]
+    assert report.exit_code == 0, "\n" + report.text()
+    assert len(passed) >= 36, "\n" + report.text()
+
+
 if __name__ == "__main__":
     # scripts/conformance.sh prints the same summary for a manual run with
     #   python tests/integration/test_conformance.py <run dir> <CLI exit code>

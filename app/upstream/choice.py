@@ -1,0 +1,38 @@
+"""Which transport the gateway speaks to its upstream: the one setting that is set."""
+
+from __future__ import annotations
+
+import os
+
+from app.config import Settings, command_argv
+from app.upstream.base import Transport
+from app.upstream.stdio import StdioTransport, child_environment
+from app.upstream.streamable_http import StreamableHttpTransport, build_client
+
+
+def build_transport(settings: Settings) -> tuple[Transport, int]:
+    """The upstream transport, and how many sessions the pool may keep with it."""
+    if settings.upstream_command is not None:
+        stdio = StdioTransport(
+            command_argv(settings.upstream_command),
+            env=child_environment(os.environ, settings.upstream_env),
+            max_processes=settings.stdio_max_processes,
+            start_timeout_s=settings.stdio_start_timeout_s,
+            # Getting a process is this transport's "connecting".
+            slot_wait_s=settings.connect_timeout_s,
+            request_timeout_s=settings.request_timeout_s,
+            liveness_s=settings.stdio_liveness_s,
+        )
+        # Every stdio session is a process: the pool keeps no more than may run.
+        # (MRTR lanes are processes too; the transport bounds the sum.)
+        return stdio, min(settings.max_sessions, settings.stdio_max_processes)
+    assert settings.upstream_url is not None  # one of the two: app/config.py
+    client = build_client(
+        connect_timeout_s=settings.connect_timeout_s,
+        max_connections=settings.max_upstream_connections,
+        transport=settings.upstream_http_transport,
+    )
+    http = StreamableHttpTransport(
+        client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+    )
+    return http, settings.max_sessions

@@ -1,0 +1,752 @@
+"""stdio upstreams: an MCP server the gateway starts itself, one process per session.
+
+The stdio transport (2025-03-26 .. 2025-11-25 basic/transports) is one stream
+of newline-delimited JSON-RPC messages each way on the child's stdin and
+stdout; stderr is the server's log. A process serves one client, so here a
+process *is* one legacy session: `StdioTransport.open_session` spawns it and
+runs `initialize` / `notifications/initialized`, and the session pool and the
+MRTR lanes above use it as they use a Streamable HTTP session (same keys, same
+lanes), with no lock anywhere: any number of calls run on one process at once.
+
+Where a message goes, since stdio carries nothing but the message:
+
+- a response goes to the exchange of its request id;
+- `notifications/progress` to the exchange whose request carried its token;
+- a server request, and `notifications/message`, to the one call (`tools/call`,
+  `prompts/get`, `resources/read`) in flight when there is exactly one (always
+  so on an MRTR lane): only that call can have caused it, and the gateway then
+  treats it as one on a call's HTTP stream (the bridge asks the client; a
+  caller without the capability gets -32021);
+- otherwise, and for other notifications, to the session's `listen()` stream
+  when one is open (the MRTR lane's listener, the subscriptions hub), which is
+  what a legacy HTTP session's standalone GET stream carries. With no stream
+  open, notifications are dropped and requests get the listener's
+  `default_answer` (`ping` answered, anything else refused), so the server
+  never waits for an answer that cannot come.
+
+A process that exits, or stops answering (silent for `liveness_s` with calls
+in flight and no answer to a ping within as long), fails its calls in flight
+at once with `StdioProcessExited`; the session is gone (`request` raises
+`SessionExpired`, so the pool and the lanes open a new process, with backoff
+after repeated failures). Stopping is always the same: stdin closed, SIGTERM
+to the process group after a grace period, SIGKILL after another. Children
+start in their own process group, so the whole group goes, and with a parent
+death signal, so a gateway that dies leaves no orphan either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import ctypes
+import itertools
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from app import jsonio
+from app.upstream.base import Message
+from app.upstream.errors import (
+    PoolExhausted,
+    SessionExpired,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from app.upstream.listener import default_answer
+from translators.registry import get_version
+
+log = structlog.get_logger("mcp_shim.stdio")
+
+# What the child inherits from the gateway's environment besides the allow-list.
+BASE_ENV = ("PATH", "HOME", "LANG")
+# One JSON-RPC line from the server; beyond it the process is stopped (a tool
+# result of this size is already far past what a client would accept).
+MAX_LINE_BYTES = 64 * 1024 * 1024
+# stderr: lines are cut to this many characters, logged at most this rate.
+STDERR_LINE_CHARS = 500
+STDERR_LINES_PER_S = 20.0
+STDERR_BURST = 50
+STDERR_TAIL = 20  # last lines kept for the exit log
+# Notifications an exchange or a listen stream may hold unread; beyond, dropped
+# (responses and server requests never are).
+QUEUE_SOFT_BOUND = 1000
+# The requests during which a server asks its client for input.
+CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+BACKOFF_START_S = 0.1
+BACKOFF_MAX_S = 10.0
+
+
+class StdioProcessExited(UpstreamUnavailable):
+    """The stdio server process ended (or was stopped) while a message waited on it."""
+
+
+def child_environment(source: Mapping[str, str], allowed: Sequence[str]) -> dict[str, str]:
+    """The child's whole environment: PATH, HOME, LANG and the allow-listed names
+    that are set. Nothing else of the gateway's (its MCP_SHIM_* secrets above all)."""
+    env = {name: source[name] for name in (*BASE_ENV, *allowed) if name in source}
+    env.setdefault("PATH", os.defpath)
+    return env
+
+
+_PR_SET_PDEATHSIG = 1
+# Looked up here, not in the child: between fork and exec only the call is safe.
+_prctl: Any = None
+if sys.platform.startswith("linux"):
+    with contextlib.suppress(Exception):
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # The child gets SIGKILL when the gateway thread that started it dies, so even
+    # a gateway killed with SIGKILL leaves no server behind.
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _killpg(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _id_key(value: Any) -> tuple[str, Any]:
+    # JSON ids 1 and "1" are different requests.
+    return (type(value).__name__, value)
+
+
+def _progress_token(message: Message) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    error: UpstreamError
+
+
+class StdioExchange:
+    """Messages for one request (ending with its response), or the listen stream."""
+
+    def __init__(
+        self, session: StdioSession, what: str, timeout_s: float | None, request_id: Any = None
+    ) -> None:
+        self._session = session
+        self.what = what
+        self._timeout_s = timeout_s
+        self.request_id = request_id
+        self.progress_token: Any = None
+        self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
+        self.last_event_id: str | None = None
+        self._messages = self._read()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._messages
+
+    def put(self, message: Message) -> None:
+        if "method" in message and "id" not in message and self.queue.qsize() > QUEUE_SOFT_BOUND:
+            return
+        self.queue.put_nowait(message)
+
+    def end(self, error: UpstreamError) -> None:
+        self.queue.put_nowait(_End(error))
+
+    async def _read(self) -> AsyncIterator[Message]:
+        while True:
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    item = await self.queue.get()
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    f"stdio upstream sent nothing for {self.what} within {self._timeout_s:g}s"
+                ) from None
+            if isinstance(item, _End):
+                raise item.error
+            yield item
+            if self.request_id is not None and "method" not in item:
+                return  # the response: nothing else belongs to this request
+
+    async def aclose(self, drain: bool = False) -> None:
+        self._session.forget(self)
+        with contextlib.suppress(Exception):
+            await self._messages.aclose()  # type: ignore[attr-defined]
+
+
+class StdioSession:
+    """One server process: one legacy session."""
+
+    session_id: str | None = None
+
+    def __init__(
+        self,
+        transport: StdioTransport,
+        proc: asyncio.subprocess.Process,
+        *,
+        request_timeout_s: float,
+        liveness_s: float,
+    ) -> None:
+        self._transport = transport
+        self.proc = proc
+        self.pid = proc.pid
+        self._request_timeout_s = request_timeout_s
+        self._liveness_s = liveness_s
+        self._pending: dict[tuple[str, Any], StdioExchange] = {}
+        self._progress: dict[tuple[str, Any], StdioExchange] = {}
+        self._listen: StdioExchange | None = None
+        self.gone: UpstreamError | None = None  # set once the process is (being) stopped
+        self.closing = False
+        self.started_at = time.monotonic()
+        self.last_active = time.monotonic()
+        self._last_output = time.monotonic()
+        self.initialized = False  # set once initialize / initialized went through
+        self.proven = False  # answered a request after initialize
+        self.failure_counted = False  # in the transport's backoff
+        self.not_json = 0  # stdout lines that were not JSON-RPC
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._ping_ids = itertools.count(1)
+        self._answers: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        # A fresh context: the process outlives the request that started it, and its
+        # log lines must not carry that request's id.
+        self._tasks = [
+            loop.create_task(coro, context=contextvars.Context())
+            for coro in (self._read_stdout(), self._read_stderr(), self._watch())
+        ]
+        self.exited = loop.create_task(self._wait_exit(), context=contextvars.Context())
+
+    # -- the seam -----------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
+    def listening(self) -> bool:
+        return self._listen is not None
+
+    async def request(self, message: Message) -> StdioExchange:
+        if self.gone is not None or self.closing:
+            # Never written: its handler never ran, a new process may take it.
+            raise SessionExpired("the stdio upstream process has ended")
+        key = _id_key(message.get("id"))
+        if key in self._pending:
+            raise UpstreamProtocolError(f"request id {message.get('id')!r} is already in flight")
+        method = str(message.get("method"))
+        exchange = StdioExchange(self, method, self._request_timeout_s, message.get("id"))
+        self._pending[key] = exchange
+        token = _progress_token(message)
+        if token is not None and isinstance(token, str | int):
+            exchange.progress_token = _id_key(token)
+            self._progress[exchange.progress_token] = exchange
+        self.last_active = time.monotonic()
+        try:
+            await self._write(message, method)
+        except BaseException:
+            self.forget(exchange)
+            raise
+        return exchange
+
+    async def notify(self, message: Message) -> None:
+        await self._write(message, str(message.get("method")))
+
+    async def respond(self, message: Message) -> None:
+        await self._write(message, "a response to a server request")
+
+    async def listen(self, last_event_id: str | None = None) -> StdioExchange:
+        if self.gone is not None or self.closing:
+            raise SessionExpired("the stdio upstream process has ended")
+        previous, self._listen = self._listen, StdioExchange(self, "listen stream", None)
+        if previous is not None:
+            previous.end(UpstreamUnavailable("replaced by a newer listen stream"))
+        return self._listen
+
+    async def close(self) -> None:
+        """Stop the process (stdin closed, then SIGTERM, then SIGKILL), in the background:
+        the transport waits for it at shutdown, and counts it until it is gone."""
+        if self.closing:
+            return
+        self.closing = True
+        self._transport.stop_in_background(self)
+
+    def forget(self, exchange: StdioExchange) -> None:
+        if exchange.request_id is not None:
+            key = _id_key(exchange.request_id)
+            if self._pending.get(key) is exchange:
+                del self._pending[key]
+        if exchange.progress_token is not None:
+            if self._progress.get(exchange.progress_token) is exchange:
+                del self._progress[exchange.progress_token]
+        if self._listen is exchange:
+            self._listen = None
+
+    # -- writing ------------------------------------------------------------------
+
+    async def _write(self, message: Message, what: str) -> None:
+        if self.gone is not None:
+            raise self.gone
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(jsonio.dumps(message) + b"\n")
+            # A server that stops reading its stdin stops answering too.
+            async with asyncio.timeout(self._liveness_s):
+                await stdin.drain()
+        except TimeoutError:
+            self.stop(f"it stopped reading its stdin (sending {what})")
+            raise self.gone or StdioProcessExited("stdio upstream stopped") from None
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            raise self.gone or StdioProcessExited(
+                f"stdio upstream process could not receive {what}: {type(exc).__name__}"
+            ) from None
+
+    # -- reading ------------------------------------------------------------------
+
+    async def _read_stdout(self) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        while True:
+            try:
+                line = await stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                self.stop(f"it wrote a line longer than {MAX_LINE_BYTES} bytes")
+                return
+            except (ConnectionError, OSError):
+                line = b""
+            if not line:
+                # Usually the process is ending: let its exit code tell what happened.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await self.proc.wait()
+                if self.proc.returncode is None and self.gone is None and not self.closing:
+                    # The spec lets a server end the session by closing its output.
+                    self.stop("it closed its stdout", graceful=True)
+                return
+            self._last_output = time.monotonic()
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                parsed = jsonio.loads(line)
+            except (jsonio.JSONDecodeError, UnicodeDecodeError):
+                # Skipped (some servers print banners there); logged sparingly.
+                self.not_json += 1
+                if self.not_json <= 5 or self.not_json % 1000 == 0:
+                    log.info(
+                        "upstream_stdout_not_json",
+                        pid=self.pid,
+                        length=len(line),
+                        count=self.not_json,
+                    )
+                continue
+            for message in parsed if isinstance(parsed, list) else [parsed]:
+                if isinstance(message, dict):
+                    self._dispatch(message)
+
+    def _dispatch(self, message: Message) -> None:
+        method = message.get("method")
+        if method is None:
+            exchange = self._pending.pop(_id_key(message.get("id")), None)
+            if exchange is not None:
+                if self.initialized and not self.proven:
+                    self.proven = True
+                    self._transport.proven()
+                exchange.put(message)
+            return
+        if "id" in message:
+            sole = self._sole_call()
+            if sole is not None:
+                # Only one call can have caused it: the call's own question, handled
+                # as on its HTTP stream (the MRTR bridge asks the client; a caller
+                # without the capability gets -32021).
+                sole.put(message)
+            elif self._listen is not None:
+                self._listen.put(message)
+            else:
+                self._answer_alone(message)
+            return
+        if method == "notifications/progress":
+            params = message.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            exchange = self._progress.get(_id_key(token)) if isinstance(token, str | int) else None
+            if exchange is not None:
+                exchange.put(message)
+                return
+        elif method == "notifications/message":
+            sole = self._sole_call()
+            if sole is not None:
+                sole.put(message)  # one call in flight: its log lines
+                return
+        if self._listen is not None:
+            self._listen.put(message)
+
+    def _sole_call(self) -> StdioExchange | None:
+        """The one call in flight after initialize, if there is exactly one (always so
+        on an MRTR lane). With several, nothing on stdio says which one a server
+        request or a log line belongs to. Only the methods whose handlers ask the
+        client count: the gateway's own list and subscribe requests read nothing but
+        their answer, so a request handed to them would never be answered."""
+        if not self.initialized:
+            return None  # initialize itself: what comes now is unprompted
+        calls = [e for e in self._pending.values() if e.what in CALL_METHODS]
+        return calls[0] if len(calls) == 1 else None
+
+    def _answer_alone(self, request: Message) -> None:
+        """A server request with no listen stream open (e.g. `roots/list` right after
+        `initialized`): what the listener answers when nobody claims one."""
+
+        async def answer() -> None:
+            with contextlib.suppress(UpstreamError):
+                await self.respond(default_answer(request))
+
+        task = asyncio.get_running_loop().create_task(answer())
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+
+    async def _read_stderr(self) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        buffer = bytearray()
+        tokens = float(STDERR_BURST)
+        refilled = time.monotonic()
+        dropped = 0
+        while True:
+            try:
+                chunk = await stderr.read(65536)
+            except (ConnectionError, OSError):
+                chunk = b""
+            if not chunk:
+                lines = [bytes(buffer)] if buffer else []
+                buffer.clear()
+            else:
+                buffer += chunk
+                *lines, rest = bytes(buffer).split(b"\n")
+                buffer[:] = rest[: STDERR_LINE_CHARS * 4]  # a line without end stays bounded
+            for raw in lines:
+                text = raw.decode("utf-8", "replace").rstrip()[:STDERR_LINE_CHARS]
+                if not text:
+                    continue
+                self.stderr_tail.append(text)
+                now = time.monotonic()
+                tokens = min(STDERR_BURST, tokens + (now - refilled) * STDERR_LINES_PER_S)
+                refilled = now
+                if tokens < 1:
+                    dropped += 1
+                    continue
+                tokens -= 1
+                if dropped:
+                    log.info("upstream_stderr_dropped", pid=self.pid, lines=dropped)
+                    dropped = 0
+                log.info("upstream_stderr", pid=self.pid, line=text)
+            if not chunk:
+                if dropped:
+                    log.info("upstream_stderr_dropped", pid=self.pid, lines=dropped)
+                return
+
+    # -- liveness -----------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Calls in flight and nothing heard for `liveness_s`: ping; no answer within
+        as long again: the process stopped answering and is stopped."""
+        while self.gone is None:
+            await asyncio.sleep(self._liveness_s / 4)
+            if not self._pending or self.closing:
+                continue
+            if time.monotonic() - self._last_output < self._liveness_s:
+                continue
+            ping = {"jsonrpc": "2.0", "id": f"shim-ping-{next(self._ping_ids)}", "method": "ping"}
+            try:
+                exchange = await self.request(ping)
+            except UpstreamError:
+                return
+            try:
+                async with asyncio.timeout(self._liveness_s):
+                    async for _ in exchange:
+                        pass
+            except TimeoutError:
+                self.stop(f"it did not answer a ping within {self._liveness_s:g}s")
+                return
+            except UpstreamError:
+                return
+            finally:
+                await exchange.aclose()
+
+    # -- the end ------------------------------------------------------------------
+
+    def stop(self, reason: str, *, graceful: bool = False) -> None:
+        """The process is of no further use: fail what waits on it now, and end it."""
+        if self.gone is None:
+            self.gone = StdioProcessExited(f"stdio upstream process stopped: {reason}")
+            log.warning("upstream_process_stopping", pid=self.pid, reason=reason)
+            self._fail_all(self.gone)
+        if graceful:
+            self.closing = True
+            self._transport.stop_in_background(self)
+        else:
+            _killpg(self.pid, signal.SIGKILL)
+
+    def _fail_all(self, error: UpstreamError) -> None:
+        for exchange in list(self._pending.values()):
+            exchange.end(error)
+        self._pending.clear()
+        self._progress.clear()
+        if self._listen is not None:
+            self._listen.end(error)
+
+    async def _wait_exit(self) -> int:
+        code = await self.proc.wait()
+        # Whatever the server started in its group goes with it.
+        _killpg(self.pid, signal.SIGKILL)
+        # What it wrote just before exiting (last responses, last stderr lines) is read.
+        await asyncio.wait(self._tasks[:2], timeout=1.0)
+        for task in self._tasks:
+            task.cancel()
+        if self.gone is None:
+            self.gone = StdioProcessExited(
+                f"stdio upstream process exited with code {code}"
+                if code >= 0
+                else f"stdio upstream process was killed by signal {-code}"
+            )
+        self._fail_all(self.gone)
+        expected = self.closing
+        fields: dict[str, Any] = {
+            "pid": self.pid,
+            "exit_code": code,
+            "lived_s": round(time.monotonic() - self.started_at, 2),
+        }
+        if expected:
+            log.info("upstream_process_ended", **fields)
+        else:
+            log.warning("upstream_process_exited", **fields, stderr_tail=list(self.stderr_tail))
+        self._transport.exited(self, expected=expected)
+        return code
+
+
+class StdioTransport:
+    """Starts the server command, one process per session, at most `max_processes`."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        max_processes: int,
+        start_timeout_s: float,
+        slot_wait_s: float,
+        request_timeout_s: float,
+        liveness_s: float,
+        stdin_grace_s: float = 2.0,
+        term_grace_s: float = 2.0,
+    ) -> None:
+        self._argv = list(argv)
+        self._env = dict(env)
+        self.max_processes = max_processes
+        self._start_timeout_s = start_timeout_s
+        self._slot_wait_s = slot_wait_s
+        self._request_timeout_s = request_timeout_s
+        self._liveness_s = liveness_s
+        self._stdin_grace_s = stdin_grace_s
+        self._term_grace_s = term_grace_s
+        self._live: set[StdioSession] = set()
+        self._starting = 0
+        self._freed = asyncio.Event()
+        self._stoppers: dict[StdioSession, asyncio.Task[None]] = {}
+        self._failures = 0
+        self._not_before = 0.0
+        self._closed = False
+
+    @property
+    def processes(self) -> int:
+        """Processes running or starting (the bound counts both)."""
+        return len(self._live) + self._starting
+
+    # -- opening ------------------------------------------------------------------
+
+    async def open_session(
+        self, initialize: Message, headers: Mapping[str, str]
+    ) -> tuple[StdioSession, Message]:
+        # `headers` (the caller's Authorization) has nowhere to go on stdio; it
+        # still keys the pool, so callers with different credentials never share.
+        await self._take_slot()
+        session: StdioSession | None = None
+        try:
+            delay = self._not_before - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            session = await self._spawn()
+            result = await self._initialize(session, initialize)
+        except BaseException as exc:
+            if session is None:
+                self._starting -= 1
+                self._freed.set()
+            else:
+                session.stop("initialize did not complete")
+            if isinstance(exc, UpstreamError):
+                self._failed(session)
+            raise
+        return session, result
+
+    async def _take_slot(self) -> None:
+        if self._closed:
+            raise UpstreamUnavailable("the gateway is shutting down")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._slot_wait_s
+        while self.processes >= self.max_processes:
+            self._reclaim_one()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise PoolExhausted(
+                    f"all {self.max_processes} stdio upstream processes are busy; raise "
+                    "MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
+                )
+            self._freed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._freed.wait()
+        self._starting += 1
+
+    def _reclaim_one(self) -> None:
+        """Stop the least recently used process with no call in flight, one without a
+        listen stream first. Whoever held it sees `SessionExpired` next time and
+        gets a new process, as after any exit (the pool, the lanes, the hub)."""
+        if any(s.closing or s.gone is not None for s in self._live):
+            return  # one is already on its way out
+        idle = [s for s in self._live if s.in_flight == 0]
+        if not idle:
+            return
+        victim = min(idle, key=lambda s: (s.listening, s.last_active))
+        log.info("upstream_process_reclaimed", pid=victim.pid, processes=self.processes)
+        victim.closing = True
+        self.stop_in_background(victim)
+
+    async def _spawn(self) -> StdioSession:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                start_new_session=True,  # its own process group: stopped as a whole
+                preexec_fn=_die_with_parent,
+                limit=MAX_LINE_BYTES,
+            )
+        except OSError as exc:
+            raise UpstreamUnavailable(
+                f"the stdio upstream command could not be started: {exc.strerror or exc}"
+            ) from None
+        session = StdioSession(
+            self, proc, request_timeout_s=self._request_timeout_s, liveness_s=self._liveness_s
+        )
+        self._starting -= 1
+        self._live.add(session)
+        log.info("upstream_process_started", pid=proc.pid, processes=self.processes)
+        return session
+
+    async def _initialize(self, session: StdioSession, initialize: Message) -> Message:
+        exchange = await session.request(initialize)
+        answer: Message | None = None
+        try:
+            async with asyncio.timeout(self._start_timeout_s):
+                async for message in exchange:
+                    if "method" not in message:
+                        answer = message
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"stdio upstream did not answer initialize within {self._start_timeout_s:g}s "
+                "(MCP_SHIM_STDIO_START_TIMEOUT_S)"
+            ) from None
+        except StdioProcessExited as exc:
+            raise StdioProcessExited(f"{exc.message} during initialize") from None
+        finally:
+            await exchange.aclose()
+        if answer is None:
+            raise UpstreamProtocolError("stdio upstream ended the initialize exchange")
+        error = answer.get("error")
+        if isinstance(error, dict):
+            raise UpstreamProtocolError(
+                f"upstream refused initialize: {error.get('code')} {error.get('message')}"
+            )
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise UpstreamProtocolError("stdio upstream answered initialize without a result")
+        negotiated = get_version(result.get("protocolVersion"))
+        if negotiated is None or negotiated.features.per_request_meta:
+            raise UpstreamProtocolError(
+                f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+                "which is not a legacy version this gateway knows"
+            )
+        await session.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        session.initialized = True
+        return result
+
+    # -- health -------------------------------------------------------------------
+
+    def _failed(self, session: StdioSession | None) -> None:
+        """One more failure in a row (a process counts once, whether its start or its
+        exit is noticed first); the next spawn waits longer."""
+        if session is not None:
+            if session.failure_counted:
+                return
+            session.failure_counted = True
+        self._failures += 1
+        delay = min(BACKOFF_START_S * 2 ** (self._failures - 1), BACKOFF_MAX_S)
+        self._not_before = time.monotonic() + delay
+        log.info("upstream_process_backoff", failures=self._failures, next_start_in_s=delay)
+
+    def proven(self) -> None:
+        self._failures = 0
+        self._not_before = 0.0
+
+    def exited(self, session: StdioSession, *, expected: bool) -> None:
+        self._live.discard(session)
+        self._freed.set()
+        if not expected:
+            self._failed(session)
+
+    # -- stopping -----------------------------------------------------------------
+
+    def stop_in_background(self, session: StdioSession) -> None:
+        if session not in self._stoppers:
+            task = asyncio.get_running_loop().create_task(
+                self._stop(session), context=contextvars.Context()
+            )
+            self._stoppers[session] = task
+            task.add_done_callback(lambda _: self._stoppers.pop(session, None))
+
+    async def _stop(self, session: StdioSession) -> None:
+        proc = session.proc
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+        for sig, grace in (
+            (signal.SIGTERM, self._stdin_grace_s),
+            (signal.SIGKILL, self._term_grace_s),
+        ):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await asyncio.shield(session.exited)
+                return
+            log.info("upstream_process_signalled", pid=session.pid, signal=sig.name)
+            _killpg(session.pid, sig)
+        await asyncio.shield(session.exited)
+
+    async def aclose(self) -> None:
+        """Every process stopped, in parallel; returns when none is left."""
+        self._closed = True
+        for session in list(self._live):
+            session.closing = True
+            self.stop_in_background(session)
+        stoppers = list(self._stoppers.values())
+        if stoppers:
+            await asyncio.wait(stoppers, timeout=self._stdin_grace_s + self._term_grace_s + 2)
+        for session in list(self._live):  # never expected: SIGKILL did not end it in time
+            _killpg(session.pid, signal.SIGKILL)

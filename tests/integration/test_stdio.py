@@ -1,0 +1,584 @@
+"""stdio upstreams (issue 11): published stdio MCP servers run by the gateway itself.
+
+The servers are the real published ones, pinned in tests/peers/ and built by
+scripts/setup_peers.sh: `@modelcontextprotocol/server-everything`,
+`server-memory` and `server-filesystem` from npm (run with the pinned Node 22),
+`mcp-server-time` from PyPI (in the legacy venv, mcp 1.x). The gateway starts
+them from `MCP_SHIM_UPSTREAM_COMMAND`, one process per legacy session, and the
+tests drive it with the official mcp 2.x client (tests/modern_client/
+stdio_servers.py) and raw 2026-07-28 requests. Processes are counted from
+/proc: the gateway's children and their process groups.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import procs
+from tests.integration import mrtr_wire as mw
+from tests.integration import wire
+from tests.procs import run_modern_client
+from tests.schema import MODERN
+
+pytestmark = pytest.mark.peers
+
+NPM = procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol"
+EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
+MEMORY = NPM / "server-memory" / "dist" / "index.js"
+FILESYSTEM = NPM / "server-filesystem" / "dist" / "index.js"
+SAMPLING: dict[str, Any] = {"sampling": {}}
+NO_CAPS: dict[str, Any] = {}
+
+
+def node_command(script: Path, *args: str) -> str:
+    return shlex.join([str(procs.require_peer(procs.NODE)), str(procs.require_peer(script)), *args])
+
+
+@contextmanager
+def stdio_gateway(command: str, log_path: Path, **settings: str) -> Iterator[tuple[str, int]]:
+    """A gateway whose upstream is `command`; yields its base URL and its pid."""
+    port = procs.free_port()
+    env = {
+        "MCP_SHIM_UPSTREAM_COMMAND": command,
+        "MCP_SHIM_PORT": str(port),
+        "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_LOG_LEVEL": "info",
+        **{f"MCP_SHIM_{k.upper()}": v for k, v in settings.items() if k.islower()},
+        **{k: v for k, v in settings.items() if not k.islower()},
+    }
+    argv = [sys.executable, "-m", "app.cli"]
+    with procs.running(argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=log_path) as p:
+        yield f"http://127.0.0.1:{port}", p.pid
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, process group) of a live process, None if it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[1]), int(fields[2])
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def children(pid: int) -> list[int]:
+    return sorted(p for p in _all_pids() if (_stat(p) or (0, 0))[0] == pid)
+
+
+def group_members(groups: set[int]) -> list[int]:
+    return [p for p in _all_pids() if (_stat(p) or (0, 0))[1] in groups]
+
+
+def call(
+    http: httpx.Client,
+    base: str,
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    caps: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> mw.Answer:
+    return mw.tool_call(
+        http, base, name, arguments, caps=NO_CAPS if caps is None else caps, **kwargs
+    )
+
+
+def text_of(answer: mw.Answer) -> str:
+    return "".join(c.get("text", "") for c in answer.result.get("content", []))
+
+
+def sampled(text: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": {"type": "text", "text": text},
+        "model": "test-model",
+        "stopReason": "endTurn",
+    }
+
+
+def wait_for(predicate: Any, timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=60.0) as client:
+        yield client
+
+
+STATE_KEY = base64.b64encode(b"k" * 32).decode()
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int, Path]]:
+    log = tmp_path_factory.mktemp("stdio") / "gateway-everything.log"
+    with stdio_gateway(
+        node_command(EVERYTHING),
+        log,
+        upstream_env="SHIM_TEST_PASSED",
+        state_key=STATE_KEY,
+        SHIM_TEST_PASSED="passed-through",
+        SHIM_TEST_NOT_LISTED="kept-out",
+    ) as (base, pid):
+        yield base, pid, log
+
+
+# ---------------------------------------------------------------------------
+# server-everything: discover, lists, calls, MRTR round trips
+# ---------------------------------------------------------------------------
+
+
+def test_everything_discover_list_and_calls(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    base = everything[0]
+    discover = mw.send(http, base, mw.message_for("server/discover", {}, caps=NO_CAPS))
+    assert discover.status == 200, discover.final
+    info = discover.result["_meta"]["io.modelcontextprotocol/serverInfo"]
+    assert info["name"] == "mcp-servers/everything"
+    assert MODERN in discover.result["supportedVersions"]
+    assert discover.result["capabilities"]["tools"] == {"listChanged": True}
+
+    tools = mw.send(http, base, mw.message_for("tools/list", {}, caps=NO_CAPS))
+    names = {tool["name"] for tool in tools.result["tools"]}
+    assert {"echo", "get-sum", "get-env"} <= names
+    # Registered by the server only for a client that declared sampling: not this one.
+    assert "trigger-sampling-request" not in names
+
+    echo = call(http, base, "echo", {"message": "hi over stdio"})
+    assert echo.status == 200 and text_of(echo) == "Echo: hi over stdio"
+    assert echo.result["resultType"] == "complete"
+    total = call(http, base, "get-sum", {"a": 2, "b": 3})
+    assert text_of(total) == "The sum of 2 and 3 is 5."
+    prompts = mw.send(http, base, mw.message_for("prompts/list", {}, caps=NO_CAPS))
+    assert "simple-prompt" in {p["name"] for p in prompts.result["prompts"]}
+
+
+def test_everything_through_the_official_modern_client(everything: tuple[str, int, Path]) -> None:
+    doc = run_modern_client("stdio_servers.py", everything[0] + "/mcp", "everything")
+    assert isinstance(doc, dict)
+    assert doc["protocolVersion"] == MODERN and doc["adoptedVia"] == "discover"
+    # This client declared sampling and elicitation: the server registered its tools for them.
+    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
+    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello over stdio"
+    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    # The server asked over stdio; the client answered through its MRTR loop.
+    assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
+    assert "Sampled through the shim." in doc["sampling"]["result"]["content"][0]["text"]
+    elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
+    assert "Alice Example" in elicited
+
+
+def test_unrelated_calls_complete_while_a_call_is_parked(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    base = everything[0]
+    args = {"prompt": "Capital of France?"}
+    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
+    assert first.input_required, first.final
+    ((key, question),) = first.requests.items()
+    assert question["method"] == "sampling/createMessage"
+    # The upstream call waits for its answer; other calls go on, on other processes.
+    started = time.monotonic()
+    for n in range(5):
+        echo = call(http, base, "echo", {"message": f"meanwhile {n}"})
+        assert text_of(echo) == f"Echo: meanwhile {n}"
+    assert time.monotonic() - started < 10
+    done = call(
+        http,
+        base,
+        "trigger-sampling-request",
+        args,
+        caps=SAMPLING,
+        input_responses={key: sampled("Paris")},
+        state=first.state,
+    )
+    assert done.status == 200 and done.result["resultType"] == "complete", done.final
+    assert '"Paris"' in text_of(done)
+
+
+def test_two_parked_calls_answered_in_reverse_order(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    base = everything[0]
+    firsts = [
+        call(http, base, "trigger-sampling-request", {"prompt": p}, caps=SAMPLING)
+        for p in ("first", "second")
+    ]
+    for first in firsts:
+        assert first.input_required, first.final
+    for n, (prompt, first) in reversed(
+        list(enumerate(zip(("first", "second"), firsts, strict=True)))
+    ):
+        ((key, question),) = first.requests.items()
+        # Each call's own question: the prompt it was called with.
+        assert prompt in question["params"]["messages"][0]["content"]["text"]
+        done = call(
+            http,
+            base,
+            "trigger-sampling-request",
+            {"prompt": prompt},
+            caps=SAMPLING,
+            input_responses={key: sampled(f"answer {n}")},
+            state=first.state,
+        )
+        assert done.result["resultType"] == "complete", done.final
+        assert f"answer {n}" in text_of(done)
+
+
+def test_the_child_gets_a_minimal_environment(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    env_text = text_of(call(http, everything[0], "get-env"))
+    assert '"SHIM_TEST_PASSED": "passed-through"' in env_text  # MCP_SHIM_UPSTREAM_ENV
+    assert '"PATH"' in env_text
+    for kept_out in ("SHIM_TEST_NOT_LISTED", "MCP_SHIM_STATE_KEY", STATE_KEY, "MCP_SHIM_PORT"):
+        assert kept_out not in env_text
+
+
+# ---------------------------------------------------------------------------
+# Other published servers
+# ---------------------------------------------------------------------------
+
+
+def test_server_memory_create_then_read(tmp_path: Path) -> None:
+    memory_file = tmp_path / "memory.jsonl"
+    # `env VAR=value cmd`: the server's own setting, on the command line.
+    command = f"env MEMORY_FILE_PATH={shlex.quote(str(memory_file))} " + node_command(MEMORY)
+    with stdio_gateway(command, tmp_path / "gateway.log") as (base, _):
+        doc = run_modern_client("stdio_servers.py", base + "/mcp", "memory", "Ada Lovelace")
+    assert isinstance(doc, dict) and doc["adoptedVia"] == "discover"
+    assert "create_entities" in doc["tools"] and "read_graph" in doc["tools"]
+    assert "result" in doc["create"], doc["create"]
+    graph = doc["graph"]["result"]
+    assert "Ada Lovelace" in graph["content"][0]["text"]
+    assert "Ada Lovelace" in memory_file.read_text()  # the server wrote where it was told
+
+
+def test_mcp_server_time_from_pypi(tmp_path: Path) -> None:
+    command = shlex.join([str(procs.LEGACY_PY), "-m", "mcp_server_time", "--local-timezone", "UTC"])
+    with stdio_gateway(command, tmp_path / "gateway.log") as (base, _):
+        doc = run_modern_client("stdio_servers.py", base + "/mcp", "time", "Asia/Tokyo")
+    assert isinstance(doc, dict) and "get_current_time" in doc["tools"]
+    text = doc["now"]["result"]["content"][0]["text"]
+    assert '"timezone": "Asia/Tokyo"' in text and "+09:00" in text
+
+
+def test_server_filesystem_reads_a_file(tmp_path: Path) -> None:
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "note.txt").write_text("written by the test\n")
+    command = node_command(FILESYSTEM, str(root))
+    with stdio_gateway(command, tmp_path / "gateway.log") as (base, _):
+        doc = run_modern_client(
+            "stdio_servers.py", base + "/mcp", "filesystem", str(root / "note.txt")
+        )
+    assert isinstance(doc, dict) and "read_text_file" in doc["tools"]
+    assert doc["read"]["result"]["content"][0]["text"].strip() == "written by the test"
+
+
+# ---------------------------------------------------------------------------
+# Failures, bounds, shutdown
+# ---------------------------------------------------------------------------
+
+
+def test_a_server_killed_mid_call(tmp_path: Path, http: httpx.Client) -> None:
+    log = tmp_path / "gateway.log"
+    with stdio_gateway(node_command(EVERYTHING), log) as (base, gateway_pid):
+        assert text_of(call(http, base, "echo", {"message": "up"})) == "Echo: up"
+        (child,) = children(gateway_pid)
+        outcome: dict[str, Any] = {}
+
+        def long_call() -> None:
+            started = time.monotonic()
+            outcome["answer"] = call(
+                http, base, "trigger-long-running-operation", {"duration": 20, "steps": 4}
+            )
+            outcome["took"] = time.monotonic() - started
+
+        worker = threading.Thread(target=long_call)
+        worker.start()
+        time.sleep(1.0)
+        os.kill(child, signal.SIGKILL)
+        worker.join(30)
+        answer: mw.Answer = outcome["answer"]
+        # Its call fails at once, with the reason, not after the operation's 20 s.
+        assert outcome["took"] < 10
+        assert answer.status == 502
+        assert answer.error["code"] == -32603
+        assert "killed by signal 9" in answer.error["message"]
+        # The next call gets a new process.
+        assert text_of(call(http, base, "echo", {"message": "again"})) == "Echo: again"
+        (replacement,) = children(gateway_pid)
+        assert replacement != child
+    exited = [
+        line for line in wire.log_lines(log) if line.get("event") == "upstream_process_exited"
+    ]
+    assert exited and exited[0]["exit_code"] == -9 and exited[0]["pid"] == child
+    assert any("STDIO" in line for line in exited[0]["stderr_tail"])  # its last stderr lines
+
+
+def test_a_server_that_stops_answering(tmp_path: Path, http: httpx.Client) -> None:
+    log = tmp_path / "gateway.log"
+    with stdio_gateway(node_command(EVERYTHING), log, stdio_liveness_s="1") as (base, gateway_pid):
+        assert text_of(call(http, base, "echo", {"message": "up"})) == "Echo: up"
+        (child,) = children(gateway_pid)
+        os.kill(child, signal.SIGSTOP)  # alive, but silent
+        started = time.monotonic()
+        answer = call(http, base, "echo", {"message": "anyone?"})
+        assert time.monotonic() - started < 10
+        assert answer.status == 502
+        assert "did not answer a ping within 1s" in answer.error["message"]
+        assert text_of(call(http, base, "echo", {"message": "again"})) == "Echo: again"
+        wait_for(lambda: _stat(child) is None, what="the stopped process to be gone")
+
+
+def test_process_bound_and_what_a_caller_gets_beyond_it(tmp_path: Path, http: httpx.Client) -> None:
+    log = tmp_path / "gateway.log"
+    with stdio_gateway(
+        node_command(EVERYTHING), log, stdio_max_processes="2", connect_timeout_s="3"
+    ) as (base, gateway_pid):
+        most = 0
+        watching = True
+
+        def watch() -> None:
+            nonlocal most
+            while watching:
+                most = max(most, len(children(gateway_pid)))
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            # Two parked calls hold two processes (their lanes); the session the pool
+            # opened for their key was idle and made room.
+            parked = [
+                call(http, base, "trigger-sampling-request", {"prompt": p}, caps=SAMPLING)
+                for p in ("a", "b")
+            ]
+            assert all(p.input_required for p in parked), [p.final for p in parked]
+            # Beyond the bound: a call waits MCP_SHIM_CONNECT_TIMEOUT_S, then 503.
+            refused = call(http, base, "echo", {"message": "no room"})
+            assert refused.status == 503
+            assert "MCP_SHIM_STDIO_MAX_PROCESSES" in refused.error["message"]
+            # A parked call completes: its lane is idle, and is reclaimed for the next call.
+            ((key, _),) = parked[0].requests.items()
+            done = call(
+                http,
+                base,
+                "trigger-sampling-request",
+                {"prompt": "a"},
+                caps=SAMPLING,
+                input_responses={key: sampled("ok")},
+                state=parked[0].state,
+            )
+            assert done.result["resultType"] == "complete", done.final
+            assert text_of(call(http, base, "echo", {"message": "room"})) == "Echo: room"
+        finally:
+            watching = False
+            watcher.join()
+        assert most == 2
+
+
+def test_no_process_outlives_the_gateway(tmp_path: Path, http: httpx.Client) -> None:
+    log = tmp_path / "gateway.log"
+    with stdio_gateway(node_command(EVERYTHING), log) as (base, gateway_pid):
+        call(http, base, "echo", {"message": "one"})
+        for prompt in ("x", "y"):  # parked at shutdown
+            assert call(
+                http, base, "trigger-sampling-request", {"prompt": prompt}, caps=SAMPLING
+            ).input_required
+        groups = set(children(gateway_pid))
+        assert len(groups) >= 3
+        assert group_members(groups)
+    # procs.running sent SIGTERM and waited for the gateway to exit.
+    assert group_members(groups) == []
+    stopped = {
+        line["pid"] for line in wire.log_lines(log) if line.get("event") == "upstream_process_ended"
+    }
+    assert stopped == groups
+
+
+def test_no_process_outlives_a_killed_gateway(tmp_path: Path, http: httpx.Client) -> None:
+    with stdio_gateway(node_command(EVERYTHING), tmp_path / "gateway.log") as (base, gateway_pid):
+        call(http, base, "echo", {"message": "one"})
+        assert call(
+            http, base, "trigger-sampling-request", {"prompt": "z"}, caps=SAMPLING
+        ).input_required
+        groups = set(children(gateway_pid))
+        assert len(groups) >= 2
+        os.kill(gateway_pid, signal.SIGKILL)
+        wait_for(lambda: group_members(groups) == [], timeout=10, what="the children to die")
+
+
+def test_a_server_that_fails_to_start(tmp_path: Path, http: httpx.Client) -> None:
+    """server-everything with an unknown transport argument prints its usage (to
+    stderr, and a list to stdout, which is not JSON-RPC) and exits 1."""
+    log = tmp_path / "gateway.log"
+    with stdio_gateway(node_command(EVERYTHING, "bogus"), log) as (base, gateway_pid):
+        for _ in range(3):
+            answer = call(http, base, "echo", {"message": "x"})
+            assert answer.status == 502
+            assert "exited with code 1 during initialize" in answer.error["message"]
+        assert children(gateway_pid) == []
+    exits = [line for line in wire.log_lines(log) if line.get("event") == "upstream_process_exited"]
+    assert len(exits) == 3 and all(e["exit_code"] == 1 for e in exits)
+    assert "Unknown transport: bogus" in exits[0]["stderr_tail"]
+    # Each failure in a row doubles the wait before the next start.
+    backoff = [
+        line["next_start_in_s"]
+        for line in wire.log_lines(log)
+        if line.get("event") == "upstream_process_backoff"
+    ]
+    assert backoff == [0.1, 0.2, 0.4]
+
+
+@pytest.fixture(scope="module")
+def fixture_over_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The gateway's own legacy fixture (mcp 1.x), run as its stdio upstream."""
+    log = tmp_path_factory.mktemp("stdio") / "gateway-fixture.log"
+    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+    with stdio_gateway(command, log) as (base, _):
+        yield base
+
+
+def test_a_server_request_for_a_capability_the_caller_lacks(
+    fixture_over_stdio: str, http: httpx.Client
+) -> None:
+    """The fixture samples without checking what its client declared. The request
+    arrives on stdout with nothing tying it to the call but being the one call in
+    flight on that process; the caller declared no sampling."""
+    answer = call(http, fixture_over_stdio, "test_missing_capability")
+    # 2026-07-28 basic/index: a server MUST return MissingRequiredClientCapabilityError
+    # (-32021) when processing needs a capability the client did not declare; HTTP 400.
+    assert answer.status == 400
+    assert answer.error["code"] == -32021
+    assert answer.error["data"]["requiredCapabilities"] == {"sampling": {}}
+
+
+def test_fixture_sampling_round_trip_over_stdio(
+    fixture_over_stdio: str, http: httpx.Client
+) -> None:
+    first = call(http, fixture_over_stdio, "ask_sampling", {"prompt": "Capital?"}, caps=SAMPLING)
+    assert first.input_required, first.final
+    mw.check_input_required(first)
+    ((key, _),) = first.requests.items()
+    done = call(
+        http,
+        fixture_over_stdio,
+        "ask_sampling",
+        {"prompt": "Capital?"},
+        caps=SAMPLING,
+        input_responses={key: sampled("Paris")},
+        state=first.state,
+    )
+    assert done.result["resultType"] == "complete", done.final
+    assert "Paris" in text_of(done)
+
+
+def test_progress_and_logs_of_a_call_reach_its_caller(
+    fixture_over_stdio: str, everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    # Progress: routed by the token the gateway put on the request (its own id).
+    progress = call(
+        http,
+        everything[0],
+        "trigger-long-running-operation",
+        {"duration": 1, "steps": 3},
+        meta={"progressToken": "my-token"},
+    )
+    notes = [m for m in progress.messages if m.get("method") == "notifications/progress"]
+    assert progress.content_type == "text/event-stream"
+    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert all(n["params"]["progressToken"] == "my-token" for n in notes)
+    assert "completed" in text_of(progress).lower()
+    # Logs: the one call in flight on the process gets them, when it asked (logLevel).
+    logged = call(http, fixture_over_stdio, "test_logging_tool", meta={wire.META_LOG_LEVEL: "info"})
+    lines = [m for m in logged.messages if m.get("method") == "notifications/message"]
+    assert [line["params"]["data"] for line in lines] == ["Diagnostic trace logging activated"]
+    quiet = call(http, fixture_over_stdio, "test_logging_tool")
+    assert [m for m in quiet.messages if m.get("method")] == []
+
+
+def test_an_unprompted_roots_request_is_answered(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    """server-everything asks a client that declared roots for them 350 ms after
+    `initialized`, outside any call. Nobody can answer for the client then: the
+    gateway refuses it at once (-32601, the listener's default answer), so the
+    server is not left waiting, and says so on its stderr."""
+    base, _, log = everything
+    answer = call(http, base, "echo", {"message": "with roots"}, caps={"roots": {}})
+    assert text_of(answer) == "Echo: with roots"
+
+    def refused() -> bool:
+        return any(
+            line.get("event") == "upstream_stderr"
+            and "Failed to request roots from client" in line.get("line", "")
+            and "no client call is waiting" in line.get("line", "")
+            for line in wire.log_lines(log)
+        )
+
+    wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
+
+
+def test_a_resource_subscription_over_stdio(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    """subscriptions/listen on a stdio upstream: `resources/subscribe` written to
+    the process, its `notifications/resources/updated` (not tied to any call)
+    read from stdout into the listen stream of the session."""
+    base = everything[0]
+    uri = "demo://resource/static/document/features.md"
+    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
+    frames: list[dict[str, Any]] = []
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
+    ) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+
+        def next_frame() -> dict[str, Any]:
+            for line in lines:
+                if line.startswith("data:"):
+                    frame: dict[str, Any] = json.loads(line[5:])
+                    frames.append(frame)
+                    return frame
+            raise AssertionError(f"the listen stream ended; saw {frames}")
+
+        ack = next_frame()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
+        # Sends an update for each subscribed URI of its session at once, then every 5 s.
+        toggled = call(http, base, "toggle-subscriber-updates")
+        assert toggled.status == 200, toggled.final
+        update = next_frame()
+        assert update["method"] == "notifications/resources/updated"
+        assert update["params"]["uri"] == uri
+        assert update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == listen["id"]
+        call(http, base, "toggle-subscriber-updates")  # and off again

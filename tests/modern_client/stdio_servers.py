@@ -1,0 +1,94 @@
+"""Published stdio MCP servers behind the gateway, driven by the mcp 2.x client.
+
+Usage: stdio_servers.py URL SERVER [ARG]
+
+SERVER is the server the gateway runs as its stdio upstream:
+
+- ``everything`` (@modelcontextprotocol/server-everything): tools listed,
+  `echo` and `get-sum`, then a sampling and an elicitation round trip: the
+  server asks over stdio, the gateway answers the client `input_required`,
+  the client's own MRTR loop answers through the callbacks below;
+- ``memory`` (@modelcontextprotocol/server-memory): `create_entities` then
+  `read_graph`; ARG names the entity;
+- ``time`` (PyPI mcp-server-time): `get_current_time` in ARG's time zone;
+- ``filesystem`` (@modelcontextprotocol/server-filesystem): `read_text_file`
+  of the path ARG.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import mcp_types as types
+from _common import connection_facts, dump, main, outcome
+from mcp import Client
+from mcp.client.context import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+
+SAMPLED_TEXT = "Sampled through the shim."
+
+asked: list[str] = []
+
+
+async def on_elicit(
+    context: ClientRequestContext, params: types.ElicitRequestParams
+) -> types.ElicitResult:
+    asked.append("elicitation/create")
+    return types.ElicitResult(action="accept", content={"name": "Alice Example", "check": True})
+
+
+async def on_sample(
+    context: ClientRequestContext, params: types.CreateMessageRequestParams
+) -> types.CreateMessageResult:
+    asked.append("sampling/createMessage")
+    return types.CreateMessageResult(
+        role="assistant",
+        content=types.TextContent(type="text", text=SAMPLED_TEXT),
+        model="test-model",
+        stop_reason="endTurn",
+    )
+
+
+async def run(url: str, args: list[str]) -> dict[str, Any]:
+    server, *rest = args
+    arg = rest[0] if rest else ""
+    client = Client(
+        streamable_http_client(url, http_client=httpx2.AsyncClient(timeout=30.0)),
+        mode="auto",
+        cache=None,
+        read_timeout_seconds=30.0,
+        elicitation_callback=on_elicit,
+        sampling_callback=on_sample,
+    )
+    out: dict[str, Any] = {}
+    async with client:
+        out.update(connection_facts(client))
+        tools = await client.list_tools()
+        out["tools"] = sorted(tool.name for tool in tools.tools)
+        if server == "everything":
+            out["echo"] = await outcome(client.call_tool("echo", {"message": "hello over stdio"}))
+            out["sum"] = await outcome(client.call_tool("get-sum", {"a": 19, "b": 23}))
+            asked.clear()
+            out["sampling"] = await outcome(
+                client.call_tool("trigger-sampling-request", {"prompt": "Say something"})
+            )
+            out["elicitation"] = await outcome(client.call_tool("trigger-elicitation-request", {}))
+            out["asked"] = list(asked)
+        elif server == "memory":
+            entity = {"name": arg, "entityType": "person", "observations": ["likes stdio"]}
+            out["create"] = await outcome(
+                client.call_tool("create_entities", {"entities": [entity]})
+            )
+            out["graph"] = await outcome(client.call_tool("read_graph", {}))
+        elif server == "time":
+            out["now"] = await outcome(client.call_tool("get_current_time", {"timezone": arg}))
+        elif server == "filesystem":
+            out["read"] = await outcome(client.call_tool("read_text_file", {"path": arg}))
+        else:
+            raise SystemExit(f"unknown server {server!r}")
+    return dump(out)
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,111 @@
+"""Where a message from a stdio server goes (app/upstream/stdio.py, StdioSession._dispatch).
+
+stdout carries nothing but the message, so the session decides by the message:
+a response by id, progress by token, a server request or a log line to the one
+call in flight, everything else to the listen stream. The session here runs on
+a real pipe (`cat`, which only keeps the process alive and takes what is
+written); the messages are handed to the dispatcher as if read from stdout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from app.upstream.stdio import StdioExchange, StdioSession, StdioTransport
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[StdioSession]:
+    transport = StdioTransport(
+        ["cat"],
+        env={"PATH": os.defpath},
+        max_processes=1,
+        start_timeout_s=5,
+        slot_wait_s=5,
+        request_timeout_s=5,
+        liveness_s=5,
+        stdin_grace_s=0.5,
+        term_grace_s=0.5,
+    )
+    await transport._take_slot()
+    stdio = await transport._spawn()
+    stdio.initialized = True
+    yield stdio
+    await transport.aclose()
+
+
+def _request(rid: Any, method: str, token: Any = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"_meta": {"progressToken": token}} if token is not None else {}
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+
+
+def _queued(exchange: StdioExchange) -> list[Any]:
+    items = []
+    while not exchange.queue.empty():
+        items.append(exchange.queue.get_nowait())
+    return items
+
+
+ASK = {"jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage", "params": {}}
+LOG = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info"}}
+CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+async def test_responses_by_id_and_progress_by_token(session: StdioSession) -> None:
+    one = await session.request(_request(1, "tools/call", token=1))
+    two = await session.request(_request("1", "tools/call", token=2))
+    session._dispatch({"jsonrpc": "2.0", "id": "1", "result": {"n": 2}})
+    session._dispatch(
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1}}
+    )
+    session._dispatch({"jsonrpc": "2.0", "id": 1, "result": {"n": 1}})
+    assert [m.get("result") or m["method"] for m in _queued(one)] == [
+        "notifications/progress",
+        {"n": 1},
+    ]
+    assert [m["result"] for m in _queued(two)] == [{"n": 2}]
+
+
+async def test_a_server_request_goes_to_the_one_call_in_flight(session: StdioSession) -> None:
+    listen = await session.listen()
+    call = await session.request(_request(1, "tools/call"))
+    session._dispatch(ASK)
+    session._dispatch(LOG)
+    session._dispatch(CHANGED)
+    assert _queued(call) == [ASK, LOG]
+    assert _queued(listen) == [CHANGED]
+
+
+async def test_with_two_calls_in_flight_nobody_can_tell(session: StdioSession) -> None:
+    listen = await session.listen()
+    first = await session.request(_request(1, "tools/call"))
+    second = await session.request(_request(2, "prompts/get"))
+    session._dispatch(ASK)
+    session._dispatch(LOG)
+    assert _queued(first) == [] and _queued(second) == []
+    assert _queued(listen) == [ASK, LOG]
+
+
+async def test_the_gateways_own_requests_never_take_a_server_request(
+    session: StdioSession,
+) -> None:
+    """The pool's tools/list (Mcp-Param-* annotations) and the hub's
+    resources/subscribe read nothing but their answer: a request handed to
+    them would never be answered."""
+    listen = await session.listen()
+    listing = await session.request(_request("shim-1", "tools/list"))
+    session._dispatch(ASK)
+    assert _queued(listing) == []
+    assert _queued(listen) == [ASK]
+
+
+async def test_nothing_before_initialized_belongs_to_a_call(session: StdioSession) -> None:
+    session.initialized = False
+    listen = await session.listen()
+    call = await session.request(_request(1, "tools/call"))
+    session._dispatch(ASK)
+    assert _queued(call) == [] and _queued(listen) == [ASK]

@@ -1,0 +1,96 @@
+"""A stdio server's stderr is read continuously and logged within bounds
+(app/upstream/stdio.py, StdioSession._read_stderr): a chatty server never blocks
+on a full pipe, and never floods the gateway's log. Driven with real processes
+writing to stderr (a shell), since what is checked is the pipe, not MCP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+
+import pytest
+
+from app.upstream.stdio import (
+    STDERR_BURST,
+    STDERR_LINE_CHARS,
+    STDERR_LINES_PER_S,
+    StdioSession,
+    StdioTransport,
+)
+
+
+async def _session(script: str) -> tuple[StdioTransport, StdioSession]:
+    transport = StdioTransport(
+        ["sh", "-c", script],
+        env={"PATH": os.defpath},
+        max_processes=1,
+        start_timeout_s=5,
+        slot_wait_s=5,
+        request_timeout_s=5,
+        liveness_s=5,
+        stdin_grace_s=0.2,
+        term_grace_s=0.2,
+    )
+    await transport._take_slot()
+    return transport, await transport._spawn()
+
+
+async def _until(predicate: Callable[[], bool], within_s: float) -> None:
+    for _ in range(int(within_s / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the process's last stderr line never arrived")
+
+
+async def test_a_flood_of_lines_is_logged_at_a_bounded_rate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 200,000 lines (2.4 MB, far beyond a pipe's 64 KiB), then a last one.
+    transport, session = await _session(
+        "yes 'chatty server line' | head -n 200000 >&2; echo last-line >&2; sleep 30"
+    )
+    started = asyncio.get_running_loop().time()
+    try:
+        # The writer finished: its pipe was drained all along.
+        await _until(lambda: "last-line" in session.stderr_tail, within_s=20)
+    finally:
+        await session.close()
+        await transport.aclose()
+    elapsed = asyncio.get_running_loop().time() - started
+    out = capsys.readouterr().out.splitlines()
+    logged = [line for line in out if "chatty server line" in line or "last-line" in line]
+    assert len(logged) <= STDERR_BURST + STDERR_LINES_PER_S * (elapsed + 1)
+    assert any("upstream_stderr_dropped" in line for line in out)
+
+
+async def test_a_line_without_end_stays_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    # 3 MB without a newline, then a short line.
+    transport, session = await _session(
+        "head -c 3000000 /dev/zero | tr '\\000' x >&2; echo >&2; echo after >&2; sleep 30"
+    )
+    try:
+        await _until(lambda: "after" in session.stderr_tail, within_s=20)
+    finally:
+        await session.close()
+        await transport.aclose()
+    assert all(len(line) <= STDERR_LINE_CHARS for line in session.stderr_tail)
+    assert any(line.startswith("x" * 100) for line in session.stderr_tail)
+
+
+async def test_stdout_lines_that_are_not_json_rpc_are_skipped_and_logged_sparingly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    transport, session = await _session(
+        "yes 'Server banner, not JSON' | head -n 3000; echo done >&2; sleep 30"
+    )
+    try:
+        await _until(lambda: "done" in session.stderr_tail, within_s=20)
+        await _until(lambda: session.not_json == 3000, within_s=5)
+        assert session.gone is None  # still a usable session
+    finally:
+        await session.close()
+        await transport.aclose()
+    noted = [line for line in capsys.readouterr().out.splitlines() if "not_json" in line]
+    assert len(noted) == 5 + 3  # the first five, then every thousandth
