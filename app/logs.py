@@ -70,6 +70,13 @@ def configure(level: str) -> None:
     # at info); uvicorn's own lifecycle lines follow the configured level.
     root.setLevel(max(_LEVELS[level], logging.WARNING))
     logging.getLogger("uvicorn.error").setLevel(_LEVELS[level])
+    # uvicorn's own logging config (if anything applied it first) gives its
+    # loggers handlers of their own and stops propagation: every line must come
+    # through the one JSON handler above instead.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        named = logging.getLogger(name)
+        named.handlers.clear()
+        named.propagate = True
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -23,9 +23,13 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
             request_timeout_s=settings.request_timeout_s,
             liveness_s=settings.stdio_liveness_s,
         )
-        # Every stdio session is a process: the pool keeps no more than may run.
-        # (MRTR lanes are processes too; the transport bounds the sum.)
-        return stdio, min(settings.max_sessions, settings.stdio_max_processes)
+        # Every stdio session is a process, and the transport bounds processes
+        # itself: when full it stops the least recently used one with no call in
+        # flight, which the pool cannot see (a caller whose call runs on an MRTR
+        # lane still leases its key's pooled session). So the pool's own bound
+        # stays MCP_SHIM_MAX_SESSIONS; a second, stricter one here would refuse
+        # calls the transport could make room for.
+        return stdio, settings.max_sessions
     assert settings.upstream_url is not None  # one of the two: app/config.py
     client = build_client(
         connect_timeout_s=settings.connect_timeout_s,

@@ -47,6 +47,8 @@ UPSTREAM_KINDS = (
     "UpstreamHttpError",
     "SessionExpired",
     "PoolExhausted",
+    "SessionShareExceeded",
+    "StdioProcessExited",
 )
 HISTOGRAMS = ("mcp_shim_call_duration_seconds", "mcp_shim_upstream_duration_seconds")
 
@@ -420,9 +422,10 @@ def test_label_cardinality_stays_bounded(legacy_url: str, logs_dir: Path) -> Non
         )
     }
     assert [v for (name, _), v in series.items() if name == "mcp_shim_calls_total"] == [50]
-    # Every mcp_shim series of this gateway: 1 build info, 6 error kinds, 2
+    # Every mcp_shim series of this gateway: 1 build info, the error kinds, 2
     # rejections, 1 call, 2 histograms of 19 samples, 7 gauges.
-    assert len(series) == 1 + 6 + 2 + 1 + 2 * (len(BUCKETS) + 1 + 2) + 7, sorted(series)
+    expected = 1 + len(UPSTREAM_KINDS) + 2 + 1 + 2 * (len(BUCKETS) + 1 + 2) + 7
+    assert len(series) == expected, sorted(series)
 
 
 def _start_failure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

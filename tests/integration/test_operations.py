@@ -160,7 +160,11 @@ def test_every_answer_carries_a_request_id(lonely_gateway: tuple[str, Path]) -> 
     base = url.removesuffix("/mcp")
     call = echo_call(rid=82)
     call_bytes = json.dumps(call).encode()
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": "test"},
+    }
     answers = {
         "healthz": _raw(base + "/healthz", "GET"),
         "get_mcp_405": _raw(url, "GET"),
