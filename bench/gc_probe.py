@@ -9,7 +9,8 @@ call in flight waits for, i.e. a tail-latency suspect. BENCH_GC_FREEZE=1
 also calls gc.freeze() once the gateway has started (objects alive then are
 left out of later collections); BENCH_GC_THRESHOLD=700,10,10 sets
 gc.set_threshold at start; BENCH_GC_TYPES=1 counts the types of one
-second's cyclic garbage (objects only a collection can free).
+second's cyclic garbage (objects only a collection can free);
+BENCH_GC_TRACKED=1 adds the objects tracked per generation (costly).
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ def _report() -> None:
             for g, s in _stats.items()
         }
         top = sorted(_garbage_types.items(), key=lambda kv: -kv[1])[:25]
-        tracked = {f"tracked_gen{g}": len(gc.get_objects(g)) for g in range(3)}
-        tracked["frozen"] = gc.get_freeze_count()
+        tracked: dict[str, int] = {"frozen": gc.get_freeze_count()}
+        if os.environ.get("BENCH_GC_TRACKED") == "1":  # costly: a list of every object
+            tracked |= {f"tracked_gen{g}": len(gc.get_objects(g)) for g in range(3)}
         report = {**rounded, **tracked, "garbage_types": dict(top)}
         Path(path).write_text(json.dumps(report) + "\n")
 
@@ -91,12 +93,16 @@ def _census() -> None:
     gc.garbage.clear()
 
 
-if threshold := os.environ.get("BENCH_GC_THRESHOLD"):
-    gc.set_threshold(*(int(n) for n in threshold.split(",")))
-gc.callbacks.append(_callback)
-atexit.register(_report)
-threading.Thread(target=_background, daemon=True).start()
+def install() -> None:
+    if threshold := os.environ.get("BENCH_GC_THRESHOLD"):
+        gc.set_threshold(*(int(n) for n in threshold.split(",")))
+    gc.callbacks.append(_callback)
+    atexit.register(_report)
+    threading.Thread(target=_background, daemon=True).start()
 
-from app.cli import main  # noqa: E402
 
-main()
+if __name__ == "__main__":
+    install()
+    from app.cli import main
+
+    main()

@@ -263,7 +263,11 @@ def _port_of(url: str) -> int:
 
 
 def start_paths(
-    stack: ExitStack, upstreams: list[str], logs: Path, shim_env: dict[str, str]
+    stack: ExitStack,
+    upstreams: list[str],
+    logs: Path,
+    shim_env: dict[str, str],
+    variants: list[tuple[str, dict[str, str]]],
 ) -> list[Route]:
     paths: list[Route] = []
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-")))
@@ -305,32 +309,39 @@ def start_paths(
             Route("  Starlette+aiohttp hop", f"http://127.0.0.1:{hport}/mcp", kind, False, hop.pid)
         )
 
-        sport = procs.free_port()
-        env = {
-            "MCP_SHIM_UPSTREAM_URL": url,
-            "MCP_SHIM_PORT": str(sport),
-            "MCP_SHIM_HOST": "127.0.0.1",
-            "MCP_SHIM_LOG_LEVEL": "info",  # as deployed: one JSON line per call
-            **shim_env,
-        }
-        shim = stack.enter_context(
-            procs.running(
-                [sys.executable, "-m", "app.cli"],
-                f"http://127.0.0.1:{sport}/healthz",
-                env=env,
-                log_path=logs / f"shim-{kind}.log",
+        for n, (label, extra) in enumerate([("mcp-shim (2026-07-28)", {}), *variants]):
+            sport = procs.free_port()
+            env = {
+                "MCP_SHIM_UPSTREAM_URL": url,
+                "MCP_SHIM_PORT": str(sport),
+                "MCP_SHIM_HOST": "127.0.0.1",
+                "MCP_SHIM_LOG_LEVEL": "info",  # as deployed: one JSON line per call
+                **shim_env,
+                **extra,
+            }
+            # BENCH_GC_* settings are bench/gc_probe.py's: prototypes of GC tuning.
+            probe = any(name.startswith("BENCH_GC_") for name in env)
+            argv = [sys.executable, str(BENCH / "gc_probe.py")] if probe else []
+            if "BENCH_PROTO_RAW" in env:  # bench/proto_raw_route.py: no FastAPI layers
+                argv = [sys.executable, str(BENCH / "proto_raw_route.py")]
+            shim = stack.enter_context(
+                procs.running(
+                    argv or [sys.executable, "-m", "app.cli"],
+                    f"http://127.0.0.1:{sport}/healthz",
+                    env=env,
+                    log_path=logs / f"shim-{kind}-{n}.log",
+                )
             )
-        )
-        paths.append(
-            Route(
-                "  mcp-shim (2026-07-28)",
-                f"http://127.0.0.1:{sport}/mcp",
-                kind,
-                True,
-                shim.pid,
-                dict(MODERN_HEADERS),
+            paths.append(
+                Route(
+                    f"  {label}",
+                    f"http://127.0.0.1:{sport}/mcp",
+                    kind,
+                    True,
+                    shim.pid,
+                    dict(MODERN_HEADERS),
+                )
             )
-        )
     return paths
 
 
@@ -342,7 +353,9 @@ def _fmt_rps(rps: float, ref: float | None) -> str:
 
 def table(paths: list[Route], concurrencies: list[int]) -> str:
     head = ["path"] + [f"c{c} req/s" for c in concurrencies]
-    head += ["hop CPU/call us", "p50 c1 ms"] + [f"p99 c{c} ms" for c in concurrencies[1:]]
+    head += ["hop CPU/call us", f"p50 c{concurrencies[0]} ms"] + [
+        f"p99 c{c} ms" for c in concurrencies[1:]
+    ]
     head += ["RSS MB idle/load"]
     rows = [head]
     direct: dict[tuple[str, int], float] = {}
@@ -388,6 +401,14 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="extra environment for the gateway (e.g. MCP_SHIM_LOG_LEVEL=warning)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:NAME=VALUE,...",
+        help="one more gateway row per upstream with this environment (a prototype); "
+        "BENCH_GC_FREEZE=1 / BENCH_GC_THRESHOLD=... run it under bench/gc_probe.py",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the runs here")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("nginx") is None:
@@ -402,7 +423,12 @@ def main() -> None:
     bodies[True].write_bytes(orjson.dumps(MODERN_CALL))
     load0 = os.getloadavg()
     with ExitStack() as stack:
-        paths = start_paths(stack, upstreams, logs, shim_env)
+        variants = []
+        for spec in args.variant:
+            label, _, assignments = spec.partition(":")
+            pairs = (item.split("=", 1) for item in assignments.split(",") if item)
+            variants.append((label, {k: v for k, v in pairs}))
+        paths = start_paths(stack, upstreams, logs, shim_env, variants)
         for p in paths:
             if not p.modern:
                 p.headers = legacy_session(p.url)
