@@ -185,7 +185,9 @@ class StreamableHttpSession:
         request_timeout_s: float,
     ) -> None:
         self._client = client
-        self._url = url
+        # Parsed once: httpx would parse a str URL again on every request
+        # (3.5% of the gateway's CPU in the c8 profile, bench/README.md).
+        self._url = httpx.URL(url)
         self.session_id = session_id
         self.version = version
         self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
