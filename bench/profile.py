@@ -100,6 +100,13 @@ def main() -> None:
     parser.add_argument("--no-profile", action="store_true", help="wrk figures only")
     parser.add_argument("--gc", action="store_true", help="report GC pauses (bench/gc_probe.py)")
     parser.add_argument("--shim-env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--fixture-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument of the legacy fixture (e.g. --fixture-arg=--json-response)",
+    )
     parser.add_argument("--functions", action="store_true", help="also inclusive per function")
     parser.add_argument("--tag", default="", help="suffix of the files kept in results/bench")
     args = parser.parse_args()
@@ -115,7 +122,7 @@ def main() -> None:
     if args.upstream == "fast":
         up_argv = [sys.executable, str(ROOT / "bench" / "fast_upstream.py")]
     else:
-        up_argv = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE)]
+        up_argv = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), *args.fixture_arg]
     env = {
         "MCP_SHIM_UPSTREAM_URL": upstream,
         "MCP_SHIM_PORT": str(port),
@@ -140,13 +147,15 @@ def main() -> None:
         return subprocess.Popen(argv, env=wrk_env, stdout=subprocess.PIPE)
 
     with (
-        procs.running([*up_argv, "--port", str(up_port)], upstream, log_path=out / "p-up.log"),
+        procs.running(
+            [*up_argv, "--port", str(up_port)], upstream, log_path=out / "p-up.log"
+        ) as up,
         procs.running(
             shim_argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=out / "p-shim.log"
         ) as shim,
     ):
         wrk(2).communicate()  # warm-up: sessions, connections, caches
-        cpu0 = cpu_seconds([shim.pid])
+        cpu0, up0 = cpu_seconds([shim.pid]), cpu_seconds([up.pid])
         load = wrk(args.seconds)
         spy = None
         raw = out / f"profile-{tag}.txt"
@@ -161,7 +170,7 @@ def main() -> None:
         time.sleep(args.seconds / 2)
         rss = rss_mb([shim.pid])
         stdout, _ = load.communicate()
-        cpu = cpu_seconds([shim.pid]) - cpu0
+        cpu, up_cpu = cpu_seconds([shim.pid]) - cpu0, cpu_seconds([up.pid]) - up0
         if spy is not None:
             spy.wait()
     line = next(x for x in stdout.decode().splitlines() if x.startswith("BENCH "))
@@ -171,7 +180,8 @@ def main() -> None:
         f"{tag}: {calls / (summary['duration_us'] / 1e6):,.0f} req/s, p50 "
         f"{summary['p50_us'] / 1000:.2f} ms, p99 {summary['p99_us'] / 1000:.2f} ms, max "
         f"{summary['max_us'] / 1000:.1f} ms, gateway CPU {cpu * 1e6 / calls:.0f} us/call, "
-        f"RSS {rss:.0f} MB, errors {summary['non2xx'] + summary['read'] + summary['timeout']}"
+        f"upstream CPU {up_cpu * 1e6 / calls:.0f} us/call, RSS {rss:.0f} MB, "
+        f"errors {summary['non2xx'] + summary['read'] + summary['timeout']}"
     )
     if args.gc and gc_report.exists():
         print("GC:", gc_report.read_text().strip())
