@@ -1,0 +1,27 @@
+-- wrk script for bench/wrk.py: POST one JSON-RPC message, same body on every
+-- request, and print a JSON summary line that wrk.py reads.
+--   BENCH_BODY     path of the request body (a tools/call message)
+--   BENCH_HEADERS  extra headers, one "Name: value" per line (the legacy
+--                  paths' Mcp-Session-Id, the gateway's MCP-Protocol-Version,
+--                  Mcp-Method and Mcp-Name)
+local file = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
+wrk.method = "POST"
+wrk.body = file:read("*a")
+file:close()
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+for line in (os.getenv("BENCH_HEADERS") or ""):gmatch("[^\n]+") do
+  local name, value = line:match("^([^:]+):%s*(.-)%s*$")
+  if name then
+    wrk.headers[name] = value
+  end
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH {"requests": %d, "duration_us": %d, "p50_us": %d, "p99_us": %d, '
+      .. '"max_us": %d, "non2xx": %d, "connect": %d, "read": %d, "write": %d, "timeout": %d}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    latency.max, e.status, e.connect, e.read, e.write, e.timeout))
+end

@@ -1,0 +1,204 @@
+"""Where the gateway's time goes: py-spy over mcp-shim under wrk load.
+
+    .venv/bin/python bench/profile.py [--upstream fast|legacy] [--concurrency 8]
+        [--seconds 20] [--rate 200] [--shim-env NAME=VALUE ...] [--gc]
+
+Starts the upstream (bench/fast_upstream.py, or the mcp 1.x fixture) and one
+gateway in front of it, runs wrk (bench/call.lua, 2026-07-28 `tools/call`) and
+samples the gateway with `py-spy record --format raw` for the same seconds.
+Prints wrk's figures, the gateway's CPU per call, and the samples' shares:
+own time by package (the frame on top of the stack), and the inclusive share
+of the layers named in bench/README.md ("Where the time goes"). With --gc the
+gateway runs under bench/gc_probe.py, which also reports every garbage
+collection's pause. The raw profile is kept in results/bench/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.wrk import MODERN_CALL, MODERN_HEADERS, cpu_seconds, rss_mb  # noqa: E402
+from tests import procs  # noqa: E402
+
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+# Inclusive layers: a sample counts for a layer when any frame of its stack
+# matches (function name substring, file substring). Layers may overlap.
+LAYERS: list[tuple[str, str, str]] = [
+    ("log line per call (structlog + write)", "", "structlog/"),
+    ("FastAPI/Starlette routing + request", "", "fastapi/"),
+    ("  starlette (router, middleware, Request)", "", "starlette/"),
+    ("uvicorn + httptools (server side)", "", "uvicorn/"),
+    ("httpx layers (client API, no transport)", "", "httpx/_"),
+    ("httpx_aiohttp transport", "", "httpx_aiohttp/"),
+    ("aiohttp (upstream connection)", "", "aiohttp/"),
+    ("SSE parsing (httpx_sse)", "", "httpx_sse/"),
+    ("session pool (acquire/release)", "", "app/upstream/pool.py"),
+    ("front validation (modern.parse)", "parse", "app/front/modern.py"),
+    ("translators", "", "translators/"),
+    ("answer writing (CallAnswer)", "", "app/answer.py"),
+    ("exchange close/drain (HttpExchange.aclose)", "aclose", "streamable_http.py"),
+    ("orjson", "", "orjson"),
+    ("asyncio tasks/events (stdlib)", "", "asyncio/"),
+]
+
+
+def _package(path: str) -> str:
+    # py-spy names files relative to their sys.path entry: "httpx/_models.py".
+    if path.startswith(("app/", "translators/")):
+        return path  # the gateway's own code, per module
+    return path.split("/", 1)[0].removesuffix(".py") if path else "?"
+
+
+def shares(raw: Path) -> dict[str, object]:
+    own: collections.Counter[str] = collections.Counter()
+    funcs: collections.Counter[str] = collections.Counter()
+    layers: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = []
+        for frame in stack.split(";"):
+            m = _FRAME.match(frame)
+            frames.append((m["func"], m["file"]) if m else (frame, ""))
+        if frames:
+            own[_package(frames[-1][1])] += count
+        for fn, f in set(frames):
+            funcs[f"{fn} ({f})"] += count
+        for name, func, file in LAYERS:
+            if any(file in f and func in fn for fn, f in frames):
+                layers[name] += count
+    return {
+        "samples": total,
+        "own": {k: v / total for k, v in own.most_common(25)},
+        "layers": {name: layers[name] / total for name, _, _ in LAYERS},
+        "functions": {k: v / total for k, v in funcs.most_common(80)},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--upstream", choices=["fast", "legacy"], default="fast")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--no-profile", action="store_true", help="wrk figures only")
+    parser.add_argument("--gc", action="store_true", help="report GC pauses (bench/gc_probe.py)")
+    parser.add_argument("--shim-env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--fixture-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument of the legacy fixture (e.g. --fixture-arg=--json-response)",
+    )
+    parser.add_argument("--functions", action="store_true", help="also inclusive per function")
+    parser.add_argument("--tag", default="", help="suffix of the files kept in results/bench")
+    args = parser.parse_args()
+    pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = ROOT / "results" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    tag = f"{args.upstream}-c{args.concurrency}{args.tag}"
+    body = out / "modern-call.json"
+    body.write_bytes(json.dumps(MODERN_CALL).encode())
+    gc_report = out / f"gc-{tag}.json"
+    up_port, port = procs.free_port(), procs.free_port()
+    upstream = f"http://127.0.0.1:{up_port}/mcp"
+    if args.upstream == "fast":
+        up_argv = [sys.executable, str(ROOT / "bench" / "fast_upstream.py")]
+    else:
+        up_argv = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), *args.fixture_arg]
+    env = {
+        "MCP_SHIM_UPSTREAM_URL": upstream,
+        "MCP_SHIM_PORT": str(port),
+        "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_LOG_LEVEL": "info",
+        **dict(item.split("=", 1) for item in args.shim_env),
+    }
+    shim_argv = [sys.executable, "-m", "app.cli"]
+    if args.gc:
+        shim_argv = [sys.executable, str(ROOT / "bench" / "gc_probe.py")]
+        env["BENCH_GC_REPORT"] = str(gc_report)
+    url = f"http://127.0.0.1:{port}/mcp"
+    wrk_env = {
+        **os.environ,
+        "BENCH_BODY": str(body),
+        "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in MODERN_HEADERS.items()),
+    }
+
+    def wrk(seconds: int) -> subprocess.Popen[bytes]:
+        argv = ["wrk", "-t1", f"-c{args.concurrency}", f"-d{seconds}s", "--timeout", "10s"]
+        argv += ["-s", str(ROOT / "bench" / "call.lua"), url]
+        return subprocess.Popen(argv, env=wrk_env, stdout=subprocess.PIPE)
+
+    with (
+        procs.running(
+            [*up_argv, "--port", str(up_port)], upstream, log_path=out / "p-up.log"
+        ) as up,
+        procs.running(
+            shim_argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=out / "p-shim.log"
+        ) as shim,
+    ):
+        wrk(2).communicate()  # warm-up: sessions, connections, caches
+        cpu0, up0 = cpu_seconds([shim.pid]), cpu_seconds([up.pid])
+        load = wrk(args.seconds)
+        spy = None
+        raw = out / f"profile-{tag}.txt"
+        if not args.no_profile:
+            spy_argv = [pyspy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(raw)]
+            spy_argv += ["-d", str(args.seconds - 1), "-p", str(shim.pid)]
+            spy = subprocess.Popen(
+                spy_argv,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        time.sleep(args.seconds / 2)
+        rss = rss_mb([shim.pid])
+        stdout, _ = load.communicate()
+        cpu, up_cpu = cpu_seconds([shim.pid]) - cpu0, cpu_seconds([up.pid]) - up0
+        if spy is not None:
+            spy.wait()
+    line = next(x for x in stdout.decode().splitlines() if x.startswith("BENCH "))
+    summary = json.loads(line[6:])
+    calls = summary["requests"]
+    print(
+        f"{tag}: {calls / (summary['duration_us'] / 1e6):,.0f} req/s, p50 "
+        f"{summary['p50_us'] / 1000:.2f} ms, p99 {summary['p99_us'] / 1000:.2f} ms, max "
+        f"{summary['max_us'] / 1000:.1f} ms, gateway CPU {cpu * 1e6 / calls:.0f} us/call, "
+        f"upstream CPU {up_cpu * 1e6 / calls:.0f} us/call, RSS {rss:.0f} MB, "
+        f"errors {summary['non2xx'] + summary['read'] + summary['timeout']}"
+    )
+    if args.gc and gc_report.exists():
+        print("GC:", gc_report.read_text().strip())
+    if not args.no_profile:
+        result = shares(raw)
+        print(f"{result['samples']} samples ({raw.relative_to(ROOT)})")
+        print("own time by package:")
+        for name, share in result["own"].items():  # type: ignore[attr-defined]
+            print(f"  {share * 100:5.1f}%  {name}")
+        print("inclusive, by layer:")
+        for name, share in result["layers"].items():  # type: ignore[attr-defined]
+            print(f"  {share * 100:5.1f}%  {name}")
+        if args.functions:
+            print("inclusive, by function:")
+            for name, share in result["functions"].items():  # type: ignore[attr-defined]
+                print(f"  {share * 100:5.1f}%  {name}")
+
+
+if __name__ == "__main__":
+    main()
