@@ -105,7 +105,10 @@ class CallAnswer(Response):
             if self._json_ok:
                 await self._send_json(send, final)
             else:
-                await self._start_sse(send)
+                # The status is the answer's (an error's 400 or 404) whatever
+                # the client accepts.
+                self._status = final.status
+                await self._start_sse(send, final.status)
                 await send({"type": "http.response.body", "body": sse_event(final.message)})
             return
         await self._start_sse(send)
@@ -138,5 +141,5 @@ class CallAnswer(Response):
         )
         await send({"type": "http.response.body", "body": body})
 
-    async def _start_sse(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+    async def _start_sse(self, send: Send, status: int = 200) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})

@@ -51,6 +51,7 @@ from tests.schema import (
     check_modern_answer,
     check_modern_error,
     check_notification,
+    check_response,
 )
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -70,6 +71,7 @@ REQUEST_DEFS = {
     "completion/complete": "CompleteRequest",
 }
 NOTIFICATION_DEFS = ("CancelledNotification",)
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 # What the legacy fixture serves (tests/fixtures/legacy/__init__.py), so that
@@ -1081,14 +1083,16 @@ def check(probe: Probe, answer: Answer) -> list[str]:
     if not isinstance(final, dict):
         return [*failures, f"not JSON-RPC: answer is not an object: {final!r:.100}"]
     if "error" in final:
-        failures += _check_error(final, status, expected)
+        # Once notifications went out, the status (200) was sent before the error.
+        alone = len(messages) == 1
+        failures += _check_error(final, status if alone else None, expected, _legacy_version(probe))
     elif "result" in final:
         if status != 200:
             failures.append(f"status mismatch: result with HTTP {status}")
         problem = _check_id(final, expected)
         if problem is not None:
             failures.append(problem)
-        failures += _check_result(probe.method, final)
+        failures += _check_result(probe.method, final, _legacy_version(probe))
     else:
         failures.append(f"not JSON-RPC: neither result nor error: {final!r:.100}")
     return failures
@@ -1110,12 +1114,38 @@ def _check_notification(message: Any) -> list[str]:
     return []
 
 
-def _check_error(message: dict[str, Any], status: int, expected: Any) -> list[str]:
+def _legacy_version(probe: Probe) -> str | None:
+    """The legacy revision a request may be served as: the one its
+    MCP-Protocol-Version header names, or 2025-03-26 without the header
+    (streamable-http "Protocol Version Header": a server MAY treat a request
+    that omits it as 2025-03-26). Its answer may then be of that revision."""
+    versions = _header(probe, b"MCP-Protocol-Version")
+    if not versions:
+        return "2025-03-26"
+    if len(versions) == 1 and versions[0].decode("latin-1").strip() in LEGACY_VERSIONS:
+        return versions[0].decode("latin-1").strip()
+    return None
+
+
+def _valid_legacy(version: str | None, message: dict[str, Any], method: str | None) -> bool:
+    if version is None or not SPEC.has_schema(version):
+        return False
+    try:
+        check_response(SPEC, version, message, method)
+    except (ValidationError, AssertionError, KeyError):
+        return False
+    return True
+
+
+def _check_error(
+    message: dict[str, Any], status: int | None, expected: Any, legacy: str | None
+) -> list[str]:
     failures = []
     try:
         check_modern_error(SPEC, message)
     except (ValidationError, AssertionError) as exc:
-        failures.append(f"invalid error: {_short(exc)}")
+        if not _valid_legacy(legacy, message, None):
+            failures.append(f"invalid error: {_short(exc)}")
     if status in _TRANSPORT_REFUSALS and "id" not in message:
         # streamable-http "Security & Endpoint": a refusal before the body is
         # read MAY carry a JSON-RPC error that has no id.
@@ -1126,6 +1156,8 @@ def _check_error(message: dict[str, Any], status: int, expected: Any) -> list[st
     code = message.get("error", {}).get("code") if isinstance(message.get("error"), dict) else None
     # 2026-07-28 streamable-http: header mismatch, unsupported version, invalid
     # params 400; unknown method 404.
+    if status is None:
+        return failures
     if code in (-32700, -32600, -32602, -32020, -32021, -32022) and status < 400:
         failures.append(f"status mismatch: error {code} with HTTP {status}")
     if code == -32601 and status != 404:
@@ -1133,7 +1165,7 @@ def _check_error(message: dict[str, Any], status: int, expected: Any) -> list[st
     return failures
 
 
-def _check_result(method: str | None, message: dict[str, Any]) -> list[str]:
+def _check_result(method: str | None, message: dict[str, Any], legacy: str | None) -> list[str]:
     if method not in REQUEST_DEFS:
         return [f"invalid result: a result for {method!r}, which is not a request"]
     try:
@@ -1144,6 +1176,8 @@ def _check_result(method: str | None, message: dict[str, Any]) -> list[str]:
         else:
             check_modern_answer(SPEC, method, message)
     except (ValidationError, AssertionError, KeyError) as exc:
+        if _valid_legacy(legacy, message, method):
+            return []
         return [f"invalid result: {method}: {_short(exc)}"]
     return []
 
@@ -1168,9 +1202,33 @@ def rss_kib(pid: int) -> int:
 
 
 def failure_cause(probe: Probe, failures: Sequence[str]) -> str:
-    """A grouping key: the kinds of failure (each message starts with its kind)."""
-    kinds = sorted({failure.split(":", 1)[0] for failure in failures})
-    return " + ".join(kinds)
+    """A grouping key: the known defect the probe hit, if one fits, and the
+    kinds of failure (each message starts with its kind)."""
+    kinds = " + ".join(sorted({failure.split(":", 1)[0] for failure in failures}))
+    defect = known_defect(probe)
+    return f"{defect}: {kinds}" if defect else kinds
+
+
+def known_defect(probe: Probe) -> str | None:
+    """Which of KNOWN_DEFECTS / FOUND_DEFECTS a failing probe exercised (a guess
+    from its mutations, for grouping the counts; None if none fits)."""
+    text = " ".join(probe.mutations)
+    auth = _header(probe, b"Authorization")
+    if any(any(b >= 0x80 for b in value) for value in auth):
+        return "non-ascii-authorization"
+    if any(len(value) > 16_000 for value in auth):
+        return "oversized-authorization"
+    if any(m.startswith("nest ") and int(m.split()[-2]) > SHALLOW_DEPTH for m in probe.mutations):
+        return "deep-nesting"
+    if META_CAPABILITIES + "/" in text:
+        return "malformed-capabilities"
+    if probe.notification:
+        return "notifications"
+    if any(
+        h.startswith(b"[::1]") and h != b"[::1]" and b"]:" not in h for h in _header(probe, b"Host")
+    ):
+        return "host-suffix"
+    return None
 
 
 Judge = Callable[[Probe, Answer], list[str]]
