@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -147,6 +148,8 @@ def main() -> int:
         help="largest RSS growth allowed after the warm-up",
     )
     args = parser.parse_args()
+    # SIGTERM ends the run like Ctrl-C: the peer processes are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     avoid = fuzzing.parse_avoid(args.avoid)
     out = args.out or Path(tempfile.mkdtemp(prefix="mcp-shim-fuzz-"))
     out.mkdir(parents=True, exist_ok=True)

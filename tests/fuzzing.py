@@ -30,6 +30,7 @@ import base64
 import copy
 import json
 import math
+import re
 import socket
 import sys
 import time
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httptools
 from hypothesis import strategies as st
@@ -165,7 +167,6 @@ class Probe:
     notification: bool
     mutations: list[str] = field(default_factory=list)
     http_valid: bool = True  # False: the mutations broke HTTP/1.1 itself
-    must_refuse: int | None = None  # the status a refusal must have (403), or 400 for "any 4xx"
 
     def __repr__(self) -> str:
         # Hypothesis prints the failing example: bodies reach megabytes.
@@ -873,22 +874,38 @@ def probes(draw: st.DrawFn, port: int, avoid: frozenset[str] = frozenset()) -> P
         probe.body = draw(_mutate_bytes(probe.body, probe.mutations))
     for _ in range(draw(st.integers(0, 3)) if draw(st.booleans()) else 0):
         draw(_mutate_headers(probe, port, avoid))
-    probe.must_refuse = _dns_rebinding_refusal(probe, port)
-    if notification and "notifications" not in avoid:
-        probe.must_refuse = probe.must_refuse or _notification_must_be_refused(probe)
     return probe
 
 
-def _dns_rebinding_refusal(probe: Probe, port: int) -> int | None:
-    """streamable-http "Security & Endpoint": an Origin that is not allowed MUST
-    get 403; a Host that is not allowed is refused the same way (DNS rebinding)."""
-    bad_hosts = {h.format(port=port).encode() for h in (*_BAD_HOSTS, *_BAD_HOSTS_IPV6)}
+_LOOPBACK_HOST = re.compile(rb"(?i)^(localhost|127\.0\.0\.1|\[::1\])(:[0-9]{1,5})?$")
+
+
+def refusal_wanted(probe: Probe) -> int | None:
+    """The refusal a probe must get whatever else it carries: 403, or 400 for any 4xx.
+
+    streamable-http "Security & Endpoint": an Origin that is not allowed MUST
+    get 403, and the Host is validated against DNS rebinding the same way (the
+    gateway under test allows loopback names only). RFC 9112 section 3.2: no
+    Host, or more than one, is a 400. A notification is judged by
+    :func:`_notification_refusal`.
+    """
     hosts = _header(probe, b"Host")
-    origins = _header(probe, b"Origin")
-    if (len(hosts) == 1 and hosts[0] in bad_hosts) or (
-        len(origins) == 1 and origins[0] in _BAD_ORIGINS
-    ):
+    if len(hosts) != 1:
+        return 400
+    if not _LOOPBACK_HOST.match(hosts[0]):
         return 403
+    origins = _header(probe, b"Origin")
+    if len(origins) == 1:
+        parts = urlsplit(origins[0].decode("latin-1"))
+        try:
+            name = parts.hostname
+            parts.port  # noqa: B018 - raises on a port that is not one
+        except ValueError:
+            return 403
+        if parts.scheme not in ("http", "https") or name not in ("localhost", "127.0.0.1", "::1"):
+            return 403
+    if probe.notification:
+        return _notification_refusal(probe)
     return None
 
 
@@ -896,7 +913,7 @@ def _header(probe: Probe, name: bytes) -> list[bytes]:
     return [v for n, v in probe.headers if n.lower() == name.lower()]
 
 
-def _notification_must_be_refused(probe: Probe) -> int | None:
+def _notification_refusal(probe: Probe) -> int | None:
     """A notification POST the gateway cannot accept: 4xx, not 202.
 
     streamable-http "Protocol Version Header": every POST request MUST include
@@ -1048,8 +1065,8 @@ def check(probe: Probe, answer: Answer) -> list[str]:
         if not 400 <= status < 500:
             failures.append(f"broken HTTP not refused: answered {status}")
         return failures
-    if probe.must_refuse is not None:
-        wanted = probe.must_refuse
+    wanted = refusal_wanted(probe)
+    if wanted is not None:
         if (wanted == 400 and not 400 <= status < 500) or (wanted != 400 and status != wanted):
             failures.append(
                 f"not refused: wanted {'4xx' if wanted == 400 else wanted}, got {status}"
