@@ -143,6 +143,10 @@ HUGE_NUMBERS: tuple[bytes, ...] = (
 )
 
 
+_TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 class _NoId:
     def __repr__(self) -> str:
         return "NO_ID"
@@ -166,7 +170,6 @@ class Probe:
     method: str | None  # the JSON-RPC method the generator started from
     notification: bool
     mutations: list[str] = field(default_factory=list)
-    http_valid: bool = True  # False: the mutations broke HTTP/1.1 itself
 
     def __repr__(self) -> str:
         # Hypothesis prints the failing example: bodies reach megabytes.
@@ -174,6 +177,15 @@ class Probe:
             f"Probe(method={self.method!r}, notification={self.notification}, "
             f"mutations={self.mutations!r}, headers={self.headers!r:.600}, "
             f"body={self.body[:300]!r}... ({len(self.body)} bytes))"
+        )
+
+    @property
+    def http_valid(self) -> bool:
+        """False when the headers break HTTP/1.1 itself: a name that is not a
+        token (RFC 9110 section 5.1) or a control character in a value (5.5,
+        field-vchar). An HTTP-level 400, or a closed connection, is the answer."""
+        return all(
+            _TOKEN.match(name) and not _CONTROL.search(value) for name, value in self.headers
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -261,6 +273,21 @@ def readable_id(body: bytes) -> Any:
     if _has_out_of_range_int(message):
         return EITHER
     return EITHER if either else rid
+
+
+_UNPARSEABLE: Any = object()
+
+
+def _loads(body: bytes) -> Any:
+    """Python's reading of a body (deep nesting included), or _UNPARSEABLE."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * max(DEPTHS)))
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return _UNPARSEABLE
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _walk(value: Any) -> Iterable[Any]:
@@ -764,9 +791,6 @@ def _mutate_headers(draw: st.DrawFn, probe: Probe, port: int, avoid: frozenset[s
         value = draw(st.sampled_from([b"a\x00b", b"a\rb", b"a\x7fb", b"a\x01b", b"a\nb"]))
         log.append(f"header control {name.decode()}={value!r}")
         probe.headers = _with(probe.headers, name, value)
-        # Controls are not field content (RFC 9110 section 5.5, field-vchar):
-        # the message is broken HTTP, and an HTTP-level 400 is the right answer.
-        probe.http_valid = False
     elif kind == "odd-name":
         odd = draw(
             st.sampled_from(
@@ -782,9 +806,6 @@ def _mutate_headers(draw: st.DrawFn, probe: Probe, port: int, avoid: frozenset[s
         )
         log.append(f"header odd-name {odd[:40]!r}")
         probe.headers.append((odd, b"v"))
-        if any(c in odd for c in b" ()\x80\xc3\xa9\xff"):
-            # Not a token (RFC 9110 section 5.1): broken HTTP.
-            probe.http_valid = False
     elif kind == "host":
         bad = list(_BAD_HOSTS) + ([] if "host-suffix" in avoid else list(_BAD_HOSTS_IPV6))
         good = draw(st.booleans())
@@ -921,9 +942,8 @@ def _notification_refusal(probe: Probe) -> int | None:
     3 asks for the request metadata headers on each POST), and issue 7 defect 9:
     notifications are validated like requests, their method bounded.
     """
-    try:
-        message = json.loads(probe.body)
-    except ValueError:
+    message = _loads(probe.body)
+    if message is _UNPARSEABLE:
         return None  # judged as any unreadable body
     if not isinstance(message, dict) or "id" in message:
         return None
@@ -950,6 +970,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     error: str | None = None  # no complete HTTP answer: why
+    sent_all: bool = True  # False: the server closed before taking the whole request
     seconds: float = 0.0
 
     @property
@@ -989,7 +1010,7 @@ def send(port: int, probe: Probe, timeout_s: float = 30.0) -> Answer:
             try:
                 sock.sendall(probe.request_bytes())
             except (BrokenPipeError, ConnectionResetError):
-                pass  # the server may answer and close before reading it all
+                answer.sent_all = False  # it may answer and close before reading it all
             while not parser.done:
                 sock.settimeout(max(deadline - time.monotonic(), 0.01))
                 chunk = sock.recv(65_536)
@@ -1056,11 +1077,20 @@ def check(probe: Probe, answer: Answer) -> list[str]:
     if answer.error is not None:
         if not probe.http_valid and answer.status is None:
             return []  # a server may close on broken HTTP without a word
-        return [f"no answer: {answer.error}"]
+        if answer.status is None or answer.sent_all:
+            return [f"no answer: {answer.error}"]
     status = answer.status or 0
     failures: list[str] = []
     if status >= 500:
         failures.append(f"HTTP {status}: {answer.body[:120]!r}")
+    if answer.error is not None:
+        # Answered before reading all of the body, then the connection was
+        # reset under the rest of the answer (RFC 9112 section 9.6): the
+        # status is all there is to judge.
+        wanted = refusal_wanted(probe)
+        if wanted is not None and status != wanted and not (wanted == 400 and status < 500):
+            failures.append(f"not refused: wanted {wanted}, got {status}")
+        return failures
     if not probe.http_valid:
         if not 400 <= status < 500:
             failures.append(f"broken HTTP not refused: answered {status}")
@@ -1116,10 +1146,7 @@ def check(probe: Probe, answer: Answer) -> list[str]:
 
 
 def _is_request(body: bytes) -> bool:
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return False
+    message = _loads(body)
     return isinstance(message, dict) and "id" in message
 
 
@@ -1222,29 +1249,31 @@ def failure_cause(probe: Probe, failures: Sequence[str]) -> str:
     """A grouping key: the known defect the probe hit, if one fits, and the
     kinds of failure (each message starts with its kind)."""
     kinds = " + ".join(sorted({failure.split(":", 1)[0] for failure in failures}))
-    defect = known_defect(probe)
+    defect = known_defect(probe, failures)
     return f"{defect}: {kinds}" if defect else kinds
 
 
-def known_defect(probe: Probe) -> str | None:
-    """Which of KNOWN_DEFECTS / FOUND_DEFECTS a failing probe exercised (a guess
-    from its mutations, for grouping the counts; None if none fits)."""
+def known_defect(probe: Probe, failures: Sequence[str] = ()) -> str | None:
+    """Which of KNOWN_DEFECTS / FOUND_DEFECTS a failing probe hit: a guess from
+    its headers, mutations and failures, for grouping the counts."""
     text = " ".join(probe.mutations)
+    said = " ".join(failures)
     auth = _header(probe, b"Authorization")
-    if any(any(b >= 0x80 for b in value) for value in auth):
+    if "HTTP 500" in said and any(any(b >= 0x80 for b in value) for value in auth):
         return "non-ascii-authorization"
-    if any(len(value) > 16_000 for value in auth):
+    if "HTTP 502" in said and any(len(value) > 16_000 for value in auth):
         return "oversized-authorization"
-    if any(m.startswith("nest ") and int(m.split()[-2]) > SHALLOW_DEPTH for m in probe.mutations):
-        return "deep-nesting"
-    if META_CAPABILITIES + "/" in text:
-        return "malformed-capabilities"
-    if probe.notification:
-        return "notifications"
-    if any(
-        h.startswith(b"[::1]") and h != b"[::1]" and b"]:" not in h for h in _header(probe, b"Host")
+    hosts = _header(probe, b"Host")
+    if "not refused: wanted 403" in said and any(
+        h.startswith(b"[::1]") and not _LOOPBACK_HOST.match(h) for h in hosts
     ):
         return "host-suffix"
+    if probe.notification and "not refused" in said:
+        return "notifications"
+    if "HTTP 502" in said and META_CAPABILITIES + "/" in text:
+        return "malformed-capabilities"
+    if any(m.startswith("nest ") and int(m.split()[-2]) > SHALLOW_DEPTH for m in probe.mutations):
+        return "deep-nesting"
     return None
 
 
