@@ -73,7 +73,7 @@ class Run:
             self.record(probe, answer, failures)
         if fuzzing.process_alive(self.pid) is False:
             self.died = True
-            self.record(probe, answer, ["the gateway process died"])
+            self.record(probe, answer, ["the gateway process died: " + self.last_words()])
             return
         if self.sent % 250 == 0:
             self.rss.append((self.sent, fuzzing.rss_kib(self.pid)))
@@ -85,6 +85,17 @@ class Run:
                 f"RSS {fuzzing.rss_kib(self.pid) // 1024} MiB",
                 flush=True,
             )
+
+    def last_words(self) -> str:
+        """Why the gateway ended, from its log: a signal ("Shutting down", sent
+        from outside) or a crash (a traceback, an error line)."""
+        lines = (self.out / "gateway.log").read_text(errors="replace").splitlines()[-40:]
+        telling = [
+            line
+            for line in lines
+            if any(w in line for w in ("Shutting down", "Traceback", '"error"', "Killed"))
+        ]
+        return " | ".join(telling)[-600:] or "no clue in the last 40 log lines"
 
     def canary(self) -> None:
         self.canaries += 1

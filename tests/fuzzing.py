@@ -35,7 +35,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -1046,7 +1046,8 @@ def sse_messages(body: bytes) -> list[Any]:
     return messages
 
 
-def _json_rpc_messages(answer: Answer, method: str | None) -> list[Any]:
+def answer_messages(answer: Answer) -> list[Any]:
+    """The JSON-RPC messages of an answer: one JSON body, or the SSE events."""
     if answer.content_type == "application/json":
         return [json.loads(answer.body)]
     if answer.content_type == "text/event-stream":
@@ -1114,7 +1115,7 @@ def check(probe: Probe, answer: Answer) -> list[str]:
         failures.append(f"no body: HTTP {status}")
         return failures
     try:
-        messages = _json_rpc_messages(answer, probe.method)
+        messages = answer_messages(answer)
     except (AssertionError, ValueError) as exc:
         failures.append(f"not JSON-RPC: HTTP {status} ({exc}): {answer.body[:120]!r}")
         return failures
@@ -1277,9 +1278,6 @@ def known_defect(probe: Probe, failures: Sequence[str] = ()) -> str | None:
     return None
 
 
-Judge = Callable[[Probe, Answer], list[str]]
-
-
 # Settings of the gateway under fuzzing: parked exchanges (a probe that calls
 # ask_name with the elicitation capability parks one) expire soon, so that the
 # run measures leaks, not the MCP_SHIM_MAX_PARKED bound.
@@ -1306,10 +1304,6 @@ def process_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "\nState:\tZ" not in state
-
-
-def answer_messages(answer: Answer) -> list[Any]:
-    return _json_rpc_messages(answer, None)
 
 
 def canary(port: int, timeout_s: float = 10.0) -> str | None:
