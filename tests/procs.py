@@ -91,6 +91,15 @@ def legacy_server(port: int, *extra: str, log_path: Path | None = None) -> Itera
 def gateway(
     upstream_url: str, port: int, env: Mapping[str, str] | None = None, log_path: Path | None = None
 ) -> Iterator[str]:
+    with gateway_process(upstream_url, port, env, log_path) as (base, _proc):
+        yield base
+
+
+@contextmanager
+def gateway_process(
+    upstream_url: str, port: int, env: Mapping[str, str] | None = None, log_path: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The gateway, and its process (to watch it: alive, memory)."""
     argv = [sys.executable, "-m", "app.cli"]
     full_env = {
         "MCP_SHIM_UPSTREAM_URL": upstream_url,
@@ -100,8 +109,8 @@ def gateway(
         **(env or {}),
     }
     base = f"http://127.0.0.1:{port}"
-    with running(argv, base + "/healthz", env=full_env, log_path=log_path):
-        yield base
+    with running(argv, base + "/healthz", env=full_env, log_path=log_path) as proc:
+        yield base, proc
 
 
 def run_modern_client(script: str, *args: str, timeout: float = 120.0) -> object:

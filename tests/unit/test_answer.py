@@ -41,6 +41,34 @@ async def test_answer_first_gives_json_with_its_status() -> None:
     assert done == [(200, None)]
 
 
+async def test_error_answer_keeps_its_status_for_a_client_that_accepts_only_sse() -> None:
+    # Found by the fuzzer (docs/fuzzing.md): with `Accept: text/event-stream`
+    # alone an upstream -32602 came as HTTP 200, as JSON it is 400. The status
+    # follows the error (app/rejections.py), not the Accept header: 2026-07-28
+    # streamable-http "Protocol Version Header" asks for 404 with -32601
+    # whatever the client accepts.
+    for accepts_json in (True, False):
+        sent: list[dict[str, Any]] = []
+        error = {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "nope"}}
+
+        async def events() -> AsyncGenerator[Outgoing, None]:
+            yield Outgoing(error, final=True, status=404)  # noqa: B023
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)  # noqa: B023
+
+        done: list[tuple[int, bool]] = []
+        answer = CallAnswer(
+            events(),
+            accepts_sse=True,
+            accepts_json=accepts_json,
+            on_done=lambda s, d: done.append((s, d)),  # noqa: B023
+        )
+        await answer({}, _never_disconnects, send)
+        assert sent[0]["status"] == 404, accepts_json
+        assert done == [(404, None)]
+
+
 async def test_notification_first_gives_sse() -> None:
     sent: list[dict[str, Any]] = []
 
