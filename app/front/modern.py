@@ -127,10 +127,24 @@ def _readable_id(message: Any) -> RequestId | None:
     return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
 
 
+# RFC 6585 section 5: 431 Request Header Fields Too Large.
+MAX_AUTHORIZATION_CHARS = 8192
+
+
 def _check_header_values(headers: Mapping[str, str]) -> Rejection | None:
     """Headers the gateway reads or forwards must be plain ASCII (streamable-http
     "Server Validation": "A header value contains invalid characters" is a
     validation failure). The message names the header, never its value."""
+    authorization = headers.get("authorization")
+    if authorization is not None and len(authorization) > MAX_AUTHORIZATION_CHARS:
+        # Forwarded upstream as it came, where servers refuse oversized headers
+        # (8 KiB is common): the caller's own doing, not the upstream's failure.
+        return Rejection(
+            INVALID_REQUEST,
+            f"Request header too large: the Authorization header is longer than "
+            f"{MAX_AUTHORIZATION_CHARS} characters",
+            status=431,
+        )
     for name, value in headers.items():
         if value.isascii() and value.isprintable():
             continue  # the common case, in C
