@@ -93,10 +93,13 @@ def sse_channel(base: str, authorization: str = "Bearer sse") -> Iterator[tuple[
 
 def next_events(chunks: Any, count: int) -> list[dict[str, Any]]:
     buffer = ""
+    # Keep-alive comments would reset the client's read timeout for ever.
+    deadline = time.monotonic() + 20
     for chunk in chunks:
         buffer += chunk
         if buffer.endswith("\n\n") and len(events(buffer)) >= count:
             break
+        assert time.monotonic() < deadline, f"{count} events did not come: {buffer[:300]!r}"
     return events(buffer)
 
 
@@ -175,7 +178,10 @@ def test_non_ascii_authorization_is_refused_on_every_legacy_route(
         for verb in ("GET", "DELETE"):
             response = client.request(verb, url, headers=on_session)
             refused(response, 400, -32600, "server-error", "2025-06-18")
-        response = client.get(base + "/sse", headers={"authorization": bad})
+        # Streamed: an accepted channel would never end.
+        with client.stream("GET", base + "/sse", headers={"authorization": bad}) as response:
+            assert response.status_code == 400
+            response.read()
         refused(response, 400, -32600, "server-error", "2024-11-05")
         # The session is untouched, with its own credential.
         fine = headers(session, "2025-06-18", authorization="Bearer fine")
@@ -430,3 +436,37 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
     # POST, two batches of two, GET, /messages, its relayed call, the /sse stream.
     assert len(failures) == 9, failures
     assert all(entry.get("exc_info") for entry in failures)
+
+
+def test_a_channel_closed_during_initialize_leaves_no_session(
+    legacy_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session was registered and held (in_flight) after the channel had
+    # closed: nothing would ever end it, on either side.
+    import asyncio
+    import concurrent.futures
+
+    from app.legacy.sessions import LegacySessions
+
+    real_open = LegacySessions.open
+
+    async def slow_open(self: LegacySessions, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(1.0)
+        return await real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(LegacySessions, "open", slow_open)
+    with gateway_in_process(legacy_url) as (base, app):
+        with (
+            concurrent.futures.ThreadPoolExecutor(1) as pool,
+            httpx.Client(timeout=15.0) as poster,
+        ):
+            with sse_channel(base) as (endpoint, _chunks):
+                init = init_message("2024-11-05")
+                pending = pool.submit(
+                    poster.post, endpoint, json=init, headers={"authorization": "Bearer sse"}
+                )
+                time.sleep(0.3)  # the initialize is under way; the client leaves
+            assert pending.result(timeout=15).status_code == 202
+        sessions = app.state.legacy._sessions
+        assert len(sessions) == 0
+        assert sessions._pool.open_sessions == 0
