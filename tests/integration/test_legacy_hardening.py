@@ -322,9 +322,12 @@ def gateway_in_process(legacy_url: str) -> Iterator[tuple[str, Any]]:
     port = procs.free_port()
     settings = Settings(upstream_url=legacy_url, port=port)  # type: ignore[arg-type]
     app = create_app(settings)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    # log_config=None: uvicorn's own logging setup would outlive this test
+    # (it stops "uvicorn.error" from propagating, which later tests read).
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", log_config=None
     )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
