@@ -174,6 +174,8 @@ def create_app(settings: Settings) -> FastAPI:
             offered=offered,
             max_batch=settings.max_batch,
             write_timeout_s=settings.write_timeout_s,
+            max_json_depth=settings.max_json_depth,
+            auth_relay=auth_relay,
         )
         app.state.http_sse = HttpSseFront(
             app.state.legacy,
@@ -336,7 +338,10 @@ def create_app(settings: Settings) -> FastAPI:
         if isinstance(body, Response):
             return body
         http_sse: HttpSseFront = request.app.state.http_sse
-        return await http_sse.post(request.query_params.get("session_id"), body, request.headers)
+        session_id = request.query_params.get("session_id")
+        return await http_sse.post(
+            session_id, body, request.headers, gateway_url=gateway_url(request)
+        )
 
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     async def mcp_other(request: Request) -> Response:
@@ -350,7 +355,7 @@ def create_app(settings: Settings) -> FastAPI:
             if request.method == "DELETE":
                 return await front.delete(request.headers)
             sse_ok, _ = _accepts(request.headers.get("accept", ""))
-            return await front.get(request.headers, sse_ok=sse_ok)
+            return await front.get(request.headers, sse_ok=sse_ok, gateway_url=gateway_url(request))
         # streamable-http "Backward Compatibility": without a legacy session,
         # GET and DELETE answer 405.
         log.info(
@@ -404,7 +409,13 @@ def create_app(settings: Settings) -> FastAPI:
         if claim is not None:
             sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
             legacy_front: LegacyFront = request.app.state.legacy
-            return await legacy_front.post(claim, request.headers, sse_ok=sse_ok, json_ok=json_ok)
+            return await legacy_front.post(
+                claim,
+                request.headers,
+                sse_ok=sse_ok,
+                json_ok=json_ok,
+                gateway_url=gateway_url(request),
+            )
         parsed = modern.parse(body, request.headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import jsonio
+from app.front import modern
 from app.front.modern import META_VERSION
 from app.rejections import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Rejection, RequestId
 from translators.registry import LATEST_LEGACY, Version, get_version, legacy_versions
@@ -38,6 +39,8 @@ class Claim:
     body: Any
     session_id: str | None
     parse_error: bool = False
+    # The bytes it was parsed from: the depth check counts brackets there first.
+    raw: bytes = b""
 
 
 def claims(body: bytes, headers: Mapping[str, str]) -> Claim | None:
@@ -56,17 +59,17 @@ def claims(body: bytes, headers: Mapping[str, str]) -> Claim | None:
         if _MARKER in body and _is_modern(parsed):
             return None
         if parsed.get("method") == "initialize" or session_id is not None:
-            return Claim(parsed, session_id)
+            return Claim(parsed, session_id, raw=body)
         return None
     if isinstance(parsed, list):
         if session_id is not None:
             if _MARKER in body and any(isinstance(m, dict) and _is_modern(m) for m in parsed):
                 return None
-            return Claim(parsed, session_id)
+            return Claim(parsed, session_id, raw=body)
         if holds_initialize(parsed):
-            return Claim(parsed, None)
+            return Claim(parsed, None, raw=body)
         return None
-    return Claim(parsed, session_id) if session_id is not None else None
+    return Claim(parsed, session_id, raw=body) if session_id is not None else None
 
 
 def _is_modern(message: dict[str, Any]) -> bool:
@@ -124,6 +127,66 @@ def parse_error() -> Rejection:
 
 def _valid_id(value: Any) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def readable_id(body: Any) -> RequestId | None:
+    rid = body.get("id") if isinstance(body, dict) else None
+    return rid if _valid_id(rid) else None
+
+
+# The id of an error answering a message whose id could not be read. JSON-RPC 2.0
+# says null, but the legacy revisions' schemas have no null id: 2024-11-05 ..
+# 2025-06-18 `JSONRPCError` requires `id` (a RequestId, string or integer), and
+# the official SDK's client (mcp 1.x, which speaks 2025-11-25 too) requires it as
+# well. Its servers answer such errors with this same id, so legacy clients
+# know it.
+UNREAD_ID = "server-error"
+
+
+def error_message(rejection: Rejection) -> dict[str, Any]:
+    """A rejection as a legacy client receives it: always with an id."""
+    message = rejection.to_message()
+    if "id" in message:
+        return message
+    return {"jsonrpc": "2.0", "id": UNREAD_ID, "error": message["error"]}
+
+
+def check_received(claim: Claim, headers: Mapping[str, str], max_depth: int) -> Rejection | None:
+    """What every legacy POST must pass before its messages are looked at (the
+    modern front's checks, issue 7): nesting within MCP_SHIM_MAX_JSON_DEPTH
+    (orjson parses 1,024 levels but serialises only about 254, and every
+    message is serialised again on its way upstream), and header values an
+    HTTP client can forward."""
+    if jsonio.deeper_than(claim.raw, claim.body, max_depth):
+        return too_deep(claim.body, max_depth)
+    return check_header_values(headers, readable_id(claim.body))
+
+
+def too_deep(body: Any, max_depth: int) -> Rejection:
+    return Rejection(
+        INVALID_REQUEST,
+        f"Invalid request: the message nests objects and arrays more than {max_depth} "
+        "levels deep (MCP_SHIM_MAX_JSON_DEPTH)",
+        readable_id(body),
+    )
+
+
+def check_header_values(
+    headers: Mapping[str, str], request_id: RequestId | None = None
+) -> Rejection | None:
+    """`Authorization` and `Mcp-*` values must be printable ASCII (the modern
+    front's rule: what an HTTP client can forward); the message names the
+    header, never the value. -32020 is a 2026-07-28 code: a legacy client gets
+    -32600 for either."""
+    bad = modern.check_header_values(headers)
+    if bad is None:
+        return None
+    if bad.code != INVALID_REQUEST:
+        bad = Rejection(
+            INVALID_REQUEST,
+            "Invalid request: an Mcp-* header contains characters other than printable ASCII",
+        )
+    return bad.with_id(request_id)
 
 
 def check_message(message: Any) -> LegacyMessage | Rejection:
@@ -186,14 +249,46 @@ def check_initialize(request: LegacyRequest) -> Initialize | Rejection:
         return Rejection(
             INVALID_PARAMS, 'Invalid params: "capabilities" must be an object', request.id
         )
+    version = negotiate(requested)
+    # Malformed capabilities are the client's error (issue 7): refused here,
+    # not by the upstream's initialize.
+    bad = modern.check_client_capabilities(caps, _CAPABILITY_OBJECTS[version.name])
+    if bad is not None:
+        return Rejection(
+            INVALID_PARAMS,
+            f'Invalid params: "capabilities"{bad} ({version.name} ClientCapabilities)',
+            request.id,
+        )
     info = params.get("clientInfo")
     return Initialize(
         request.id,
         requested,
-        negotiate(requested),
+        version,
         caps,
         info if isinstance(info, dict) else None,
     )
+
+
+# Each legacy revision's schema.json ClientCapabilities, in the form of
+# modern.check_client_capabilities: which members are objects, and which of
+# their members are objects in turn (None: every value is).
+_UP_TO_2025_03_26: dict[str, tuple[str, ...] | None] = {
+    "experimental": None,
+    "roots": (),
+    "sampling": (),
+}
+_CAPABILITY_OBJECTS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "2024-11-05": _UP_TO_2025_03_26,
+    "2025-03-26": _UP_TO_2025_03_26,
+    "2025-06-18": {**_UP_TO_2025_03_26, "elicitation": ()},
+    "2025-11-25": {
+        "experimental": None,
+        "roots": (),
+        "sampling": ("context", "tools"),
+        "elicitation": ("form", "url"),
+        "tasks": ("cancel", "list", "requests"),
+    },
+}
 
 
 def check_version_header(value: str | None, negotiated: Version) -> Rejection | None:

@@ -111,7 +111,7 @@ def parse(
     if shape is not None:
         return shape
     method: str = message["method"]
-    bad_header = _check_header_values(headers)
+    bad_header = check_header_values(headers)
     if bad_header is not None:
         return bad_header.with_id(request_id if has_id else None)
     if not has_id:
@@ -131,7 +131,7 @@ def _readable_id(message: Any) -> RequestId | None:
 MAX_AUTHORIZATION_CHARS = 8192
 
 
-def _check_header_values(headers: Mapping[str, str]) -> Rejection | None:
+def check_header_values(headers: Mapping[str, str]) -> Rejection | None:
     """Headers the gateway reads or forwards must be plain ASCII (streamable-http
     "Server Validation": "A header value contains invalid characters" is a
     validation failure). The message names the header, never its value."""
@@ -394,7 +394,10 @@ _CAPABILITY_OBJECTS: dict[str, tuple[str, ...] | None] = {
 }
 
 
-def check_client_capabilities(capabilities: Mapping[str, Any]) -> str | None:
+def check_client_capabilities(
+    capabilities: Mapping[str, Any],
+    shape: Mapping[str, tuple[str, ...] | None] = _CAPABILITY_OBJECTS,
+) -> str | None:
     """What is wrong with a ClientCapabilities object's shape, as the rest of a
     sentence naming the field (`.roots must be an object`), or None.
 
@@ -402,7 +405,7 @@ def check_client_capabilities(capabilities: Mapping[str, Any]) -> str | None:
     engine on the hot path. Malformed capabilities are the client's error, to
     be refused here, not by the upstream's `initialize`.
     """
-    for name, members in _CAPABILITY_OBJECTS.items():
+    for name, members in shape.items():
         value = capabilities.get(name)
         if value is None and name not in capabilities:
             continue

@@ -14,21 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 from starlette.responses import Response
 
-from app import jsonio
+from app import auth, jsonio
 from app.answer import CallAnswer, sse_event
+from app.auth import AuthRelay
 from app.front import legacy as front
 from app.gateway import Outgoing
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
 from app.upstream.base import Exchange, Message
-from app.upstream.errors import SessionExpired, UpstreamError, UpstreamHttpError
+from app.upstream.errors import (
+    SessionExpired,
+    UpstreamAuthChallenge,
+    UpstreamError,
+    UpstreamHttpError,
+)
 from translators import translate
 from translators.registry import Version
 
@@ -45,9 +53,69 @@ def _json_list(messages: list[Message]) -> Response:
     return Response(jsonio.dumps(messages), status_code=200, media_type="application/json")
 
 
-def refuse(rejection: Rejection) -> Response:
+def refuse(rejection: Rejection, headers: Mapping[str, str] | None = None) -> Response:
     log.info("request_rejected", era="legacy", code=rejection.code, status=rejection.http_status)
-    return _json(rejection.to_message(), rejection.http_status)
+    return _json(front.error_message(rejection), rejection.http_status, headers)
+
+
+def _internal_error(request_id: RequestId | None) -> Rejection:
+    return Rejection(
+        INTERNAL_ERROR,
+        "Internal error: the gateway failed to serve the request",
+        request_id,
+        status=500,
+    )
+
+
+def auth_refusal(
+    exc: UpstreamAuthChallenge,
+    request_id: RequestId | None,
+    gateway_url: str | None,
+    relay: AuthRelay | None,
+) -> tuple[Rejection, tuple[tuple[str, str], ...]]:
+    """An upstream 401/403 as the modern front relays it (app/auth.py): the same
+    status and its challenge, `resource_metadata` naming the gateway, so an
+    OAuth-capable legacy client starts its flow against the gateway."""
+    log.info("upstream_auth_refused", era="legacy", status=exc.status)
+    if relay is not None:
+        relay.note(exc.www_authenticate)
+    return auth.refusal(request_id, exc, gateway_url)
+
+
+Handler = Callable[..., Awaitable[Response]]
+
+
+def guarded(handler: Handler) -> Handler:
+    """An entry point whose failures still answer JSON: an upstream 401/403 as
+    `auth_refusal`, a defect of ours as -32603 with 500 and one `call_failed`
+    line with its stack (never a plain-text 500). What the handler took is
+    released by its own try/finally and context managers on the way out."""
+
+    @functools.wraps(handler)
+    async def guard(owner: Any, *args: Any, **kwargs: Any) -> Response:
+        try:
+            return await handler(owner, *args, **kwargs)
+        except UpstreamAuthChallenge as exc:
+            relay = getattr(owner, "auth_relay", None)
+            gateway_url = kwargs.get("gateway_url")
+            refusal, headers = auth_refusal(exc, _request_id(args), gateway_url, relay)
+            return refuse(refusal, dict(headers))
+        except Exception:
+            log.exception("call_failed", era="legacy", route=handler.__name__)
+            return refuse(_internal_error(_request_id(args)))
+
+    return guard
+
+
+def _request_id(args: tuple[Any, ...]) -> RequestId | None:
+    """The id of the message an entry point was serving (its claim or body), if readable."""
+    for arg in args:
+        if isinstance(arg, front.Claim):
+            return front.readable_id(arg.body)
+        if isinstance(arg, bytes):
+            with contextlib.suppress(jsonio.JSONDecodeError):
+                return front.readable_id(jsonio.loads(arg))
+    return None
 
 
 def session_not_found(request_id: RequestId | None = None) -> Rejection:
@@ -78,7 +146,11 @@ class LegacyFront:
         offered: Version,
         max_batch: int,
         write_timeout_s: float,
+        max_json_depth: int = jsonio.DEFAULT_MAX_DEPTH,
+        auth_relay: AuthRelay | None = None,
     ) -> None:
+        self.max_json_depth = max_json_depth
+        self.auth_relay = auth_relay
         self._sessions = sessions
         # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
         self._offered = offered
@@ -87,6 +159,7 @@ class LegacyFront:
 
     # -- POST /mcp ---------------------------------------------------------
 
+    @guarded
     async def post(
         self,
         claim: front.Claim,
@@ -94,10 +167,14 @@ class LegacyFront:
         *,
         sse_ok: bool,
         json_ok: bool,
+        gateway_url: str | None = None,
     ) -> Response:
         authorization = headers.get("authorization")
         if claim.parse_error:
             return refuse(front.parse_error())
+        unfit = front.check_received(claim, headers, self.max_json_depth)
+        if unfit is not None:
+            return refuse(unfit)
         if isinstance(claim.body, list):
             return await self._batch(claim, headers, sse_ok=sse_ok, json_ok=json_ok)
         message = front.check_message(claim.body)
@@ -123,6 +200,8 @@ class LegacyFront:
             session,
             sse_ok,
             json_ok,
+            request_id=message.id,
+            gateway_url=gateway_url,
         )
 
     def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
@@ -164,13 +243,20 @@ class LegacyFront:
             session = await self._sessions.open(
                 init.version, upstream_caps, self._offered, authorization, init.client_info
             )
+        except UpstreamAuthChallenge:
+            raise  # the client's to answer (`guarded`): its OAuth flow starts there
         except UpstreamError as exc:
             log.warning("legacy_initialize_failed", error=exc.message, status=exc.status)
             return _upstream_failure(exc, request.id)
         upstream = session.upstream
-        result = translate.result(
-            upstream.init_result, "initialize", upstream.version, session.client_version
-        )
+        try:
+            result = translate.result(
+                upstream.init_result, "initialize", upstream.version, session.client_version
+            )
+        except BaseException:
+            # Its id never reached the client: nobody else would end it before it idles out.
+            await self._sessions.end(session, "initialize_failed")
+            raise
         result = {**result, "protocolVersion": session.client_version.name}
         log.info(
             "legacy_initialize",
@@ -222,6 +308,8 @@ class LegacyFront:
                     await upstream.respond(message)
                 else:
                     await upstream.notify(message)
+            except UpstreamAuthChallenge:
+                raise
             except SessionExpired:
                 await self._expire(session)
                 return session_not_found()
@@ -242,8 +330,12 @@ class LegacyFront:
         session: LegacySession,
         sse_ok: bool,
         json_ok: bool,
+        *,
+        request_id: RequestId | None = None,
+        gateway_url: str | None = None,
     ) -> CallAnswer:
         started = time.perf_counter()
+        events = self.for_client(events, request_id, gateway_url)
 
         def done(status: int, ending: str | None) -> None:
             log.info(
@@ -281,6 +373,8 @@ class LegacyFront:
         async with self._sessions.lease(session):
             try:
                 exchange = await session.upstream.session.request(outbound)
+            except UpstreamAuthChallenge:
+                raise
             except SessionExpired:
                 await self._expire(session)
                 refusal = session_not_found(request.id)
@@ -384,7 +478,13 @@ class LegacyFront:
 
     # -- GET /mcp: the session's server stream -------------------------------
 
-    async def get(self, headers: Mapping[str, str], *, sse_ok: bool) -> Response:
+    @guarded
+    async def get(
+        self, headers: Mapping[str, str], *, sse_ok: bool, gateway_url: str | None = None
+    ) -> Response:
+        unfit = front.check_header_values(headers)
+        if unfit is not None:
+            return refuse(unfit)
         session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
         if session is None:
             return refuse(session_not_found())
@@ -403,7 +503,14 @@ class LegacyFront:
         if refusal is not None:
             return refuse(refusal)
         last_event_id = headers.get(front.LAST_EVENT_ID_HEADER)
-        return self._answer(self.server_stream(session, last_event_id), "GET", session, True, True)
+        return self._answer(
+            self.server_stream(session, last_event_id),
+            "GET",
+            session,
+            True,
+            True,
+            gateway_url=gateway_url,
+        )
 
     async def server_stream(
         self, session: LegacySession, last_event_id: str | None
@@ -411,6 +518,8 @@ class LegacyFront:
         async with self._sessions.lease(session):
             try:
                 exchange: Exchange = await session.upstream.session.listen(last_event_id)
+            except UpstreamAuthChallenge:
+                raise
             except SessionExpired:
                 await self._expire(session)
                 refusal = session_not_found()
@@ -446,7 +555,11 @@ class LegacyFront:
 
     # -- DELETE /mcp ---------------------------------------------------------
 
+    @guarded
     async def delete(self, headers: Mapping[str, str]) -> Response:
+        unfit = front.check_header_values(headers)
+        if unfit is not None:
+            return refuse(unfit)
         session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
         if session is None:
             return refuse(session_not_found())
@@ -503,7 +616,9 @@ class LegacyFront:
     async def _collect(self, session: LegacySession, request: front.LegacyRequest) -> Message:
         """One batch member's response, for a client that takes no event stream: what the
         upstream asks on the way cannot reach it, so the gateway answers that itself."""
-        calls = self.call(session, request, resumable=False, streamed=False)
+        calls = self.for_client(
+            self.call(session, request, resumable=False, streamed=False), request.id
+        )
         async with contextlib.aclosing(calls) as events:
             async for out in events:
                 if out.final:
@@ -518,7 +633,8 @@ class LegacyFront:
         queue: asyncio.Queue[Outgoing] = asyncio.Queue()
 
         async def pump(request: front.LegacyRequest) -> None:
-            calls = self.call(session, request, resumable=False)
+            # A member that fails still answers, or the stream would wait for it forever.
+            calls = self.for_client(self.call(session, request, resumable=False), request.id)
             async with contextlib.aclosing(calls) as events:
                 async for out in events:
                     await queue.put(out)
@@ -539,6 +655,39 @@ class LegacyFront:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- what every stream of events ends with ---------------------------------
+
+    async def for_client(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        request_id: RequestId | None,
+        gateway_url: str | None = None,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """`events` as a legacy client may receive them: an error always with an id
+        (`front.error_message`), and a failure that escapes them as a last message
+        (an upstream 401/403 relayed; a defect of ours -32603 with 500 and one
+        `call_failed` line with its stack), never a plain-text 500 or a stream
+        cut short. `events` is closed here, releasing what it took."""
+        async with contextlib.aclosing(events) as steps:
+            try:
+                async for out in steps:
+                    if "error" in out.message and "id" not in out.message:
+                        out = dataclasses.replace(
+                            out, message={**out.message, "id": front.UNREAD_ID}
+                        )
+                    yield out
+                return
+            except UpstreamAuthChallenge as exc:
+                refusal, headers = auth_refusal(exc, request_id, gateway_url, self.auth_relay)
+                failure = Outgoing(
+                    front.error_message(refusal), True, refusal.http_status, headers=headers
+                )
+            except Exception:
+                log.exception("call_failed", era="legacy")
+                internal = _internal_error(request_id)
+                failure = Outgoing(front.error_message(internal), True, internal.http_status)
+        yield failure
 
     # -- session end ---------------------------------------------------------
 

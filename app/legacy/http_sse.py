@@ -27,7 +27,7 @@ from starlette.responses import Response
 from app import jsonio
 from app.answer import sse_event
 from app.front import legacy as front
-from app.legacy.front import LegacyFront, refuse, session_not_found
+from app.legacy.front import LegacyFront, guarded, refuse, session_not_found
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
 from app.upstream.base import Message
@@ -66,6 +66,7 @@ class HttpSseFront:
         write_timeout_s: float,
     ) -> None:
         self._legacy = legacy
+        self.auth_relay = legacy.auth_relay
         self._sessions = sessions
         self._max = max_channels
         self._keepalive_s = keepalive_s
@@ -75,6 +76,9 @@ class HttpSseFront:
     # -- GET /sse --------------------------------------------------------------
 
     def open(self, headers: Mapping[str, str]) -> Response:
+        unfit = front.check_header_values(headers)
+        if unfit is not None:
+            return refuse(unfit)
         if len(self._channels) >= self._max:
             return refuse(
                 Rejection(
@@ -122,9 +126,18 @@ class HttpSseFront:
 
     # -- POST /messages ---------------------------------------------------------
 
+    @guarded
     async def post(
-        self, channel_id: str | None, body: bytes, headers: Mapping[str, str]
+        self,
+        channel_id: str | None,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        gateway_url: str | None = None,
     ) -> Response:
+        unfit = front.check_header_values(headers)
+        if unfit is not None:
+            return refuse(unfit)
         channel = self._channels.get(channel_id or "")
         if channel is None or not hmac.compare_digest(
             channel.credentials, credential_hash(headers.get("authorization"))
@@ -134,6 +147,8 @@ class HttpSseFront:
             parsed = jsonio.loads(body)
         except jsonio.JSONDecodeError:
             return refuse(front.parse_error())
+        if jsonio.deeper_than(body, parsed, self._legacy.max_json_depth):
+            return refuse(front.too_deep(parsed, self._legacy.max_json_depth))
         items = parsed if isinstance(parsed, list) else [parsed]
         if not items:
             return refuse(Rejection(INVALID_REQUEST, "Invalid request: the batch is empty"))
@@ -164,6 +179,10 @@ class HttpSseFront:
                 await channel.outbox.put(opened.to_message())
                 return None
             opened_session, answer = opened
+            if channel.closed:
+                # The stream went away during initialize: nothing would ever end it.
+                await self._sessions.end(opened_session, "sse_stream_closed")
+                return None
             opened_session.in_flight += 1  # held while the channel's stream is open
             channel.session = opened_session
             await channel.outbox.put(answer)
@@ -180,7 +199,9 @@ class HttpSseFront:
     async def _relay_call(
         self, channel: Channel, session: LegacySession, request: front.LegacyRequest
     ) -> None:
-        calls = self._legacy.call(session, request, resumable=False)
+        calls = self._legacy.for_client(
+            self._legacy.call(session, request, resumable=False), request.id
+        )
         async with contextlib.aclosing(calls) as events:
             async for out in events:
                 if not out.keepalive:
@@ -188,7 +209,8 @@ class HttpSseFront:
 
     async def _relay_server_stream(self, channel: Channel, session: LegacySession) -> None:
         """What the upstream sends outside any call (its GET stream), on the channel."""
-        async with contextlib.aclosing(self._legacy.server_stream(session, None)) as events:
+        stream = self._legacy.for_client(self._legacy.server_stream(session, None), None)
+        async with contextlib.aclosing(stream) as events:
             async for out in events:
                 if out.final:
                     log.info("sse_channel_no_server_stream", status=out.status)
@@ -251,6 +273,18 @@ class _ChannelStream(Response):
             if not gone.is_set():
                 raise
             main.uncancel()
+        except Exception:
+            # The stream has started: its last event says what happened (never a cut).
+            log.exception("call_failed", era="legacy", route="sse")
+            failure = Rejection(
+                INTERNAL_ERROR, "Internal error: the gateway failed to serve the stream", status=500
+            )
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._write_timeout_s):
+                    # Written here: what failed may be the event writer itself.
+                    last = b"event: message\ndata: " + jsonio.dumps(front.error_message(failure))
+                    last += b"\n\n"
+                    await send({"type": "http.response.body", "body": last, "more_body": False})
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

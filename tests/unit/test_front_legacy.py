@@ -167,3 +167,65 @@ def test_batch_rules() -> None:
     for refusal in refusals:
         assert refusal is not None and refusal.code == -32600 and refusal.http_status == 400
     assert refusals[3] is not None and "2025-06-18 removed batching" in refusals[3].message
+
+
+# ---------------------------------------------------------------------------
+# Issue 7's checks on the legacy front
+# ---------------------------------------------------------------------------
+
+
+def _initialize(version: str, capabilities: Any) -> legacy.Initialize | Rejection:
+    message = {**INIT, "params": {"protocolVersion": version, "capabilities": capabilities}}
+    request = legacy.check_message(message)
+    assert isinstance(request, legacy.LegacyRequest)
+    return legacy.check_initialize(request)
+
+
+@pytest.mark.parametrize(
+    ("version", "capabilities", "field"),
+    [
+        ("2025-11-25", {"roots": "x"}, ".roots"),
+        ("2024-11-05", {"sampling": 1}, ".sampling"),
+        ("2025-06-18", {"elicitation": []}, ".elicitation"),
+        ("2025-11-25", {"sampling": {"tools": 1}}, ".sampling.tools"),
+        ("2025-11-25", {"tasks": {"requests": "all"}}, ".tasks.requests"),
+        ("2025-03-26", {"experimental": {"x": 1}}, ".experimental.x"),
+    ],
+)
+def test_malformed_capabilities_name_the_field(version: str, capabilities: Any, field: str) -> None:
+    refused = _initialize(version, capabilities)
+    assert isinstance(refused, Rejection) and refused.code == -32602 and refused.id == 1
+    assert f'"capabilities"{field} must be an object' in refused.message
+
+
+def test_capabilities_a_revision_does_not_define_are_left_open() -> None:
+    # 2025-03-26 has no elicitation, 2025-06-18 no sampling.tools: the set is open.
+    assert isinstance(_initialize("2025-03-26", {"elicitation": 1}), legacy.Initialize)
+    assert isinstance(_initialize("2025-06-18", {"sampling": {"tools": 1}}), legacy.Initialize)
+
+
+def test_depth_and_header_values_before_anything_else() -> None:
+    deep: Any = 1
+    for _ in range(70):
+        deep = {"a": deep}
+    message = {"jsonrpc": "2.0", "id": "d", "method": "ping", "params": deep}
+    claim = legacy.claims(raw(message), {"mcp-session-id": "s"})
+    assert claim is not None
+    refused = legacy.check_received(claim, {}, 64)
+    assert isinstance(refused, Rejection) and (refused.code, refused.id) == (-32600, "d")
+    assert legacy.check_received(claim, {}, 80) is None
+    shallow = legacy.claims(raw({**message, "params": {}}), {"mcp-session-id": "s"})
+    assert shallow is not None
+    bad = legacy.check_received(shallow, {"authorization": "Bearer \xe9"}, 64)
+    assert isinstance(bad, Rejection) and (bad.code, bad.id) == (-32600, "d")
+    assert "\xe9" not in bad.message
+    # -32020 is a 2026-07-28 code: a legacy client gets -32600 for Mcp-* values too.
+    other = legacy.check_header_values({"mcp-session-id": "\x01"})
+    assert isinstance(other, Rejection) and other.code == -32600
+
+
+def test_an_error_always_carries_an_id() -> None:
+    unread = legacy.error_message(legacy.parse_error())
+    assert unread["id"] == legacy.UNREAD_ID and unread["error"]["code"] == -32700
+    read = legacy.error_message(Rejection(-32600, "x", 7))
+    assert read["id"] == 7
