@@ -82,20 +82,28 @@ def _shown(value: Any) -> str:
     return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
+def _too_deep(max_depth: int, request_id: RequestId | None) -> Rejection:
+    return Rejection(
+        INVALID_REQUEST,
+        f"Invalid request: the message nests objects and arrays more than {max_depth} "
+        "levels deep (MCP_SHIM_MAX_JSON_DEPTH)",
+        request_id,
+    )
+
+
 def parse(
     body: bytes, headers: Mapping[str, str], *, max_depth: int = jsonio.DEFAULT_MAX_DEPTH
 ) -> Parsed:
     try:
         message = jsonio.loads(body)
-    except jsonio.JSONDecodeError:
-        return Rejection(PARSE_ERROR, "Parse error: the request body is not valid JSON")
+    except jsonio.JSONDecodeError as exc:
+        if not jsonio.is_depth_error(exc):
+            return Rejection(PARSE_ERROR, "Parse error: the request body is not valid JSON")
+        # Deeper than the parser goes: the same refusal as any message over the
+        # limit, its id read from the top level when it can be.
+        return _too_deep(max_depth, jsonio.top_level_id(body))
     if jsonio.deeper_than(body, message, max_depth):
-        return Rejection(
-            INVALID_REQUEST,
-            f"Invalid request: the message nests objects and arrays more than {max_depth} "
-            "levels deep (MCP_SHIM_MAX_JSON_DEPTH)",
-            _readable_id(message),
-        )
+        return _too_deep(max_depth, _readable_id(message))
     if isinstance(message, list):
         return Rejection(
             INVALID_REQUEST,

@@ -116,9 +116,13 @@ def test_deep_nesting_is_refused_at_the_front(gateway_url: str) -> None:
         httpx.post(url, content=content, headers=headers), 400, -32600, "deep"
     )
     assert "MCP_SHIM_MAX_JSON_DEPTH" in message
-    # Deeper than orjson reads at all: a parse error, no id to echo.
+    # Deeper than orjson reads at all: valid JSON all the same, so the same
+    # refusal, its id read from the top level (found by the fuzzer).
     deepest = b'{"jsonrpc": "2.0", "id": 3, "p": ' + b"[" * 2000 + b"]" * 2000 + b"}"
-    assert_json_error(httpx.post(url, content=deepest, headers=headers), 400, -32700, None)
+    assert_json_error(httpx.post(url, content=deepest, headers=headers), 400, -32600, 3)
+    # Not JSON at all: a parse error, no id to echo.
+    broken = b'{"jsonrpc": "2.0", "id": 3, "p": [1,}'
+    assert_json_error(httpx.post(url, content=broken, headers=headers), 400, -32700, None)
     # At the limit, a call goes through.
     content, headers = tool_call("echo", {"text": "ok", "deep": nested(60)}, rid=4)
     assert httpx.post(url, content=content, headers=headers).status_code == 200

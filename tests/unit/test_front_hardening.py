@@ -79,6 +79,17 @@ def test_deep_arrays_and_unreadable_ids() -> None:
     assert isinstance(out, Rejection) and out.code == -32600
 
 
+def test_deeper_than_the_parser_keeps_a_readable_id() -> None:
+    body = b'{"id": "x", "jsonrpc": "2.0", "p": ' + b"[" * 1100 + b"]" * 1100 + b"}"
+    out = modern.parse(body, {})
+    assert isinstance(out, Rejection) and (out.code, out.id) == (-32600, "x")
+    # Only the top level's id, only strings and integers, never a guess.
+    assert jsonio.top_level_id(b'{"a": {"id": 3}, "id": 4}') == 4
+    assert jsonio.top_level_id(b'{"id": 1.5}') is None
+    assert jsonio.top_level_id(b'[{"id": 1}]') is None
+    assert jsonio.top_level_id(b'{"k": "\\"id\\": 2", "id": "y"}') == "y"
+
+
 def test_depth_walk_skipped_for_flat_bodies() -> None:
     # Few brackets: no walk at all (the object is not even looked at).
     assert not jsonio.deeper_than(b'{"a": [1, 2]}', object(), 64)
