@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     upstream_protocol_version: str = Field(
         default="2025-11-25", description="version offered to the upstream at initialize"
     )
+    upstream_era: Literal["auto", "modern", "legacy"] = Field(
+        default="auto",
+        description="the upstream's era: probed with server/discover (auto), or fixed",
+    )
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins allowed besides loopback ones; '*' allows any",

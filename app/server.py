@@ -26,10 +26,14 @@ from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
 from app.legacy.sessions import LegacySessions
 from app.mrtr.bridge import build_bridge
 from app.mrtr.forwarding import HOP_HEADER
+from app.passthrough import PassThrough
 from app.readiness import ReadinessCheck
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
+from app.upstream import era_transport
+from app.upstream.era import EraProbe
+from app.upstream.modern_http import ModernHttpUpstream, passed_headers
 from app.upstream.pool import SessionPool
 from app.upstream.streamable_http import StreamableHttpTransport, build_client
 from translators.registry import get_version
@@ -125,10 +129,19 @@ def create_app(settings: Settings) -> FastAPI:
         transport = StreamableHttpTransport(
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
         )
+        # The upstream's era (app/upstream/era.py) picks the seam's implementation.
+        modern_upstream = ModernHttpUpstream(
+            client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+        )
+        app.state.modern_upstream = modern_upstream
+        app.state.era = era = EraProbe(modern_upstream, settings.upstream_era)
         pool = SessionPool(
-            transport, max_sessions=settings.max_sessions, idle_s=settings.session_idle_s
+            era_transport.EraTransport(transport, modern_upstream, era),
+            max_sessions=settings.max_sessions,
+            idle_s=settings.session_idle_s,
         )
         pool.start()
+        app.state.pool = pool
         app.state.readiness = ReadinessCheck(pool, offered, max_age_s=settings.ready_max_age_s)
 
         async def fetch(url: str) -> object:
@@ -169,7 +182,10 @@ def create_app(settings: Settings) -> FastAPI:
             auth=auth_relay,
             declare_every_input=settings.upstream_client_capabilities == "all",
         )
-        log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
+        upstream = await era_transport.first_look(era, app.state.readiness, pool)
+        log.info(
+            "gateway_started", upstream_version_offered=offered.name, port=settings.port, **upstream
+        )
         try:
             yield
         finally:
@@ -189,8 +205,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
 
     @app.get("/healthz")
-    async def healthz() -> Response:
-        return JSONResponse({"status": "ok"})
+    async def healthz(request: Request) -> Response:
+        # The upstream's era as last seen; never a probe (liveness stays local).
+        upstream = era_transport.describe(request.app.state.era, request.app.state.pool)
+        return JSONResponse({"status": "ok", "upstream": upstream})
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
@@ -339,6 +357,9 @@ def create_app(settings: Settings) -> FastAPI:
             gateway_url=gateway_url(request),
         )
         gateway: Gateway = request.app.state.gateway
+        authorization = request.headers.get("authorization")
+        era_probe: EraProbe = request.app.state.era
+        era = await era_transport.era_for(era_probe, authorization)
 
         def done(status: int, disconnected: bool) -> None:
             log.info(
@@ -351,13 +372,40 @@ def create_app(settings: Settings) -> FastAPI:
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )
 
-        return CallAnswer(
-            gateway.run(parsed, request.headers.get("authorization"), state),
-            accepts_sse=sse_ok,
-            accepts_json=json_ok,
-            on_done=done,
-            write_timeout_s=settings.write_timeout_s,
-        )
+        def translated() -> CallAnswer:
+            return CallAnswer(
+                gateway.run(parsed, authorization, state),
+                accepts_sse=sse_ok,
+                accepts_json=json_ok,
+                on_done=done,
+                write_timeout_s=settings.write_timeout_s,
+            )
+
+        if era is not None and era.name == "modern":
+            # The cheapest path: nothing to translate (app/passthrough.py).
+            async def fallback() -> Response:
+                return translated()
+
+            def passed(status: int, disconnected: bool, outcome: str) -> None:
+                state.upstream_version = parsed.version.name
+                state.outcome = outcome
+                done(status, disconnected)
+
+            return PassThrough(
+                request.app.state.modern_upstream,
+                body,
+                passed_headers(request.headers),
+                call_id=parsed.id,
+                long_lived=parsed.method == subscriptions_listen.METHOD,
+                era=era_probe,
+                seen=era,
+                fallback=fallback,
+                on_done=passed,
+                gateway_url=state.gateway_url,
+                write_timeout_s=settings.write_timeout_s,
+            )
+
+        return translated()
 
     app.state.shutdown_grace_s = settings.shutdown_grace_s
     return app

@@ -115,6 +115,8 @@ class HttpExchange:
     def __init__(self, response: httpx.Response, what: str) -> None:
         self._response = response
         self._what = what
+        # A modern server answers a session's request with 400 (upstream/era_transport.py).
+        self.status = response.status_code
         self._messages = self._read()
         # SSE event id of the last event read: resumption (Last-Event-ID) of
         # the GET stream where the upstream supports it.
