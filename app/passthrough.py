@@ -29,7 +29,7 @@ from starlette.responses import Response
 from app import auth, jsonio
 from app.answer import Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.era import MODERN_ERROR_CODES, Era, EraProbe
+from app.upstream.era import Era, EraProbe, is_modern_error
 from app.upstream.errors import UpstreamError
 from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
 
@@ -37,24 +37,14 @@ log = structlog.get_logger("mcp_shim.passthrough")
 
 # An error answer is small; one larger than this is relayed without a look.
 _ERROR_PEEK_BYTES = 64 * 1024
-# JSON-RPC codes every era defines: a modern server uses them too.
-_SHARED_CODES = frozenset({-32700, -32600, -32601, -32602, -32603})
 
 
-def modern_error(body: bytes) -> bool:
-    """A JSON-RPC error a modern server would send for a request it validated
-    (pure; unit-tested). A legacy server refusing a session-less request sends
-    -32600 with a null id, or no JSON-RPC body at all."""
+def modern_error(body: bytes, request_id: object) -> bool:
+    """The body is a JSON-RPC error a modern server would send (`era.is_modern_error`)."""
     try:
-        message = jsonio.loads(body)
+        return is_modern_error(jsonio.loads(body), request_id)
     except jsonio.JSONDecodeError:
         return False
-    if not isinstance(message, dict) or not isinstance(message.get("error"), dict):
-        return False
-    code = message["error"].get("code")
-    if code in MODERN_ERROR_CODES:
-        return True
-    return code in _SHARED_CODES and message.get("id") is not None
 
 
 class PassThrough(Response):
@@ -110,7 +100,8 @@ class PassThrough(Response):
             peeked: bytes | None = None
             if answer.status >= 400 and answer.status not in (401, 403):
                 peeked = await answer.read(_ERROR_PEEK_BYTES)
-                if peeked is not None and not modern_error(peeked) and not self._era.fixed:
+                doubt = peeked is not None and not modern_error(peeked, self._call_id)
+                if doubt and not self._era.fixed:
                     credential = self._forward.get("authorization")
                     era = await self._era.reprobe(credential, seen=self._seen)
                     if era.name == "legacy":

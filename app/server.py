@@ -214,7 +214,12 @@ def create_app(settings: Settings) -> FastAPI:
     async def readyz(request: Request) -> Response:
         readiness: ReadinessCheck = request.app.state.readiness
         outcome = await readiness.check()
-        return JSONResponse(outcome.body, status_code=outcome.status)
+        body = outcome.body
+        if isinstance(body.get("upstream"), dict):
+            # The era as probed (app/upstream/era.py), not as a session's version shows it.
+            era = era_transport.describe(request.app.state.era, request.app.state.pool)
+            body = {**body, "upstream": {**body["upstream"], **era}}
+        return JSONResponse(body, status_code=outcome.status)
 
     # RFC 9728 section 3.1: the metadata of https://host/mcp is at
     # /.well-known/oauth-protected-resource/mcp; clients also try the root form.

@@ -56,6 +56,23 @@ class Era:
         }
 
 
+# JSON-RPC codes every era defines: a modern server uses them too.
+_SHARED_CODES = frozenset({-32700, -32600, -32601, -32602, -32603})
+
+
+def is_modern_error(message: object, request_id: object) -> bool:
+    """A JSON-RPC error a modern server would send to the request `request_id`
+    (pure; unit-tested). A legacy server refusing a session-less request
+    answers -32600 under an id of its own (the Python SDK: "server-error"),
+    or with no JSON-RPC body at all."""
+    if not isinstance(message, dict) or not isinstance(message.get("error"), dict):
+        return False
+    code = message["error"].get("code")
+    if code in MODERN_ERROR_CODES:
+        return True
+    return code in _SHARED_CODES and message.get("id") == request_id
+
+
 def newest_common(names: object) -> Version | None:
     """The newest modern version this gateway knows among `names`."""
     if not isinstance(names, list):
@@ -123,6 +140,9 @@ class EraProbe:
         self._era: Era | None = None
         self._lock = asyncio.Lock()
         self.probed_at: float | None = None
+        # Whether a modern upstream also accepts `initialize` (a dual-era server):
+        # None until a legacy client's session tried it, reset by a new probe.
+        self.legacy_handshake: bool | None = None
         if setting == "legacy":
             self._era = Era("legacy", source="setting")
         elif setting == "modern":
@@ -176,6 +196,7 @@ class EraProbe:
     async def _probe(self, authorization: str | None) -> Era:
         answer = await discover(self._upstream, LATEST_MODERN, authorization)
         era = classify(answer)
+        self.legacy_handshake = None
         if era.name == "modern" and era.discover is None and era.version is not None:
             # A recognised modern error: ask again in a version it supports.
             retry = await discover(self._upstream, era.version, authorization)

@@ -62,6 +62,8 @@ def describe(probe: EraProbe, pool: SessionPool | None) -> dict[str, Any]:
     if era is None:
         return {"era": None, "protocol_version": None, "era_source": None}
     body = era.describe()
+    if era.name == "modern":
+        body["legacy_handshake"] = probe.legacy_handshake
     if era.name == "legacy" and pool is not None and pool.last_answer is not None:
         body["protocol_version"] = pool.last_answer[1].name
     return body
@@ -123,7 +125,7 @@ class EraTransport:
         self, legacy: StreamableHttpTransport, modern: ModernHttpUpstream, probe: EraProbe
     ) -> None:
         self._legacy = legacy
-        self._modern = ModernTransport(modern)
+        self._modern = ModernTransport(modern, probe)
         self._probe = probe
 
     async def open_session(
@@ -135,7 +137,7 @@ class EraTransport:
         except UpstreamAuthChallenge:
             era = Era("legacy")  # the handshake below relays the challenge
         if era.name == "modern":
-            return await self._modern.open_session(initialize, headers)
+            return await self._modern_era_session(initialize, headers)
         try:
             session, result = await self._legacy.open_session(initialize, headers)
         except (UpstreamProtocolError, UpstreamHttpError):
@@ -146,6 +148,25 @@ class EraTransport:
                 raise
             return await self._modern.open_session(initialize, headers)
         return _WatchedSession(session, self._probe, era, authorization), result
+
+    async def _modern_era_session(
+        self, initialize: Message, headers: Mapping[str, str]
+    ) -> tuple[Session, Message]:
+        """A dual-era upstream serves a legacy client in its own era, with no
+        translation: its handshake is tried once, and remembered until the next
+        probe; a modern-only one gets the stateless session."""
+        probe = self._probe
+        if probe.legacy_handshake is not False:
+            try:
+                session, result = await self._legacy.open_session(initialize, headers)
+            except (UpstreamProtocolError, UpstreamHttpError):
+                probe.legacy_handshake = False
+            else:
+                if probe.legacy_handshake is None:
+                    log.info("upstream_dual_era", legacy_version=result.get("protocolVersion"))
+                probe.legacy_handshake = True
+                return session, result
+        return await self._modern.open_session(initialize, headers)
 
     async def fetch_document(self, url: str, *, max_bytes: int) -> Any:
         return await self._legacy.fetch_document(url, max_bytes=max_bytes)

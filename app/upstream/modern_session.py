@@ -41,8 +41,8 @@ from typing import Any
 import structlog
 
 from app.upstream.base import Message
-from app.upstream.era import discover, newest_common
-from app.upstream.errors import UpstreamProtocolError
+from app.upstream.era import Era, EraProbe, discover, is_modern_error, newest_common
+from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
 from app.upstream.streamable_http import HttpExchange
 from translators import translate
@@ -94,8 +94,9 @@ class _Canned:
 
 
 class ModernTransport:
-    def __init__(self, upstream: ModernHttpUpstream) -> None:
+    def __init__(self, upstream: ModernHttpUpstream, probe: EraProbe | None = None) -> None:
         self._upstream = upstream
+        self._probe = probe
 
     async def open_session(
         self, initialize: Message, headers: Mapping[str, str]
@@ -132,6 +133,8 @@ class ModernTransport:
             client_info=params.get("clientInfo"),
             authorization=authorization,
             server_capabilities=result.get("capabilities") or {},
+            probe=self._probe,
+            seen=self._probe.known if self._probe is not None else None,
         )
         return session, init
 
@@ -154,8 +157,12 @@ class ModernSession:
         client_info: Mapping[str, Any] | None,
         authorization: str | None,
         server_capabilities: Mapping[str, Any],
+        probe: EraProbe | None = None,
+        seen: Era | None = None,
     ) -> None:
         self._upstream = upstream
+        self._probe = probe
+        self._seen = seen
         self.modern = modern
         self.version = legacy
         self._client_caps = dict(client_capabilities)  # in the legacy version's form
@@ -237,6 +244,24 @@ class ModernSession:
             log_level=self.log_level,
         )
         return translate.request(message, self.version, self.modern, ctx)
+
+    async def still_modern(
+        self, exchange: HttpExchange, answer: Message | None, request_id: object
+    ) -> None:
+        """A refusal that is not a modern error: the upstream may be legacy again.
+        If a new probe says so, the request never ran there: `SessionExpired`,
+        and the caller opens a session of the new era."""
+        probe = self._probe
+        if probe is None or probe.fixed or exchange.status < 400:
+            return
+        if is_modern_error(answer, request_id):
+            return
+        try:
+            era = await probe.reprobe(self._authorization, seen=self._seen)
+        except UpstreamError:
+            return
+        if era.name == "legacy":
+            raise SessionExpired("the upstream now speaks the legacy era")
 
     def next_input_id(self, call: _Call) -> str:
         ident = f"mcp-shim-input-{next(self._ids)}"
@@ -337,6 +362,7 @@ class _Call:
                     self._exchange = None
                 if self._cancelled:
                     return
+                await self._session.still_modern(exchange, final, self.client_id)
                 if final is None:
                     raise UpstreamProtocolError(
                         f"upstream closed the {self._method} stream without answering"
