@@ -35,8 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import Any, TypeVar
 
 import structlog
 
@@ -50,6 +50,7 @@ from translators._base import Context
 from translators.registry import LATEST_MODERN, Version, get_version
 
 log = structlog.get_logger("mcp_shim.modern_session")
+_T = TypeVar("_T")
 
 INPUT_METHODS = {
     "elicitation/create": "elicitation",
@@ -307,6 +308,7 @@ class _Call:
         self._exchange: HttpExchange | None = None
         self._answers: asyncio.Queue[Message] = asyncio.Queue()
         self._cancelled = False
+        self._cancel = asyncio.Event()
         self._messages = self._run()
 
     def __aiter__(self) -> AsyncIterator[Message]:
@@ -314,8 +316,37 @@ class _Call:
 
     async def cancel(self) -> None:
         self._cancelled = True
-        if self._exchange is not None:
-            await self._exchange.aclose()
+        self._cancel.set()
+
+    async def _until_cancelled(self, exchange: HttpExchange) -> AsyncIterator[Message]:
+        """The exchange's messages until the client cancels: the read is raced
+        against the cancellation, since closing a response another task reads
+        does not wake that read. Leaving closes the upstream stream."""
+        messages = aiter(exchange)
+        while True:
+            try:
+                message = await self._or_cancelled(anext(messages))
+            except StopAsyncIteration:
+                return
+            if message is None:
+                return
+            yield message
+
+    async def _or_cancelled(self, step: Awaitable[_T]) -> _T | None:
+        """`step`'s result, or None if the client cancels first (then `step` is
+        cancelled, which closes the connection it was reading)."""
+        task = asyncio.ensure_future(step)
+        cancelled = asyncio.ensure_future(self._cancel.wait())
+        try:
+            await asyncio.wait({task, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        return None
 
     def answered(self, message: Message) -> None:
         self._answers.put_nowait(message)
@@ -345,55 +376,67 @@ class _Call:
     async def _run(self) -> AsyncIterator[Message]:
         extra: dict[str, Any] = {}
         try:
-            for _ in range(MAX_ROUNDS):
-                exchange = await self._send(extra)
-                final: Message | None = None
-                try:
-                    async for message in exchange:
-                        if "method" in message and "id" not in message:
-                            note = self._down(message)
-                            if note is not None:
-                                yield note
-                        elif "method" not in message:
-                            final = message
-                            break
-                finally:
-                    await exchange.aclose(drain=final is not None)
-                    self._exchange = None
-                if self._cancelled:
-                    return
-                await self._session.still_modern(exchange, final, self.client_id)
-                if final is None:
-                    raise UpstreamProtocolError(
-                        f"upstream closed the {self._method} stream without answering"
-                    )
-                result = final.get("result")
-                if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
-                    answer = self._down(final)
-                    if answer is not None:
-                        yield answer
-                    return
-                # basic/patterns/mrtr: ask the client, gather, retry with the answers.
-                gathered: dict[str, Any] = {}
-                refusal: Message | None = None
-                async for item in self._ask(result.get("inputRequests") or {}, gathered):
-                    if "error" in item and item.get("id") == self.client_id:
-                        refusal = item
-                        break
-                    yield item
-                if refusal is not None:
-                    yield refusal
-                    return
-                extra = {"inputResponses": gathered}
-                if isinstance(result.get("requestState"), str):
-                    extra["requestState"] = result["requestState"]
-            yield _error(
-                self.client_id,
-                -32603,
-                f"the upstream asked for input more than {MAX_ROUNDS} times; the call was ended",
-            )
+            async for message in self._rounds(extra):
+                yield message
+        except UpstreamError:
+            if not self._cancelled:
+                raise
+            # Cancelled by the client: its stream was closed under the read.
         finally:
             self._session.forget(self)
+
+    async def _rounds(self, extra: dict[str, Any]) -> AsyncIterator[Message]:
+        for _ in range(MAX_ROUNDS):
+            # A modern server may hold the answer's headers until it has
+            # something to say: the send itself is raced against a cancel.
+            exchange = await self._or_cancelled(self._send(extra))
+            if exchange is None:
+                return
+            final: Message | None = None
+            try:
+                async for message in self._until_cancelled(exchange):
+                    if "method" in message and "id" not in message:
+                        note = self._down(message)
+                        if note is not None:
+                            yield note
+                    elif "method" not in message:
+                        final = message
+                        break
+            finally:
+                await exchange.aclose(drain=final is not None)
+                self._exchange = None
+            if self._cancelled:
+                return
+            await self._session.still_modern(exchange, final, self.client_id)
+            if final is None:
+                raise UpstreamProtocolError(
+                    f"upstream closed the {self._method} stream without answering"
+                )
+            result = final.get("result")
+            if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
+                answer = self._down(final)
+                if answer is not None:
+                    yield answer
+                return
+            # basic/patterns/mrtr: ask the client, gather, retry with the answers.
+            gathered: dict[str, Any] = {}
+            refusal: Message | None = None
+            async for item in self._ask(result.get("inputRequests") or {}, gathered):
+                if "error" in item and item.get("id") == self.client_id:
+                    refusal = item
+                    break
+                yield item
+            if refusal is not None:
+                yield refusal
+                return
+            extra = {"inputResponses": gathered}
+            if isinstance(result.get("requestState"), str):
+                extra["requestState"] = result["requestState"]
+        yield _error(
+            self.client_id,
+            -32603,
+            f"the upstream asked for input more than {MAX_ROUNDS} times; the call was ended",
+        )
 
     async def _ask(
         self, requests: Mapping[str, Any], gathered: dict[str, Any]
@@ -445,6 +488,7 @@ class _Call:
     async def aclose(self, drain: bool = False) -> None:
         # The client went away or the front is done: nothing is retried.
         self._cancelled = True
+        self._cancel.set()
         if self._exchange is not None:
             with contextlib.suppress(Exception):
                 await self._exchange.aclose()

@@ -8,6 +8,7 @@ client on mcp 1.x, over loopback HTTP."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -423,3 +424,94 @@ def test_upstream_era_switched_under_one_gateway(tmp_path: Path) -> None:
         if '"upstream_era_changed"' in line
     ]
     assert [c["era"] for c in changes] == ["modern", "legacy"]
+
+
+def test_legacy_cancellation_closes_the_upstream_call(modern_gateway_url: str) -> None:
+    """notifications/cancelled from a legacy client ends the upstream call: the
+    gateway closes its stream, which is a modern server's cancellation
+    (2026-07-28 streamable-http "Cancellation")."""
+    raw = LegacyRaw(modern_gateway_url, {})
+
+    def count() -> int:
+        answer = answer_of(
+            raw.post(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 30,
+                    "method": "tools/call",
+                    "params": {"name": "test_cancelled_count", "arguments": {}},
+                }
+            )
+        )
+        return int(answer["result"]["content"][0]["text"])
+
+    before = count()
+    body = {
+        "jsonrpc": "2.0",
+        "id": 21,
+        "method": "tools/call",
+        "params": {"name": "test_slow", "arguments": {"seconds": 10}},
+    }
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": 21, "reason": "user"},
+    }
+    posted: list[int] = []
+
+    def cancel_soon() -> None:
+        time.sleep(0.5)
+        posted.append(raw.post(note).status_code)
+
+    # The answer's headers wait for its first message: the cancel comes from elsewhere.
+    canceller = threading.Thread(target=cancel_soon)
+    started = time.monotonic()
+    canceller.start()
+    with httpx.Client(timeout=15) as other:
+        other.post(raw.url, json=body, headers=raw.headers)
+    canceller.join()
+    assert posted == [202]
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 3
+    while count() == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert count() == before + 1
+    raw.client.close()
+
+
+def test_2025_03_26_batch_split_into_single_modern_requests(modern_gateway_url: str) -> None:
+    url = modern_gateway_url + "/mcp"
+    with httpx.Client(timeout=15) as client:
+        init = client.post(
+            url,
+            json={
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-03-26",
+                    "capabilities": {},
+                    "clientInfo": {"name": "batch", "version": "1"},
+                },
+            },
+            headers={"accept": ACCEPT},
+        )
+        assert init.json()["result"]["protocolVersion"] == "2025-03-26"
+        headers = {"accept": "application/json", "mcp-session-id": init.headers["mcp-session-id"]}
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "test_echo", "arguments": {"text": "a"}},
+            },
+            {"jsonrpc": "2.0", "id": 2, "method": "prompts/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        ]
+        answers = client.post(url, json=batch, headers=headers).json()
+    by_id = {a["id"]: a for a in answers}
+    assert by_id[1]["result"]["content"][0]["text"] == "a"
+    assert "resultType" not in by_id[1]["result"]
+    assert by_id[2]["result"]["prompts"][0]["name"] == "test_simple_prompt"
+    assert "ttlMs" not in by_id[2]["result"]
+    assert by_id[3] == {"jsonrpc": "2.0", "id": 3, "result": {}}
