@@ -35,15 +35,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
 
+from app import jsonio
 from app.upstream.base import Message
 from app.upstream.era import Era, EraProbe, discover, is_modern_error, newest_common
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
+from app.upstream.pool import credential_hash
 from app.upstream.streamable_http import HttpExchange
 from translators import translate
 from translators._base import Context
@@ -98,6 +100,7 @@ class ModernTransport:
     def __init__(self, upstream: ModernHttpUpstream, probe: EraProbe | None = None) -> None:
         self._upstream = upstream
         self._probe = probe
+        self.hub = ListenHub(upstream)
 
     async def open_session(
         self, initialize: Message, headers: Mapping[str, str]
@@ -136,11 +139,12 @@ class ModernTransport:
             server_capabilities=result.get("capabilities") or {},
             probe=self._probe,
             seen=self._probe.known if self._probe is not None else None,
+            hub=self.hub,
         )
         return session, init
 
     async def aclose(self) -> None:
-        return None
+        await self.hub.aclose()
 
 
 class ModernSession:
@@ -160,15 +164,17 @@ class ModernSession:
         server_capabilities: Mapping[str, Any],
         probe: EraProbe | None = None,
         seen: Era | None = None,
+        hub: ListenHub | None = None,
     ) -> None:
         self._upstream = upstream
+        self.hub = hub if hub is not None else ListenHub(upstream)
         self._probe = probe
         self._seen = seen
         self.modern = modern
         self.version = legacy
         self._client_caps = dict(client_capabilities)  # in the legacy version's form
         self._client_info = dict(client_info) if client_info else None
-        self._authorization = authorization
+        self.authorization = authorization
         self._server_caps = dict(server_capabilities)
         self.log_level: str | None = None
         self.subscribed: set[str] = set()
@@ -234,8 +240,8 @@ class ModernSession:
 
     def headers_for(self, message: Message) -> dict[str, str]:
         headers = standard_headers(message, self.modern.name)
-        if self._authorization is not None:
-            headers["authorization"] = self._authorization
+        if self.authorization is not None:
+            headers["authorization"] = self.authorization
         return headers
 
     def upgrade(self, message: Message) -> Message:
@@ -258,7 +264,7 @@ class ModernSession:
         if is_modern_error(answer, request_id):
             return
         try:
-            era = await probe.reprobe(self._authorization, seen=self._seen)
+            era = await probe.reprobe(self.authorization, seen=self._seen)
         except UpstreamError:
             return
         if era.name == "legacy":
@@ -497,26 +503,119 @@ class _Call:
         self._session.forget(self)
 
 
+ListenKey = tuple[str, str, str]  # credential hash, canonical filter, modern version
+
+
+class ListenHub:
+    """The upstream's `subscriptions/listen` streams behind legacy sessions' GET
+    streams: one per credential and filter, shared by every session that wants
+    exactly that, reference counted (the last one leaving closes it)."""
+
+    def __init__(self, upstream: ModernHttpUpstream) -> None:
+        self._upstream = upstream
+        self._streams: dict[ListenKey, _SharedListen] = {}
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def join(self, key: ListenKey, session: ModernSession, sink: Sink) -> _SharedListen:
+        shared = self._streams.get(key)
+        if shared is None:
+            shared = _SharedListen(self, key, self._upstream, session)
+            self._streams[key] = shared
+        shared.sinks.append(sink)
+        return shared
+
+    def leave(self, shared: _SharedListen, sink: Sink) -> None:
+        with contextlib.suppress(ValueError):
+            shared.sinks.remove(sink)
+        if not shared.sinks:
+            if self._streams.get(shared.key) is shared:
+                del self._streams[shared.key]
+            shared.stop()
+
+    async def aclose(self) -> None:
+        for shared in list(self._streams.values()):
+            shared.stop()
+        self._streams.clear()
+
+
+Sink = Callable[[Message], None]
+
+
+class _SharedListen:
+    """One upstream `subscriptions/listen`, its notifications offered to every
+    sink (in the modern form: each session translates for its own version);
+    opened again after a lost stream, with backoff."""
+
+    def __init__(
+        self, hub: ListenHub, key: ListenKey, upstream: ModernHttpUpstream, session: ModernSession
+    ) -> None:
+        self.key = key
+        self.sinks: list[Sink] = []
+        self._upstream = upstream
+        message = session.upgrade(
+            {
+                "jsonrpc": "2.0",
+                "id": LISTEN_ID,
+                "method": "subscriptions/listen",
+                "params": {"notifications": jsonio.loads(key[1])},
+            }
+        )
+        self._message = message
+        self._headers = session.headers_for(message)
+        self._task = asyncio.create_task(self._pump())
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    async def _pump(self) -> None:
+        backoff = 0.2
+        while True:
+            try:
+                exchange = await self._upstream.request(
+                    self._message, self._headers, long_lived=True
+                )
+            except UpstreamError as exc:
+                log.info("modern_listen_failed", error=exc.message)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            backoff = 0.2
+            try:
+                async for message in exchange:
+                    method = message.get("method")
+                    if method is None or method == "notifications/subscriptions/acknowledged":
+                        continue
+                    for sink in list(self.sinks):
+                        sink(message)
+            except UpstreamError as exc:
+                log.info("modern_listen_lost", error=exc.message)
+            finally:
+                await exchange.aclose()
+            await asyncio.sleep(backoff)
+
+
 class _Listen:
-    """The legacy session's GET stream: the upstream's `subscriptions/listen`
-    with the list-changed kinds it declares and the URIs the client subscribed;
-    opened again with the new filter when the subscriptions change."""
+    """The legacy session's GET stream: fed by the shared upstream listen
+    stream for this session's credential and filter; when the session's
+    subscriptions change it moves to the stream of its new filter."""
 
     last_event_id: str | None = None
 
     def __init__(self, session: ModernSession) -> None:
         self._session = session
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue(maxsize=1024)
-        self._task: asyncio.Task[None] | None = None
+        self._shared: _SharedListen | None = None
+        self._started = False
         self._closed = False
-        self._restart = asyncio.Event()
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._read()
 
     async def _read(self) -> AsyncIterator[Message]:
-        if self._task is None:
-            self._task = asyncio.create_task(self._pump())
+        self._started = True
+        self.refilter()
         while True:
             item = await self._queue.get()
             if item is None:
@@ -524,68 +623,43 @@ class _Listen:
             yield item
 
     def refilter(self) -> None:
-        self._restart.set()
-
-    async def _pump(self) -> None:
+        if not self._started or self._closed:
+            return
         session = self._session
-        backoff = 0.2
+        wanted = session.listen_filter()
+        key = (
+            credential_hash(session.authorization),
+            jsonio.dumps_sorted(wanted).decode(),
+            session.modern.name,
+        )
+        if self._shared is not None and self._shared.key == key:
+            return
+        if self._shared is not None:
+            session.hub.leave(self._shared, self._offer)
+            self._shared = None
+        if wanted:
+            self._shared = session.hub.join(key, session, self._offer)
+
+    def _offer(self, message: Message) -> None:
+        session = self._session
+        note = translate.notification(message, session.modern, session.version)
+        if note is None:
+            return
         try:
-            while not self._closed:
-                wanted = session.listen_filter()
-                if not wanted:
-                    self._restart.clear()
-                    await self._restart.wait()
-                    continue
-                self._restart.clear()
-                message = session.upgrade(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": LISTEN_ID,
-                        "method": "subscriptions/listen",
-                        "params": {"notifications": wanted},
-                    }
-                )
-                try:
-                    exchange = await session._upstream.request(
-                        message, session.headers_for(message), long_lived=True
-                    )
-                except Exception as exc:  # an upstream error: try again later
-                    log.info("modern_listen_failed", error=type(exc).__name__)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
-                    continue
-                backoff = 0.2
-                reader = asyncio.create_task(self._relay(exchange))
-                restart = asyncio.create_task(self._restart.wait())
-                try:
-                    await asyncio.wait({reader, restart}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    restart.cancel()
-                    reader.cancel()
-                    with contextlib.suppress(BaseException):
-                        await reader
-                    await exchange.aclose()
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(None)
+            self._queue.put_nowait(note)
+        except asyncio.QueueFull:
+            # A client that does not read its GET stream loses it, not the others.
+            log.info("modern_listen_overflow")
+            self._end()
 
-    async def _relay(self, exchange: HttpExchange) -> None:
-        session = self._session
-        async for message in exchange:
-            method = message.get("method")
-            if method is None or method == "notifications/subscriptions/acknowledged":
-                continue
-            note = translate.notification(message, session.modern, session.version)
-            if note is not None:
-                with contextlib.suppress(asyncio.QueueFull):
-                    self._queue.put_nowait(note)
-
-    async def aclose(self, drain: bool = False) -> None:
+    def _end(self) -> None:
+        if self._shared is not None:
+            self._session.hub.leave(self._shared, self._offer)
+            self._shared = None
         self._closed = True
-        self._session._listens.discard(self)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
         with contextlib.suppress(asyncio.QueueFull):
             self._queue.put_nowait(None)
+
+    async def aclose(self, drain: bool = False) -> None:
+        self._session._listens.discard(self)
+        self._end()

@@ -279,6 +279,10 @@ def test_legacy_subscriptions_only_for_the_session_that_subscribed(
         "modern_subscriptions.py", modern_gateway_url + "/mcp", "2025-11-25"
     )
     assert out["subscribe"] == {"result": {}}
+    # Upstream listen streams are shared by credential and filter, ref-counted.
+    assert out["streams_shared"] == "1"
+    assert out["streams_after_subscribe"] == "2"
+    assert out["streams_after_unsubscribe"] == "1"
     a = [m["method"] for m in out["seen"]["a"]]
     b = [m["method"] for m in out["seen"]["b"]]
     # Once (the touch after unsubscribing reaches nobody), and only for A.

@@ -48,9 +48,18 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
         b, _, _ = await stack.enter_async_context(
             connect(url, version, message_handler=handler("b"))
         )
+
+        async def streams() -> str:
+            result = await b.call_tool("test_listen_count", {})
+            block = result.content[0]
+            return block.text if isinstance(block, types.TextContent) else "?"
+
         await anyio.sleep(0.5)  # both GET streams open
-        out: dict[str, Any] = {"subscribe": await outcome(a.subscribe_resource(AnyUrl(WATCHED)))}
+        # Same credential, same filter: one upstream listen stream for both.
+        out: dict[str, Any] = {"streams_shared": await streams()}
+        out["subscribe"] = await outcome(a.subscribe_resource(AnyUrl(WATCHED)))
         await anyio.sleep(0.5)  # A's upstream listen stream now asks for the URI
+        out["streams_after_subscribe"] = await streams()
         out["touch"] = await outcome(b.call_tool("test_touch_watched", {}))
         with anyio.move_on_after(5):
             await events["a_updated"].wait()
@@ -60,6 +69,7 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
             await events["b_tools"].wait()
         out["unsubscribe"] = await outcome(a.unsubscribe_resource(AnyUrl(WATCHED)))
         await anyio.sleep(0.5)
+        out["streams_after_unsubscribe"] = await streams()
         out["touch_again"] = await outcome(b.call_tool("test_touch_watched", {}))
         await anyio.sleep(1.0)
         out["seen"] = seen
