@@ -35,16 +35,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
 
 from app import jsonio
+from app.front.header_values import header_form
+from app.front.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message
 from app.upstream.era import Era, EraProbe, discover, is_modern_error, newest_common
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
-from app.upstream.modern_http import ModernHttpUpstream, standard_headers
+from app.upstream.modern_http import ModernHttpUpstream, header_value, standard_headers
 from app.upstream.pool import credential_hash
 from app.upstream.streamable_http import HttpExchange
 from translators import translate
@@ -62,6 +65,8 @@ INPUT_METHODS = {
 # At most this many input rounds for one call: a server that never stops
 # asking ends the call instead of holding it forever.
 MAX_ROUNDS = 32
+# How long the tools' x-mcp-header annotations are trusted without a list_changed.
+TOOLS_CACHE_S = 60.0
 LISTEN_ID = "mcp-shim-listen"
 _ANSWERED_HERE = {"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
 _DROPPED_NOTES = {
@@ -182,6 +187,9 @@ class ModernSession:
         self._asked: dict[Any, _Call] = {}  # by the id of our input request
         self._ids = itertools.count(1)
         self._listens: set[_Listen] = set()
+        self._tool_paths: dict[str, HeaderPaths] | None = None
+        self._tools_at = 0.0
+        self._tools_lock = asyncio.Lock()
 
     # -- the seam ------------------------------------------------------------
 
@@ -243,6 +251,66 @@ class ModernSession:
         if self.authorization is not None:
             headers["authorization"] = self.authorization
         return headers
+
+    async def param_headers(self, message: Message) -> dict[str, str]:
+        """`Mcp-Param-*` for the annotated arguments of a tools/call (2026-07-28
+        streamable-http "Custom Headers"): a legacy client sends none, and a
+        modern server refuses the call without them. The annotations come from
+        the upstream's tools/list, kept for TOOLS_CACHE_S or until a
+        tools/list_changed."""
+        params = message.get("params") or {}
+        name = params.get("name")
+        if not isinstance(name, str):
+            return {}
+        fresh = time.monotonic() - self._tools_at < TOOLS_CACHE_S
+        if self._tool_paths is None or not fresh:
+            async with self._tools_lock:
+                if self._tool_paths is None or time.monotonic() - self._tools_at >= TOOLS_CACHE_S:
+                    self._tool_paths = await self._list_tool_paths()
+                    self._tools_at = time.monotonic()
+        headers: dict[str, str] = {}
+        arguments = params.get("arguments")
+        for header, path in self._tool_paths.get(name, ()):
+            value: Any = arguments
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            form = header_form(value) if value is not None else None
+            if form is not None:
+                headers[f"mcp-param-{header}"] = header_value(form)
+        return headers
+
+    def tools_changed(self) -> None:
+        self._tool_paths = None
+
+    async def _list_tool_paths(self) -> dict[str, HeaderPaths]:
+        paths: dict[str, HeaderPaths] = {}
+        cursor: Any = None
+        for page in range(100):  # bounded: a server that pages forever is not followed
+            listing: Message = {
+                "jsonrpc": "2.0",
+                "id": f"mcp-shim-tools-{page}",
+                "method": "tools/list",
+                "params": {} if cursor is None else {"cursor": cursor},
+            }
+            listing = self.upgrade(listing)
+            exchange = await self._upstream.request(listing, self.headers_for(listing))
+            result: Any = None
+            try:
+                async for reply in exchange:
+                    if reply.get("id") == listing["id"]:
+                        result = reply.get("result")
+                        break
+            finally:
+                await exchange.aclose(drain=True)
+            if not isinstance(result, dict):
+                break
+            for tool in result.get("tools") or []:
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    paths[tool["name"]] = annotated_paths(tool.get("inputSchema"))
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        return paths
 
     def upgrade(self, message: Message) -> Message:
         ctx = Context(
@@ -361,9 +429,10 @@ class _Call:
         message = self._session.upgrade(self._message)
         if params_extra:
             message = {**message, "params": {**(message.get("params") or {}), **params_extra}}
-        exchange = await self._session._upstream.request(
-            message, self._session.headers_for(message)
-        )
+        headers = self._session.headers_for(message)
+        if self._method == "tools/call":
+            headers.update(await self._session.param_headers(message))
+        exchange = await self._session._upstream.request(message, headers)
         self._exchange = exchange
         return exchange
 
@@ -642,6 +711,8 @@ class _Listen:
 
     def _offer(self, message: Message) -> None:
         session = self._session
+        if message.get("method") == "notifications/tools/list_changed":
+            session.tools_changed()
         note = translate.notification(message, session.modern, session.version)
         if note is None:
             return

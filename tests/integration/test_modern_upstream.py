@@ -260,6 +260,7 @@ def test_legacy_client_through_gateway_to_modern_only_server(
         "test://template/{id}/data"
     )
     assert out["completion"]["result"]["completion"]["values"] == ["test1", "test2", "testValue1"]
+    assert out["header_param"] == ["region=eu", "region=zürich"]
     assert out["ping"] == {"result": {}}
 
 

@@ -128,6 +128,12 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
                 {"name": "arg1", "value": "test"},
             )
         )
+        # The upstream wants Mcp-Param-Region mirrored from the argument; this
+        # client knows nothing of headers: the gateway adds them.
+        out["header_param"] = [
+            text_of(await outcome(session.call_tool("test_header_param", {"region": region})))
+            for region in ("eu", "zürich")
+        ]
         out["ping"] = await outcome(session.send_ping())
         return out
 
