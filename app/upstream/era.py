@@ -24,7 +24,7 @@ from typing import Any, Literal
 import structlog
 
 from app.upstream.base import Message
-from app.upstream.errors import UpstreamError
+from app.upstream.errors import UpstreamAuthChallenge, UpstreamError
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
 from translators.registry import LATEST_MODERN, Version, get_version, modern_versions
 
@@ -143,6 +143,8 @@ class EraProbe:
         # Whether a modern upstream also accepts `initialize` (a dual-era server):
         # None until a legacy client's session tried it, reset by a new probe.
         self.legacy_handshake: bool | None = None
+        # The probe was refused for want of credentials (401/403).
+        self.protected = False
         if setting == "legacy":
             self._era = Era("legacy", source="setting")
         elif setting == "modern":
@@ -162,6 +164,9 @@ class EraProbe:
         era = self._era
         if era is not None:
             return era
+        if self.protected and authorization is None:
+            # Asking again without credentials would only be refused again.
+            raise UpstreamAuthChallenge("the upstream wants credentials to be probed", 401, None)
         async with self._lock:
             if self._era is None:
                 self._era = await self._probe(authorization)
@@ -194,7 +199,13 @@ class EraProbe:
             return self._era
 
     async def _probe(self, authorization: str | None) -> Era:
-        answer = await discover(self._upstream, LATEST_MODERN, authorization)
+        try:
+            answer = await discover(self._upstream, LATEST_MODERN, authorization)
+        except UpstreamAuthChallenge:
+            # A protected upstream: its era is learnt with the first caller's
+            # credentials; callers without any go the legacy way meanwhile.
+            self.protected = True
+            raise
         era = classify(answer)
         self.legacy_handshake = None
         if era.name == "modern" and era.discover is None and era.version is not None:
