@@ -182,7 +182,7 @@ def create_app(settings: Settings) -> FastAPI:
             auth=auth_relay,
             declare_every_input=settings.upstream_client_capabilities == "all",
         )
-        upstream = await era_transport.first_look(era, app.state.readiness, pool)
+        upstream = await era_transport.first_look(era, pool)
         log.info(
             "gateway_started", upstream_version_offered=offered.name, port=settings.port, **upstream
         )
@@ -218,7 +218,8 @@ def create_app(settings: Settings) -> FastAPI:
         if isinstance(body.get("upstream"), dict):
             # The era as probed (app/upstream/era.py), not as a session's version shows it.
             era = era_transport.describe(request.app.state.era, request.app.state.pool)
-            body = {**body, "upstream": {**body["upstream"], **era}}
+            known = {k: v for k, v in era.items() if v is not None}
+            body = {**body, "upstream": {**body["upstream"], **known}}
         return JSONResponse(body, status_code=outcome.status)
 
     # RFC 9728 section 3.1: the metadata of https://host/mcp is at

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -37,10 +37,6 @@ log = structlog.get_logger("mcp_shim.era")
 
 # The start-up line waits this long at most for the first probe.
 FIRST_PROBE_S = 5.0
-
-
-class _Readiness(Protocol):
-    async def check(self) -> Any: ...
 
 
 async def era_for(probe: EraProbe, authorization: str | None) -> Era | None:
@@ -69,14 +65,13 @@ def describe(probe: EraProbe, pool: SessionPool | None) -> dict[str, Any]:
     return body
 
 
-async def first_look(probe: EraProbe, readiness: _Readiness, pool: SessionPool) -> dict[str, Any]:
+async def first_look(probe: EraProbe, pool: SessionPool) -> dict[str, Any]:
     """Probe once at start-up, so the start-up line says what the upstream
-    speaks; for a legacy one, the readiness check's handshake gives its version."""
+    speaks. The version of a legacy upstream is known once a handshake
+    negotiated it (then /healthz shows it); nothing is opened for the line."""
     try:
         async with asyncio.timeout(FIRST_PROBE_S):
-            era = await probe.current()
-            if era.name == "legacy":
-                await readiness.check()
+            await probe.current()
     except (UpstreamError, TimeoutError) as exc:
         log.info("upstream_era_unknown", reason=getattr(exc, "message", "timed out"))
     return {f"upstream_{k}": v for k, v in describe(probe, pool).items()}
