@@ -520,3 +520,23 @@ def test_2025_03_26_batch_split_into_single_modern_requests(modern_gateway_url: 
     assert by_id[2]["result"]["prompts"][0]["name"] == "test_simple_prompt"
     assert "ttlMs" not in by_id[2]["result"]
     assert by_id[3] == {"jsonrpc": "2.0", "id": 3, "result": {}}
+
+
+def test_2024_11_05_http_sse_client_to_modern_only_server(modern_gateway_url: str) -> None:
+    """The deprecated HTTP+SSE transport (GET /sse, POST /messages) in front of a
+    server that has neither sessions nor server-to-client requests: the
+    fixture's InputRequiredResult reaches this client as sampling/createMessage
+    and roots/list on its event stream."""
+    out: Any = procs.run_legacy_client("sse_tour.py", modern_gateway_url + "/sse")
+    assert out["initialize"]["protocolVersion"] == "2024-11-05"
+    assert out["initialize"]["serverInfo"]["name"] == "mcp-shim-modern-fixture"
+    assert out["simple"]["result"]["content"][0]["text"].startswith("This is a simple")
+    assert out["sampling"]["result"]["content"][0]["text"] == "LLM response: Paris"
+    assert out["roots"]["result"]["content"][0]["text"] == 'Roots: ["file:///srv/data"]'
+    assert out["logs"] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
+    assert out["read"]["result"]["contents"][0]["text"].startswith("This is the content")
+    assert out["ping"] == {"result": {}}
