@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     upstream_protocol_version: str = Field(
         default="2025-11-25", description="version offered to the upstream at initialize"
     )
+    upstream_era: Literal["auto", "modern", "legacy"] = Field(
+        default="auto",
+        description="the upstream's era: probed with server/discover (auto), or fixed",
+    )
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins allowed besides loopback ones; '*' allows any",
@@ -244,6 +248,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "exactly one of MCP_SHIM_UPSTREAM_URL (an HTTP MCP endpoint) and "
                 f"MCP_SHIM_UPSTREAM_COMMAND (a stdio MCP server to start) must be set; {state}"
+            )
+        if self.upstream_command is not None and self.upstream_era == "modern":
+            raise ValueError(
+                "MCP_SHIM_UPSTREAM_ERA=modern needs MCP_SHIM_UPSTREAM_URL: the gateway's stdio "
+                "transport speaks the legacy revisions (initialize) only"
             )
         return self
 

@@ -30,11 +30,16 @@ from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
 from app.legacy.sessions import LegacySessions
 from app.mrtr.bridge import build_bridge
 from app.mrtr.forwarding import HOP_HEADER
+from app.passthrough import PassThrough
 from app.readiness import ReadinessCheck
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
+from app.upstream import era_transport
+from app.upstream.base import Transport
 from app.upstream.choice import build_transport
+from app.upstream.era import EraProbe
+from app.upstream.modern_http import ModernHttpUpstream, passed_headers
 from app.upstream.pool import SessionPool
 from app.upstream.streamable_http import StreamableHttpTransport
 from translators.registry import get_version
@@ -141,13 +146,30 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Streamable HTTP or stdio, by which of the two upstream settings is set.
         transport, max_sessions = build_transport(settings)
+        pool_transport: Transport = transport
+        modern_upstream: ModernHttpUpstream | None = None
+        if isinstance(transport, StreamableHttpTransport):
+            # The upstream's era (app/upstream/era.py) picks the seam's implementation.
+            modern_upstream = ModernHttpUpstream(
+                transport.client,
+                str(settings.upstream_url),
+                request_timeout_s=settings.request_timeout_s,
+            )
+            era = EraProbe(modern_upstream, settings.upstream_era)
+            pool_transport = era_transport.EraTransport(transport, modern_upstream, era)
+        else:
+            # A stdio server speaks a legacy revision: nothing to probe.
+            era = EraProbe(None, "legacy")
+        app.state.modern_upstream = modern_upstream
+        app.state.era = era
         pool = SessionPool(
-            transport,
+            pool_transport,
             max_sessions=max_sessions,
             idle_s=settings.session_idle_s,
             max_per_credential=min(settings.session_share(), max_sessions),
         )
         pool.start()
+        app.state.pool = pool
         app.state.readiness = ReadinessCheck(pool, offered, max_age_s=settings.ready_max_age_s)
 
         # OAuth is an HTTP upstream's: a stdio server has no challenge to relay.
@@ -197,7 +219,10 @@ def create_app(settings: Settings) -> FastAPI:
             declare_every_input=settings.upstream_client_capabilities == "all",
             call_deadline_s=settings.call_deadline_s,
         )
-        log.info("gateway_started", upstream_version_offered=offered.name, port=settings.port)
+        upstream = await era_transport.first_look(era, pool)
+        log.info(
+            "gateway_started", upstream_version_offered=offered.name, port=settings.port, **upstream
+        )
         try:
             app_metrics.start(pool, bridge, subscriptions, settings.host, settings.metrics_port)
             # The ~74k objects alive after start-up never become garbage; left in
@@ -237,8 +262,10 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     @app.get("/healthz")
-    async def healthz() -> Response:
-        return JSONResponse({"status": "ok"})
+    async def healthz(request: Request) -> Response:
+        # The upstream's era as last seen; never a probe (liveness stays local).
+        upstream = era_transport.describe(request.app.state.era, request.app.state.pool)
+        return JSONResponse({"status": "ok", "upstream": upstream})
 
     if settings.metrics_port is None:  # else only on its own port: a 404 here
 
@@ -251,7 +278,13 @@ def create_app(settings: Settings) -> FastAPI:
     async def readyz(request: Request) -> Response:
         readiness: ReadinessCheck = request.app.state.readiness
         outcome = await readiness.check()
-        return JSONResponse(outcome.body, status_code=outcome.status)
+        body = outcome.body
+        if isinstance(body.get("upstream"), dict):
+            # The era as probed (app/upstream/era.py), not as a session's version shows it.
+            era = era_transport.describe(request.app.state.era, request.app.state.pool)
+            known = {k: v for k, v in era.items() if v is not None}
+            body = {**body, "upstream": {**body["upstream"], **known}}
+        return JSONResponse(body, status_code=outcome.status)
 
     # RFC 9728 section 3.1: the metadata of https://host/mcp is at
     # /.well-known/oauth-protected-resource/mcp; clients also try the root form.
@@ -437,6 +470,9 @@ def create_app(settings: Settings) -> FastAPI:
             gateway_url=gateway_url(request),
         )
         gateway: Gateway = request.app.state.gateway
+        authorization = request.headers.get("authorization")
+        era_probe: EraProbe = request.app.state.era
+        era = await era_transport.era_for(era_probe, authorization)
 
         def done(status: int, ending: str | None) -> None:
             outcome = ending or state.outcome
@@ -454,13 +490,40 @@ def create_app(settings: Settings) -> FastAPI:
                 parsed.method, parsed.version, outcome, status, duration_s, timing.upstream_s
             )
 
-        return CallAnswer(
-            gateway.run(parsed, request.headers.get("authorization"), state),
-            accepts_sse=sse_ok,
-            accepts_json=json_ok,
-            on_done=done,
-            write_timeout_s=settings.write_timeout_s,
-        )
+        def translated() -> CallAnswer:
+            return CallAnswer(
+                gateway.run(parsed, authorization, state),
+                accepts_sse=sse_ok,
+                accepts_json=json_ok,
+                on_done=done,
+                write_timeout_s=settings.write_timeout_s,
+            )
+
+        if era is not None and era.name == "modern":
+            # The cheapest path: nothing to translate (app/passthrough.py).
+            async def fallback() -> Response:
+                return translated()
+
+            def passed(status: int, disconnected: bool, outcome: str) -> None:
+                state.upstream_version = parsed.version.name
+                state.outcome = outcome
+                done(status, "client_disconnected" if disconnected else None)
+
+            return PassThrough(
+                request.app.state.modern_upstream,
+                body,
+                passed_headers(request.headers),
+                call_id=parsed.id,
+                long_lived=parsed.method == subscriptions_listen.METHOD,
+                era=era_probe,
+                seen=era,
+                fallback=fallback,
+                on_done=passed,
+                gateway_url=state.gateway_url,
+                write_timeout_s=settings.write_timeout_s,
+            )
+
+        return translated()
 
     app.state.shutdown_grace_s = settings.shutdown_grace_s
     return app

@@ -24,6 +24,7 @@ CONFORMANCE = (
     PEERS / "node" / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 )
 FIXTURE = ROOT / "tests" / "fixtures" / "legacy_server.py"
+MODERN_FIXTURE = ROOT / "tests" / "fixtures" / "modern_server.py"
 
 
 def require_peer(path: Path) -> Path:
@@ -83,6 +84,16 @@ def running(
 def legacy_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
     argv = [str(require_peer(LEGACY_PY)), str(FIXTURE), "--port", str(port), *extra]
     base = f"http://127.0.0.1:{port}"
+    with running(argv, base + "/mcp", log_path=log_path):
+        yield base + "/mcp"
+
+
+@contextmanager
+def modern_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
+    """The modern fixture (mcp 2.x, 2026-07-28 only; `--dual-era` also serves legacy clients)."""
+    argv = [str(require_peer(MODERN_PY)), str(MODERN_FIXTURE), "--port", str(port), *extra]
+    base = f"http://127.0.0.1:{port}"
+    # Any HTTP answer means it is up: GET /mcp is 405 on a modern-only server.
     with running(argv, base + "/mcp", log_path=log_path):
         yield base + "/mcp"
 

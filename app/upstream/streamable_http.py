@@ -119,6 +119,8 @@ class HttpExchange:
     def __init__(self, response: httpx.Response, what: str) -> None:
         self._response = response
         self._what = what
+        # A modern server answers a session's request with 400 (upstream/era_transport.py).
+        self.status = response.status_code
         self._messages = self._read()
         # SSE event id of the last event read: resumption (Last-Event-ID) of
         # the GET stream where the upstream supports it.
@@ -298,6 +300,11 @@ class StreamableHttpTransport:
         self._client = client
         self._url = url
         self._request_timeout_s = request_timeout_s
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The HTTP client, shared with the modern upstream seam (one pool of connections)."""
+        return self._client
 
     async def open_session(
         self, initialize: Message, headers: Mapping[str, str]

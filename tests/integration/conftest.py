@@ -30,3 +30,23 @@ def gateway_url(legacy_url: str, logs_dir: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def gateway_log(logs_dir: Path) -> Path:
     return logs_dir / "gateway.log"
+
+
+@pytest.fixture(scope="session")
+def modern_url(logs_dir: Path) -> Iterator[str]:
+    """The modern fixture server (mcp 2.x, 2026-07-28 only: it refuses initialize)."""
+    with procs.modern_server(procs.free_port(), log_path=logs_dir / "modern.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def modern_gateway_url(modern_url: str, logs_dir: Path) -> Iterator[str]:
+    """Base URL of a gateway in front of the modern fixture (era probed: modern)."""
+    log = logs_dir / "modern-gateway.log"
+    with procs.gateway(modern_url, procs.free_port(), log_path=log) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def modern_gateway_log(logs_dir: Path) -> Path:
+    return logs_dir / "modern-gateway.log"

@@ -396,6 +396,58 @@ def test_conformance_suite_with_the_fixture_over_stdio(tmp_path: Path) -> None:
     assert len(passed) >= 36, "\n" + report.text()
 
 
+MODERN_BASELINE = ROOT / "tests" / "conformance" / "expected-failures-modern-upstream.yml"
+
+
+@pytest.mark.peers
+def test_conformance_2026_07_28_modern_upstream_passed_through(
+    modern_url: str, modern_gateway_url: str
+) -> None:
+    """Issue 10: a modern client in front of a modern-only (mcp 2.x) server. The
+    suite runs against the fixture alone, then through the gateway: every scored
+    scenario that is clean against the fixture is clean through the gateway."""
+    _peers_or_fail()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    alone = run_conformance(modern_url, RESULTS / (stamp + "-modern-fixture"), MODERN_BASELINE)
+    through = run_conformance(
+        modern_gateway_url.rstrip("/") + "/mcp",
+        RESULTS / (stamp + "-modern-upstream"),
+        MODERN_BASELINE,
+    )
+    clean_alone = {r.name for r in alone.scored_results() if r.clean}
+    clean_through = {r.name for r in through.scored_results() if r.clean}
+    assert len(clean_alone) >= 36, "\n" + alone.text()
+    assert clean_alone <= clean_through, (
+        f"clean alone but not through the gateway: {sorted(clean_alone - clean_through)}\n"
+        + through.text()
+    )
+    assert through.exit_code == 0, "\n" + through.text()
+
+
+@pytest.mark.peers
+def test_conformance_2025_11_25_legacy_clients_modern_upstream(modern_gateway_url: str) -> None:
+    """Issue 10: legacy clients (the suite's 2025-11-25 set: initialize, sessions,
+    server requests mid-call) through the gateway to a server that refuses
+    initialize. At least 29 of the 30 scored scenarios clean (docs/conformance.md)."""
+    _peers_or_fail()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-2025-11-25-modern-upstream"
+    report = run_conformance(
+        modern_gateway_url.rstrip("/") + "/mcp",
+        RESULTS / stamp,
+        MODERN_LEGACY_BASELINE,
+        LEGACY_REVISION,
+    )
+    scored = report.scored_results()
+    assert len(scored) == 30, "\n" + report.text()
+    assert sum(r.clean for r in scored) >= 29, "\n" + report.text()
+    assert report.exit_code == 0, "\n" + report.text()
+
+
+MODERN_LEGACY_BASELINE = (
+    ROOT / "tests" / "conformance" / "expected-failures-2025-11-25-modern-upstream.yml"
+)
+
+
 if __name__ == "__main__":
     # scripts/conformance.sh prints the same summary for a manual run with
     #   python tests/integration/test_conformance.py <run dir> <CLI exit code>

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import ValidationError
 
 from app.config import Settings, SettingsError, command_argv, load_settings
 from app.upstream.stdio import child_environment
@@ -130,3 +131,10 @@ def test_settings_error_at_start_up_exits_2_naming_both() -> None:
 def test_settings_type_allows_a_url_alone() -> None:
     settings = Settings(upstream_url="http://127.0.0.1:3001/mcp")  # type: ignore[arg-type]
     assert settings.upstream_command is None
+
+
+def test_a_stdio_upstream_cannot_be_declared_modern() -> None:
+    # The stdio transport runs the legacy handshake; no era probe runs over it.
+    with pytest.raises(ValidationError, match="MCP_SHIM_UPSTREAM_ERA=modern"):
+        Settings(upstream_command="server --stdio", upstream_era="modern")  # type: ignore[call-arg]
+    assert Settings(upstream_command="server --stdio").upstream_era == "auto"  # type: ignore[call-arg]

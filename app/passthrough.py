@@ -1,0 +1,175 @@
+"""A modern client in front of a modern upstream: the cheapest path.
+
+The front has validated the request (app/front/modern.py) exactly as for any
+upstream; then nothing is translated. The body goes upstream as it came, with
+the client's headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+`Mcp-Param-*`, `Authorization`, trace context), so its `_meta`,
+`requestState` and `inputResponses` are untouched; the upstream's status,
+content type and body come back as they are read, chunk by chunk: a JSON
+answer, an SSE answer with its progress, a `subscriptions/listen` stream for
+as long as it lasts. The client going away closes the upstream stream, which
+is a modern client's cancellation (2026-07-28 streamable-http "Cancellation").
+
+The one thing looked at is an error status before anything is sent: if it is
+not a modern JSON-RPC error, the upstream may have been redeployed as a legacy
+server. The era is probed again (app/upstream/era.py) and, if it changed, the
+call is served by the translating gateway instead, in the same request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from starlette.responses import Response
+
+from app import auth, jsonio
+from app.answer import Receive, Scope, Send
+from app.rejections import INTERNAL_ERROR, Rejection
+from app.upstream.era import Era, EraProbe, is_modern_error
+from app.upstream.errors import UpstreamError
+from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
+
+log = structlog.get_logger("mcp_shim.passthrough")
+
+# An error answer is small; one larger than this is relayed without a look.
+_ERROR_PEEK_BYTES = 64 * 1024
+
+
+def modern_error(body: bytes, request_id: object) -> bool:
+    """The body is a JSON-RPC error a modern server would send (`era.is_modern_error`)."""
+    try:
+        return is_modern_error(jsonio.loads(body), request_id)
+    except jsonio.JSONDecodeError:
+        return False
+
+
+class PassThrough(Response):
+    def __init__(
+        self,
+        upstream: ModernHttpUpstream,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        call_id: Any,
+        long_lived: bool,
+        era: EraProbe,
+        seen: Era,
+        fallback: Callable[[], Awaitable[Response]],
+        on_done: Callable[[int, bool, str], None],
+        gateway_url: str | None,
+        write_timeout_s: float,
+    ) -> None:
+        super().__init__(status_code=200)
+        self._upstream = upstream
+        self._body = body
+        self._forward = headers
+        self._call_id = call_id
+        self._long_lived = long_lived
+        self._era = era
+        self._seen = seen
+        self._fallback = fallback
+        self._on_done = on_done
+        self._gateway_url = gateway_url
+        self._write_timeout_s = write_timeout_s
+        self._status = 200
+        self._outcome = "passed_through"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        main = asyncio.current_task()
+        assert main is not None
+        disconnected = asyncio.Event()
+        answer: ModernResponse | None = None
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected.set()
+                    main.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            answer = await self._upstream.post(
+                self._body, self._forward, long_lived=self._long_lived
+            )
+            peeked: bytes | None = None
+            if answer.status >= 400 and answer.status not in (401, 403):
+                peeked = await answer.read(_ERROR_PEEK_BYTES)
+                doubt = peeked is not None and not modern_error(peeked, self._call_id)
+                if doubt and not self._era.fixed:
+                    credential = self._forward.get("authorization")
+                    era = await self._era.reprobe(credential, seen=self._seen)
+                    if era.name == "legacy":
+                        await answer.aclose()
+                        answer = None
+                        self._outcome = "era_changed"
+                        watcher.cancel()
+                        await (await self._fallback())(scope, receive, send)  # type: ignore[arg-type]
+                        return
+            await self._relay(answer, peeked, send)
+        except UpstreamError as exc:
+            self._outcome = "upstream_error"
+            rejection = Rejection(
+                INTERNAL_ERROR, f"Upstream error: {exc.message}", self._call_id, status=exc.status
+            )
+            body = jsonio.dumps(rejection.to_message())
+            await self._send_whole(send, rejection.http_status, body)
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise
+            main.uncancel()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            if answer is not None:
+                with contextlib.suppress(Exception):
+                    await answer.aclose()
+            self._on_done(self._status, disconnected.is_set(), self._outcome)
+
+    async def _relay(self, answer: ModernResponse, peeked: bytes | None, send: Send) -> None:
+        headers = []
+        for name, value in answer.headers:
+            if name == "www-authenticate":
+                # The challenge names the gateway's metadata, not the upstream's.
+                ours = auth.metadata_url(self._gateway_url) if self._gateway_url else None
+                value = auth.rewrite_challenge(value, ours)
+            headers.append((name.encode("latin-1"), value.encode("latin-1")))
+        if answer.content_type == "text/event-stream":
+            headers.append((b"x-accel-buffering", b"no"))
+        self._status = answer.status
+        if peeked is not None:
+            headers.append((b"content-length", str(len(peeked)).encode()))
+            await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+            await send({"type": "http.response.body", "body": peeked})
+            return
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        async for chunk in answer.chunks():
+            if not chunk:
+                continue
+            try:
+                async with asyncio.timeout(self._write_timeout_s):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except TimeoutError:
+                self._outcome = "client_stalled"
+                return
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _send_whole(self, send: Send, status: int, body: bytes) -> None:
+        self._status = status
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

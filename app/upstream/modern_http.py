@@ -1,0 +1,166 @@
+"""Modern (2026-07-28) Streamable HTTP toward the upstream server.
+
+A modern server keeps no session: every request is one POST carrying its own
+`_meta` (protocol version, client capabilities) and the standard headers
+(`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), answered by
+one JSON body or one SSE stream (basic/transports/streamable-http). So this
+side of the upstream seam has two uses:
+
+- `post`: a modern client's request, as it came, its answer handed back
+  unparsed (`ModernResponse`): the pass-through path (app/passthrough.py);
+- `request`: a message the gateway built (the era probe's `server/discover`,
+  a legacy client's request made stateless by app/upstream/modern_session.py),
+  its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
+
+Library exceptions become the gateway's errors in `streamable_http._library_errors`,
+the one place that does it.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+
+from app import jsonio, tracing
+from app.front.header_values import header_form
+from app.upstream.base import Message
+from app.upstream.errors import UpstreamHttpError
+from app.upstream.streamable_http import (
+    HttpExchange,
+    _content_type,
+    _library_errors,
+    _refuse_challenge,
+)
+
+VERSION_HEADER = "mcp-protocol-version"
+# What a modern client's request carries that the upstream needs (2026-07-28
+# streamable-http "Request Metadata", basic/authorization), passed on as it came.
+PASSED_HEADERS = frozenset(
+    {"mcp-protocol-version", "mcp-method", "mcp-name", "authorization", "accept"}
+)
+PARAM_PREFIX = "mcp-param-"
+# What the upstream's answer carries that the client needs.
+RELAYED_HEADERS = frozenset({"content-type", "cache-control", "www-authenticate"})
+_ACCEPT = "application/json, text/event-stream"
+NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's headers the upstream gets; tracing headers only when valid
+    (app/tracing.py), everything else (Host, Origin, cookies) stays here."""
+    out = {
+        k.lower(): v
+        for k, v in headers.items()
+        if k.lower() in PASSED_HEADERS or k.lower().startswith(PARAM_PREFIX)
+    }
+    out.setdefault("accept", _ACCEPT)
+    out["content-type"] = "application/json"
+    out.update(tracing.outgoing_headers())
+    return out
+
+
+def header_value(value: str) -> str:
+    """A value for Mcp-Name: as it is when it is visible ASCII, else the
+    Base64 sentinel form (2026-07-28 streamable-http "Request Metadata")."""
+    if all(0x20 <= ord(ch) <= 0x7E for ch in value) and value == value.strip():
+        return value
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+def standard_headers(message: Message, version: str) -> dict[str, str]:
+    """The headers a modern request must carry, derived from its body."""
+    method = str(message.get("method"))
+    out = {VERSION_HEADER: version, "mcp-method": method}
+    field = NAMED_METHODS.get(method)
+    params = message.get("params")
+    if field is not None and isinstance(params, dict):
+        name = header_form(params.get(field))
+        if name is not None:
+            out["mcp-name"] = header_value(name)
+    return out
+
+
+class ModernResponse:
+    """The upstream's answer to a passed-through request, not parsed: its status,
+    the headers the client gets, and its body as it streams."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.content_type = _content_type(response)
+        self.headers = [
+            (k.lower(), v) for k, v in response.headers.items() if k.lower() in RELAYED_HEADERS
+        ]
+
+    async def read(self, limit: int) -> bytes | None:
+        """The whole body if it is at most `limit` bytes, else None."""
+        body = bytearray()
+        with _library_errors("reading the answer"):
+            async for chunk in self._response.aiter_raw():
+                body += chunk
+                if len(body) > limit:
+                    return None
+        return bytes(body)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        with _library_errors("streaming the answer"):
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+
+    async def aclose(self) -> None:
+        # Closing the stream is how a modern client cancels (streamable-http
+        # "Cancellation"): the upstream sees the connection go.
+        await self._response.aclose()
+
+
+class ModernHttpUpstream:
+    def __init__(self, client: httpx.AsyncClient, url: str, *, request_timeout_s: float) -> None:
+        self._client = client
+        self.url = url
+        self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
+        # A listen stream is quiet for as long as nothing changes.
+        self._long_timeout = httpx.Timeout(None, connect=client.timeout.connect)
+
+    async def post(
+        self, body: bytes, headers: Mapping[str, str], *, long_lived: bool = False
+    ) -> ModernResponse:
+        """POST a request as it is; 401/403 come back as an answer, like any status."""
+        request = self._client.build_request(
+            "POST",
+            self.url,
+            content=body,
+            headers=headers,
+            timeout=self._long_timeout if long_lived else self._timeout,
+        )
+        with _library_errors(str(headers.get("mcp-method"))):
+            response = await self._client.send(request, stream=True)
+        return ModernResponse(response)
+
+    async def request(
+        self, message: Message, headers: Mapping[str, str], *, long_lived: bool = False
+    ) -> HttpExchange:
+        """POST a message the gateway built; its answer as messages. A 401/403
+        raises `UpstreamAuthChallenge`, any other non-JSON error `UpstreamHttpError`."""
+        what = str(message.get("method"))
+        request = self._client.build_request(
+            "POST",
+            self.url,
+            content=jsonio.dumps(message),
+            headers={
+                "accept": _ACCEPT,
+                "content-type": "application/json",
+                **headers,
+                **tracing.outgoing_headers(),
+            },
+            timeout=self._long_timeout if long_lived else self._timeout,
+        )
+        with _library_errors(what):
+            response = await self._client.send(request, stream=True)
+        await _refuse_challenge(response, what)
+        if response.status_code >= 400 and _content_type(response) != "application/json":
+            status = response.status_code
+            await response.aclose()
+            raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
+        return HttpExchange(response, what)
