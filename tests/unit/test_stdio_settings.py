@@ -136,5 +136,5 @@ def test_settings_type_allows_a_url_alone() -> None:
 def test_a_stdio_upstream_cannot_be_declared_modern() -> None:
     # The stdio transport runs the legacy handshake; no era probe runs over it.
     with pytest.raises(ValidationError, match="MCP_SHIM_UPSTREAM_ERA=modern"):
-        Settings(upstream_command="server --stdio", upstream_era="modern")  # type: ignore[call-arg]
-    assert Settings(upstream_command="server --stdio").upstream_era == "auto"  # type: ignore[call-arg]
+        Settings(upstream_command="sh -c true", upstream_era="modern")  # type: ignore[call-arg]
+    assert Settings(upstream_command="sh -c true").upstream_era == "auto"  # type: ignore[call-arg]
