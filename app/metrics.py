@@ -106,6 +106,9 @@ OUTCOMES: frozenset[str] = frozenset(
         "internal_error",
         "deadline_exceeded",
         "client_stalled",
+        "era_changed",
+        "passed_through",
+        "upstream_error",
         *UPSTREAM_ERROR_KINDS,
     }
 )

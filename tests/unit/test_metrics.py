@@ -4,6 +4,8 @@ gauges read on the event loop, the outcome list kept in step with the code."""
 from __future__ import annotations
 
 import asyncio
+import importlib
+import pkgutil
 import re
 import threading
 from pathlib import Path
@@ -53,7 +55,17 @@ def _outcomes_in_source() -> set[str]:
     return found
 
 
+def _import_every_app_module() -> None:
+    # Error kinds live beside their transport (app/upstream/stdio.py...): a
+    # subclass is only known once its module is imported.
+    import app
+
+    for info in pkgutil.walk_packages(app.__path__, "app."):
+        importlib.import_module(info.name)
+
+
 def _error_classes(base: type[errors.UpstreamError]) -> set[type[errors.UpstreamError]]:
+    _import_every_app_module()
     out: set[type[errors.UpstreamError]] = set()
     for sub in base.__subclasses__():
         out |= {sub, *_error_classes(sub)}
