@@ -37,7 +37,7 @@ import structlog
 from app.config import Settings, SettingsError, command_argv, load_settings
 from app.subscriptions import filters as subscription_filters
 from app.upstream.base import Message, Session
-from app.upstream.choice import build_transport
+from app.upstream.choice import build_transport, transport_name
 from app.upstream.errors import (
     UpstreamError,
     UpstreamTimeout,
@@ -294,10 +294,6 @@ async def _list(
     return items, None
 
 
-def _transport_name(settings: Settings) -> str:
-    return "stdio" if settings.upstream_command is not None else "streamable-http"
-
-
 async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
     """The report, or ProbeFailed with its exit code and one-line reason."""
     offered = settings.upstream_protocol_version
@@ -308,7 +304,6 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
         # No client capabilities: the server has nothing to ask the probe.
         "params": {"protocolVersion": offered, "capabilities": {}, "clientInfo": CLIENT_INFO},
     }
-    transport_name = _transport_name(settings)
     started = time.monotonic()
     step = "initialize"
     with _capture_logs() as captured:
@@ -347,8 +342,9 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
             ) from None
         except UpstreamError as exc:
             await transport.aclose()
-            raise _failure(exc, transport_name, captured) from None
+            raise _failure(exc, transport_name(settings, transport), captured) from None
         await transport.aclose()
+    kind = transport_name(settings, transport)
     info = result.get("serverInfo")
     server = info if isinstance(info, dict) else {}
     tools = lists.get("tools")
@@ -356,7 +352,7 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
         "shape": JSON_SHAPE,
         "ok": True,
         "upstream": _describe_upstream(settings),
-        "transport": transport_name,
+        "transport": kind,
         "server": {"name": server.get("name"), "version": server.get("version")},
         "era": version.era.value,
         "protocolVersion": version.name,
@@ -505,7 +501,7 @@ def main(args: argparse.Namespace) -> int:
                         "exitCode": failed.code,
                         "reason": failed.reason,
                         "upstream": _describe_upstream(settings),
-                        "transport": _transport_name(settings),
+                        "transport": transport_name(settings),
                     }
                 )
             )

@@ -233,7 +233,8 @@ def test_nothing_listening() -> None:
         "exitCode": 3,
         "reason": line.removeprefix("mcp-shim probe: "),
         "upstream": url,
-        "transport": "streamable-http",
+        # Not detected: the configured MCP_SHIM_UPSTREAM_TRANSPORT.
+        "transport": "auto",
     }
 
 
