@@ -14,7 +14,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
-from app import logs, metrics
+from app import logs, metrics, probe
 from app.config import Settings, SettingsError, load_settings
 from app.http_protocol import ConnectionLimits, protocol_class
 from app.server import create_app, drain
@@ -145,11 +145,12 @@ def _version() -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line: only --help, --version and the `serve` subcommand; the
-    settings themselves are environment variables. Unknown arguments exit 2."""
+    """The command line: only --help, --version and the `serve` and `probe`
+    subcommands; the settings themselves are environment variables. Unknown
+    arguments exit 2."""
     parser = argparse.ArgumentParser(
         prog="mcp-shim",
-        usage="%(prog)s [-h] [--version] [serve]",
+        usage="%(prog)s [-h] [--version] [serve | probe [--json] [--timeout SECONDS]]",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example: MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp mcp-shim",
@@ -158,11 +159,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     # A subcommand from the start, so that others (a `probe`) can join it.
     commands.add_parser("serve", help="run the gateway (the default when no command is given)")
+    probe.add_arguments(
+        commands.add_parser(
+            "probe",
+            prog="mcp-shim probe",
+            help="connect to the upstream once, as the gateway would, and report what is there",
+            description=probe.DESCRIPTION,
+            epilog=probe.EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parse_args(argv)
+    args = parse_args(argv)
+    if args.command == "probe":
+        sys.exit(probe.main(args))
     try:
         settings = load_settings()
         check_listen_address(settings)

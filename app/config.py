@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     # httpx's API either way; the aiohttp transport is the measured default
     # (bench/README.md). "httpx" keeps httpx's own transport for comparison.
     upstream_http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse.py).
+    upstream_transport: Literal["auto", "streamable-http", "sse"] = Field(
+        default="auto",
+        description="auto: Streamable HTTP, then HTTP+SSE (2024-11-05) if initialize is "
+        "answered 400/404/405, as 2025-03-26 basic/transports tells clients",
+    )
     # stdio upstreams (app/upstream/stdio.py).
     upstream_env: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -253,6 +259,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MCP_SHIM_UPSTREAM_ERA=modern needs MCP_SHIM_UPSTREAM_URL: the gateway's stdio "
                 "transport speaks the legacy revisions (initialize) only"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _transport_of_a_url(self) -> Settings:
+        if self.upstream_command is not None and self.upstream_transport != "auto":
+            raise ValueError(
+                "MCP_SHIM_UPSTREAM_TRANSPORT applies to MCP_SHIM_UPSTREAM_URL only; "
+                "MCP_SHIM_UPSTREAM_COMMAND is always stdio"
             )
         return self
 

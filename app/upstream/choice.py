@@ -6,6 +6,7 @@ import os
 
 from app.config import Settings, command_argv
 from app.upstream.base import Transport
+from app.upstream.http_sse import DetectingTransport
 from app.upstream.stdio import StdioTransport, child_environment
 from app.upstream.streamable_http import StreamableHttpTransport, build_client
 
@@ -36,7 +37,27 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
         max_connections=settings.max_upstream_connections,
         transport=settings.upstream_http_transport,
     )
-    http = StreamableHttpTransport(
-        client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
-    )
+    if settings.upstream_transport == "streamable-http":
+        http = StreamableHttpTransport(
+            client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+        )
+    else:
+        http = DetectingTransport(
+            client,
+            str(settings.upstream_url),
+            request_timeout_s=settings.request_timeout_s,
+            # The endpoint event ends an HTTP+SSE upstream's "connecting".
+            endpoint_timeout_s=settings.connect_timeout_s,
+            mode=settings.upstream_transport,
+        )
     return http, settings.max_sessions
+
+
+def transport_name(settings: Settings, transport: Transport | None = None) -> str:
+    """`stdio`, `streamable-http` or `sse`: what the transport speaks (detected once a
+    session opened), else what the settings say (`auto` before detection)."""
+    if settings.upstream_command is not None:
+        return "stdio"
+    if isinstance(transport, DetectingTransport) and transport.kind is not None:
+        return transport.kind
+    return settings.upstream_transport

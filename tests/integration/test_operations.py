@@ -68,7 +68,16 @@ def test_help_prints_usage_and_the_configuration_variables() -> None:
     assert out.startswith("usage: mcp-shim"), out
     assert "MCP_SHIM_UPSTREAM_URL" in out and "(required)" in out
     assert "environment variables" in out and "README.md" in out
-    assert "serve" in out
+    assert "serve" in out and "probe" in out
+
+
+def test_probe_help_documents_its_exit_codes() -> None:
+    proc = run_cli("probe", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: mcp-shim probe"), proc.stdout
+    assert "--json" in proc.stdout and "--timeout" in proc.stdout
+    for code in ("0", "2", "3", "4", "5", "6"):
+        assert f"\n  {code}  " in proc.stdout, code
 
 
 def test_version_prints_the_installed_version() -> None:
@@ -77,7 +86,7 @@ def test_version_prints_the_installed_version() -> None:
     assert proc.stdout.strip() == f"mcp-shim {metadata.version('mcp-shim')}"
 
 
-@pytest.mark.parametrize("args", [("--bogus",), ("probe",), ("serve", "extra")])
+@pytest.mark.parametrize("args", [("--bogus",), ("probe", "--bogus"), ("serve", "extra")])
 def test_unknown_arguments_exit_2_with_a_message(args: tuple[str, ...]) -> None:
     proc = run_cli(*args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)

@@ -1,0 +1,511 @@
+"""`mcp-shim probe`: what the gateway will find behind it, before deploying it.
+
+With the gateway's own settings, the probe opens one upstream session through
+the transport the gateway would use (`app.upstream.choice.build_transport`),
+asks only what cannot change anything on the server (`initialize` and
+`notifications/initialized`, then the list methods of the declared
+capabilities), closes the session (DELETE over HTTP, the process stopped over
+stdio) and reports: the server, its era and negotiated version, the
+transport, its capabilities as declared and as 2026-07-28 clients will see
+them, its tools, and what the gateway translates for a 2026-07-28 client,
+derived from the translator registry (the negotiated version's features
+against 2026-07-28's), not from a list kept here.
+
+Exit codes (also in `mcp-shim probe --help`): 0 the upstream answered; 2 the
+configuration is invalid; 3 unreachable; 4 refused (an HTTP error, an
+authorization challenge, a JSON-RPC error or something that is not MCP);
+5 timed out; 6 the stdio command failed to start or exited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import structlog
+
+from app.config import Settings, SettingsError, command_argv, load_settings
+from app.subscriptions import filters as subscription_filters
+from app.upstream.base import Message, Session
+from app.upstream.choice import build_transport, transport_name
+from app.upstream.errors import (
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from app.upstream.listener import default_answer
+from app.upstream.stdio import StdioProcessExited
+from translators import translate
+from translators.registry import LATEST_MODERN, Version, error_fallback, get_version
+
+# The shape of `--json` output; raised only when a field changes meaning or goes.
+JSON_SHAPE = 1
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+EXIT_REFUSED = 4
+EXIT_TIMEOUT = 5
+EXIT_COMMAND_FAILED = 6
+
+DESCRIPTION = """\
+Connect to the upstream named by the gateway's own environment
+(MCP_SHIM_UPSTREAM_URL or MCP_SHIM_UPSTREAM_COMMAND, with every other MCP_SHIM_*
+setting) through the transport the gateway would use, and print the server, its
+protocol version, capabilities and tools, and what the gateway translates for
+2026-07-28 clients. Only initialize and list methods are sent; the session is
+closed afterwards (DELETE over HTTP, the process stopped over stdio)."""
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0  the upstream answered (the report is printed)
+  2  invalid configuration (the variable is named) or command line
+  3  unreachable: nothing accepted the connection, or it broke
+  4  refused: an HTTP error or authorization challenge, a JSON-RPC error to
+     initialize, or an answer that is not MCP
+  5  timed out (--timeout, or MCP_SHIM_STDIO_START_TIMEOUT_S for a command)
+  6  the stdio command failed to start or exited (its last stderr lines shown)"""
+
+CLIENT_INFO = {"name": "mcp-shim-probe", "version": "0.1.0"}
+# A server that pages its lists forever is not followed past this.
+MAX_PAGES = 100
+# What of a failed command's stderr goes into the one-line reason.
+STDERR_LINES = 5
+STDERR_CHARS = 400
+
+
+class ProbeFailed(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+# -- what the gateway translates ---------------------------------------------
+
+
+def _error_number(meaning: str, version: Version) -> int | None:
+    """The code `version` uses for `meaning`, following the registry's fallbacks."""
+    seen: set[str] = set()
+    current: str | None = meaning
+    while current is not None and current not in seen:
+        number = version.features.error_codes.get(current)
+        if number is not None:
+            return number
+        seen.add(current)
+        current = error_fallback(current)
+    return None
+
+
+def translations(
+    upstream: Version, capabilities: dict[str, Any], modern: Version = LATEST_MODERN
+) -> list[dict[str, str]]:
+    """What the gateway does between a client of `modern` and this upstream, each an
+    `{"id", "description"}`; derived from the two versions' features."""
+    up, to = upstream.features, modern.features
+    out: list[dict[str, str]] = []
+
+    def add(ident: str, description: str) -> None:
+        out.append({"id": ident, "description": description})
+
+    if up.sessions and not to.sessions:
+        add(
+            "sessions",
+            "initialize and the session are held by the gateway: sessions pooled per "
+            "client capabilities, protocol version and credentials; each request's _meta "
+            "picks its session",
+        )
+    new_requests = to.client_requests - up.client_requests
+    if "server/discover" in new_requests:
+        add("discover", "server/discover synthesised from initialize")
+    if "subscriptions/listen" in new_requests:
+        listenable = _listenable(capabilities)
+        add(
+            "listen",
+            "subscriptions/listen served from the session's notifications"
+            + (f" ({', '.join(listenable)})" if listenable else " (the server declares none)"),
+        )
+    if to.result_type and not up.result_type:
+        add("resultType", "resultType added to every result")
+    cacheable = sorted(to.cacheable_methods - up.cacheable_methods)
+    if cacheable:
+        add("cache", f"ttlMs/cacheScope added to {', '.join(cacheable)}")
+    renumbered = []
+    for meaning, number in sorted(up.error_codes.items()):
+        modern_number = _error_number(meaning, modern)
+        if modern_number is not None and modern_number != number:
+            renumbered.append(f"{number} -> {modern_number} ({meaning.lower().replace('_', ' ')})")
+    if renumbered:
+        add("errorCodes", "error codes renumbered: " + ", ".join(renumbered))
+    if up.server_initiated_requests and not to.server_initiated_requests:
+        asked = sorted(up.server_requests & to.server_requests)
+        if asked:
+            add(
+                "inputRequired",
+                f"server requests ({', '.join(asked)}) become input_required results of "
+                f"{', '.join(sorted(to.mrtr_methods))}",
+            )
+        answered = sorted(up.server_requests - to.server_requests)
+        if answered:
+            add("serverRequests", f"answered by the gateway itself: {', '.join(answered)}")
+    gone = up.client_requests - to.client_requests - {"initialize"}
+    if "logging/setLevel" in gone and "logging" in capabilities:
+        add(
+            "logLevel",
+            "the per-request logLevel replaces logging/setLevel: log notifications are "
+            "filtered by the gateway for each call",
+        )
+    unavailable = sorted(gone - {"logging/setLevel"})
+    if unavailable:
+        add(
+            "unavailable",
+            f"requests of {upstream.name} that {modern.name} clients cannot send: "
+            f"{', '.join(unavailable)}",
+        )
+    dropped = sorted(up.server_notifications - to.server_notifications)
+    if dropped:
+        add("droppedNotifications", f"notifications dropped: {', '.join(dropped)}")
+    add(
+        "messages",
+        "messages translated step by step: "
+        + " -> ".join(v.name for v in _chain(upstream, modern)),
+    )
+    return out
+
+
+def _listenable(capabilities: dict[str, Any]) -> list[str]:
+    advertised = subscription_filters.advertised(capabilities)
+    found = []
+    for capability, key in (
+        ("tools", "listChanged"),
+        ("prompts", "listChanged"),
+        ("resources", "listChanged"),
+        ("resources", "subscribe"),
+    ):
+        section = advertised.get(capability)
+        if isinstance(section, dict) and section.get(key) is True:
+            found.append(f"{capability}.{key}")
+    return found
+
+
+def _chain(start: Version, end: Version) -> list[Version]:
+    from translators.registry import known_versions
+
+    return [v for v in known_versions() if start.index <= v.index <= end.index]
+
+
+# -- the probe ------------------------------------------------------------------
+
+
+@dataclass
+class _Captured:
+    """The gateway's log lines during the probe: kept, not printed (a failed
+    command's stderr comes from them)."""
+
+    stderr: list[str] = field(default_factory=list)
+    exit_tail: list[str] | None = None
+    exit_code: int | None = None
+
+    def __call__(self, _logger: object, _name: str, event: MutableMapping[str, Any]) -> Any:
+        name = event.get("event")
+        if name == "upstream_stderr" and isinstance(event.get("line"), str):
+            self.stderr.append(event["line"])
+            del self.stderr[:-STDERR_LINES]
+        elif name in ("upstream_process_exited", "upstream_process_ended"):
+            if isinstance(event.get("stderr_tail"), list):
+                self.exit_tail = [str(line) for line in event["stderr_tail"]]
+            if isinstance(event.get("exit_code"), int):
+                self.exit_code = event["exit_code"]
+        raise structlog.DropEvent
+
+    def tail(self) -> list[str]:
+        lines = self.exit_tail if self.exit_tail is not None else self.stderr
+        return lines[-STDERR_LINES:]
+
+
+@contextlib.contextmanager
+def _capture_logs() -> Iterator[_Captured]:
+    captured = _Captured()
+    previous = structlog.get_config()
+    structlog.configure(processors=[captured], cache_logger_on_first_use=False)
+    try:
+        yield captured
+    finally:
+        structlog.configure(**previous)
+
+
+def _describe_upstream(settings: Settings) -> str:
+    if settings.upstream_command is not None:
+        return " ".join(command_argv(settings.upstream_command)[:1])
+    parts = urlsplit(str(settings.upstream_url))
+    # Neither credentials in the URL nor its query go into a report.
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+async def _ask(session: Session, method: str, params: dict[str, Any], ident: str) -> Message:
+    """One request's response; server requests meanwhile get the gateway's default answer."""
+    message: Message = {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+    exchange = await session.request(message)
+    try:
+        async for reply in exchange:
+            if "method" in reply:
+                if "id" in reply:
+                    await session.respond(default_answer(reply))
+                continue
+            if reply.get("id") == ident:
+                return reply
+    finally:
+        await exchange.aclose(drain=True)
+    raise UpstreamError(f"upstream ended {method} without answering")
+
+
+async def _list(
+    session: Session, method: str, key: str, ids: Iterator[int]
+) -> tuple[list[Any] | None, str | None]:
+    """Every item of a paged list method, or the JSON-RPC error it answered."""
+    items: list[Any] = []
+    cursor: Any = None
+    for _ in range(MAX_PAGES):
+        params: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
+        reply = await _ask(session, method, params, f"probe-{next(ids)}")
+        error = reply.get("error")
+        if isinstance(error, dict):
+            return None, f"{error.get('code')} {error.get('message')}"
+        result = reply.get("result")
+        if not isinstance(result, dict) or not isinstance(result.get(key), list):
+            return None, f"the result has no {key} list"
+        items.extend(result[key])
+        cursor = result.get("nextCursor")
+        if not cursor:
+            break
+    return items, None
+
+
+async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
+    """The report, or ProbeFailed with its exit code and one-line reason."""
+    offered = settings.upstream_protocol_version
+    initialize: Message = {
+        "jsonrpc": "2.0",
+        "id": "probe-init",
+        "method": "initialize",
+        # No client capabilities: the server has nothing to ask the probe.
+        "params": {"protocolVersion": offered, "capabilities": {}, "clientInfo": CLIENT_INFO},
+    }
+    started = time.monotonic()
+    step = "initialize"
+    with _capture_logs() as captured:
+        transport, _ = build_transport(settings)
+        try:
+            async with asyncio.timeout(timeout_s):
+                session, result = await transport.open_session(initialize, {})
+                try:
+                    version = get_version(result.get("protocolVersion"))
+                    assert version is not None  # the transports check it
+                    capabilities = result.get("capabilities")
+                    caps: dict[str, Any] = capabilities if isinstance(capabilities, dict) else {}
+                    ids = itertools.count(1)
+                    lists: dict[str, Any] = {}
+                    errors: dict[str, str] = {}
+                    for capability, method, key in (
+                        ("tools", "tools/list", "tools"),
+                        ("prompts", "prompts/list", "prompts"),
+                        ("resources", "resources/list", "resources"),
+                        ("resources", "resources/templates/list", "resourceTemplates"),
+                    ):
+                        if capability not in caps:
+                            continue
+                        step = method
+                        items, error = await _list(session, method, key, ids)
+                        if error is not None:
+                            errors[method] = error
+                        lists[key] = items
+                finally:
+                    step = "closing the session"
+                    await session.close()
+        except TimeoutError:
+            await transport.aclose()
+            raise ProbeFailed(
+                EXIT_TIMEOUT, f"timed out after {timeout_s:g}s waiting for {step} (--timeout)"
+            ) from None
+        except UpstreamError as exc:
+            await transport.aclose()
+            raise _failure(exc, transport_name(settings, transport), captured) from None
+        await transport.aclose()
+    kind = transport_name(settings, transport)
+    info = result.get("serverInfo")
+    server = info if isinstance(info, dict) else {}
+    tools = lists.get("tools")
+    report: dict[str, Any] = {
+        "shape": JSON_SHAPE,
+        "ok": True,
+        "upstream": _describe_upstream(settings),
+        "transport": kind,
+        "server": {"name": server.get("name"), "version": server.get("version")},
+        "era": version.era.value,
+        "protocolVersion": version.name,
+        "offeredProtocolVersion": offered,
+        "capabilities": caps,
+        "modernCapabilities": subscription_filters.advertised(
+            translate.server_capabilities(caps, version, LATEST_MODERN)
+        ),
+        "instructions": isinstance(result.get("instructions"), str),
+        "tools": None
+        if tools is None
+        else [
+            t.get("name") for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)
+        ],
+        "prompts": _count(lists.get("prompts")),
+        "resources": _count(lists.get("resources")),
+        "resourceTemplates": _count(lists.get("resourceTemplates")),
+        "listErrors": errors,
+        "modernVersion": LATEST_MODERN.name,
+        "translations": translations(version, caps),
+        "elapsedMs": round((time.monotonic() - started) * 1000),
+    }
+    return report
+
+
+def _count(items: list[Any] | None) -> int | None:
+    return None if items is None else len(items)
+
+
+def _os_reason(exc: BaseException) -> str | None:
+    """The operating system's word for a failed connection ("Connection refused"),
+    from the first OSError among the causes."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        nested = getattr(current, "os_error", None)  # aiohttp keeps it there
+        for error in (current, nested):
+            if isinstance(error, OSError):
+                # asyncio words a refused connect as "Connect call failed (...)";
+                # the errno's own text is what an operator knows.
+                if error.errno and error.errno > 0:
+                    return os.strerror(error.errno)
+                if error.strerror:
+                    return error.strerror
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _failure(exc: UpstreamError, transport: str, captured: _Captured) -> ProbeFailed:
+    if isinstance(exc, UpstreamTimeout):
+        return ProbeFailed(EXIT_TIMEOUT, f"timed out: {exc.message}")
+    if transport == "stdio" and isinstance(exc, UpstreamUnavailable):
+        if captured.exit_code is not None:
+            # What the process did says more than how writing to it failed.
+            what = (
+                f"exited with code {captured.exit_code}"
+                if captured.exit_code >= 0
+                else f"was killed by signal {-captured.exit_code}"
+            )
+            reason = f"the upstream command {what} during initialize"
+        else:
+            reason = f"the upstream command failed: {exc.message}"
+        tail = captured.tail()
+        if isinstance(exc, StdioProcessExited) or tail:
+            shown = " | ".join(tail)
+            if len(shown) > STDERR_CHARS:
+                shown = "..." + shown[-STDERR_CHARS:]
+            reason += f"; stderr: {shown}" if shown else "; it wrote nothing to stderr"
+        return ProbeFailed(EXIT_COMMAND_FAILED, reason)
+    if isinstance(exc, UpstreamUnavailable):
+        detail = _os_reason(exc)
+        return ProbeFailed(
+            EXIT_UNREACHABLE, f"unreachable: {exc.message}" + (f" ({detail})" if detail else "")
+        )
+    return ProbeFailed(EXIT_REFUSED, f"refused: {exc.message}")
+
+
+# -- output -------------------------------------------------------------------
+
+
+def render(report: dict[str, Any]) -> str:
+    server = report["server"]
+    name = f"{server.get('name') or '(no serverInfo)'} {server.get('version') or ''}"
+    lines = [
+        f"server:      {name.rstrip()}",
+        f"upstream:    {report['upstream']} ({report['transport']})",
+        f"protocol:    {report['protocolVersion']} ({report['era']}; offered "
+        f"{report['offeredProtocolVersion']})",
+        "capabilities: " + (", ".join(_capability_summary(report["capabilities"])) or "none"),
+    ]
+    tools = report["tools"]
+    if tools is not None:
+        lines.append(f"tools ({len(tools)}): " + (", ".join(tools) or "none"))
+    for key, label in (
+        ("prompts", "prompts"),
+        ("resources", "resources"),
+        ("resourceTemplates", "resource templates"),
+    ):
+        if report[key] is not None:
+            lines.append(f"{label}: {report[key]}")
+    for method, error in report["listErrors"].items():
+        lines.append(f"{method} failed: {error}")
+    lines.append(f"for {report['modernVersion']} clients the gateway:")
+    lines.extend(f"  - {item['description']}" for item in report["translations"])
+    return "\n".join(lines)
+
+
+def _capability_summary(capabilities: dict[str, Any]) -> list[str]:
+    out = []
+    for name, value in capabilities.items():
+        flags = [k for k, v in value.items() if v is True] if isinstance(value, dict) else []
+        out.append(f"{name} ({', '.join(flags)})" if flags else name)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest the whole probe may take (default 30)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"mcp-shim probe: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.timeout <= 0:
+        print("mcp-shim probe: --timeout must be above 0", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        report = asyncio.run(run_probe(settings, args.timeout))
+    except ProbeFailed as failed:
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "shape": JSON_SHAPE,
+                        "ok": False,
+                        "exitCode": failed.code,
+                        "reason": failed.reason,
+                        "upstream": _describe_upstream(settings),
+                        "transport": transport_name(settings),
+                    }
+                )
+            )
+        print(f"mcp-shim probe: {failed.reason}", file=sys.stderr)
+        return failed.code
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return EXIT_OK

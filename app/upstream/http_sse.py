@@ -1,0 +1,499 @@
+"""HTTP+SSE upstreams: the 2024-11-05 transport ("HTTP with SSE"), and detecting it.
+
+2024-11-05 basic/transports: the client opens an SSE stream with a GET; the
+server's first event, `endpoint`, names the URI the client POSTs its messages
+to; every message of the server (responses, requests, notifications) comes on
+that one stream. Here one GET stream is one legacy session, held as long as
+the session: a reader task takes each message off the stream and routes it,
+as stdio does (nothing but the message says where it belongs):
+
+- a response to the exchange of its request id;
+- `notifications/progress` to the exchange whose request carried its token;
+- a server request, and `notifications/message`, to the one call (`tools/call`,
+  `prompts/get`, `resources/read`) in flight when there is exactly one (always
+  so on an MRTR lane: a caller that may be asked gets a session of its own);
+- otherwise to the session's `listen()` stream when one is open (what a
+  Streamable HTTP session's GET stream carries); with none, a request gets the
+  listener's `default_answer` and a notification is dropped.
+
+When the stream ends or breaks, the calls in flight fail at once
+(`UpstreamUnavailable`) and the session is gone: `request` raises
+`SessionExpired`, so the pool and the lanes open a new one. Closing the
+session closes the stream (the transport has no DELETE).
+
+Detection (2025-03-26 basic/transports, "Backwards Compatibility"): a client
+POSTs `initialize` to the server URL; if that fails with 400, 404 or 405 it
+GETs the URL expecting an SSE stream whose first event is `endpoint`.
+`DetectingTransport` does that once, then keeps to what worked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import structlog
+from httpx_sse import EventSource, ServerSentEvent
+
+from app import jsonio, tracing
+from app.upstream.base import Message
+from app.upstream.errors import (
+    SessionExpired,
+    UpstreamError,
+    UpstreamHttpError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from app.upstream.listener import default_answer
+from app.upstream.streamable_http import (
+    StreamableHttpSession,
+    StreamableHttpTransport,
+    _close,
+    _content_type,
+    _library_errors,
+    _refuse_challenge,
+)
+from translators.registry import get_version
+
+log = structlog.get_logger("mcp_shim.http_sse")
+
+# The requests during which a server asks its client for input.
+CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+# Notifications an exchange or a listen stream may hold unread; beyond, dropped.
+QUEUE_SOFT_BOUND = 1000
+# POSTing initialize failed with one of these: try HTTP+SSE (2025-03-26
+# basic/transports, "Backwards Compatibility").
+FALLBACK_STATUSES = frozenset({400, 404, 405})
+
+
+def _id_key(value: Any) -> tuple[str, Any]:
+    return (type(value).__name__, value)
+
+
+def _progress_token(message: Message) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    error: UpstreamError
+
+
+class SseExchange:
+    """Messages for one request (ending with its response), or the listen stream."""
+
+    def __init__(
+        self, session: SseSession, what: str, timeout_s: float | None, request_id: Any = None
+    ) -> None:
+        self._session = session
+        self.what = what
+        self._timeout_s = timeout_s
+        self.request_id = request_id
+        self.progress_token: Any = None
+        self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
+        self.last_event_id: str | None = None
+        self._messages = self._read()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._messages
+
+    def put(self, message: Message) -> None:
+        if "method" in message and "id" not in message and self.queue.qsize() > QUEUE_SOFT_BOUND:
+            return
+        self.queue.put_nowait(message)
+
+    def end(self, error: UpstreamError) -> None:
+        self.queue.put_nowait(_End(error))
+
+    async def _read(self) -> AsyncIterator[Message]:
+        while True:
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    item = await self.queue.get()
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    f"upstream sent nothing for {self.what} within {self._timeout_s:g}s"
+                ) from None
+            if isinstance(item, _End):
+                raise item.error
+            yield item
+            if self.request_id is not None and "method" not in item:
+                return  # the response: nothing else belongs to this request
+
+    async def aclose(self, drain: bool = False) -> None:
+        self._session.forget(self)
+        with contextlib.suppress(Exception):
+            await self._messages.aclose()  # type: ignore[attr-defined]
+
+
+class SseSession:
+    """One GET stream and the endpoint it announced: one legacy session."""
+
+    session_id: str | None = None
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        endpoint: httpx.URL,
+        stream: httpx.Response,
+        events: AsyncIterator[ServerSentEvent],
+        headers: Mapping[str, str],
+        request_timeout_s: float,
+    ) -> None:
+        self._client = client
+        self.endpoint = endpoint
+        self._stream = stream
+        self._request_timeout_s = request_timeout_s
+        self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
+        self._headers = {"content-type": "application/json", **headers}
+        self._pending: dict[tuple[str, Any], SseExchange] = {}
+        self._progress: dict[tuple[str, Any], SseExchange] = {}
+        self._listen: SseExchange | None = None
+        self.gone: UpstreamError | None = None
+        self.initialized = False
+        self._answers: set[asyncio.Task[None]] = set()
+        # A fresh context: the stream outlives the request that opened it.
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read(events), context=contextvars.Context()
+        )
+
+    # -- the seam -----------------------------------------------------------------
+
+    async def request(self, message: Message) -> SseExchange:
+        if self.gone is not None:
+            raise SessionExpired("the upstream's SSE stream has ended")
+        key = _id_key(message.get("id"))
+        if key in self._pending:
+            raise UpstreamProtocolError(f"request id {message.get('id')!r} is already in flight")
+        method = str(message.get("method"))
+        exchange = SseExchange(self, method, self._request_timeout_s, message.get("id"))
+        self._pending[key] = exchange
+        token = _progress_token(message)
+        if isinstance(token, str | int):
+            exchange.progress_token = _id_key(token)
+            self._progress[exchange.progress_token] = exchange
+        try:
+            await self._post(message, method)
+        except BaseException:
+            self.forget(exchange)
+            raise
+        return exchange
+
+    async def notify(self, message: Message) -> None:
+        await self._post(message, str(message.get("method")))
+
+    async def respond(self, message: Message) -> None:
+        await self._post(message, "response to a server request")
+
+    async def listen(self, last_event_id: str | None = None) -> SseExchange:
+        if self.gone is not None:
+            raise SessionExpired("the upstream's SSE stream has ended")
+        previous, self._listen = self._listen, SseExchange(self, "listen stream", None)
+        if previous is not None:
+            previous.end(UpstreamUnavailable("replaced by a newer listen stream"))
+        return self._listen
+
+    async def close(self) -> None:
+        """The session ends with its stream (2024-11-05 has no DELETE)."""
+        self._lost(SessionExpired("the session was closed"))
+        self._reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader
+        with contextlib.suppress(Exception):
+            await _close(self._stream)
+
+    def forget(self, exchange: SseExchange) -> None:
+        if exchange.request_id is not None:
+            key = _id_key(exchange.request_id)
+            if self._pending.get(key) is exchange:
+                del self._pending[key]
+        if exchange.progress_token is not None:
+            if self._progress.get(exchange.progress_token) is exchange:
+                del self._progress[exchange.progress_token]
+        if self._listen is exchange:
+            self._listen = None
+
+    # -- writing ------------------------------------------------------------------
+
+    async def _post(self, message: Message, what: str) -> None:
+        if self.gone is not None:
+            raise SessionExpired("the upstream's SSE stream has ended")
+        with _library_errors(what):
+            request = self._client.build_request(
+                "POST",
+                self.endpoint,
+                content=jsonio.dumps(message),
+                headers={**self._headers, **tracing.outgoing_headers()},
+                timeout=self._timeout,
+            )
+            response = await self._client.send(request, stream=True)
+        try:
+            if response.status_code == 404:
+                # The endpoint's session is unknown: the server forgot it.
+                self._lost(SessionExpired("upstream no longer knows the session"))
+                raise SessionExpired("upstream no longer knows the session")
+            await _refuse_challenge(response, what)
+            if response.status_code >= 400:
+                raise UpstreamHttpError(
+                    f"upstream refused {what} with HTTP {response.status_code}",
+                    response.status_code,
+                )
+        finally:
+            await _close(response)
+
+    # -- reading ------------------------------------------------------------------
+
+    async def _read(self, events: AsyncIterator[ServerSentEvent]) -> None:
+        ended: UpstreamError = UpstreamUnavailable("the upstream's SSE stream ended")
+        try:
+            with _library_errors("SSE stream"):
+                async for event in events:
+                    if event.event not in ("message", "") or not event.data:
+                        continue
+                    try:
+                        parsed = jsonio.loads(event.data)
+                    except jsonio.JSONDecodeError:
+                        log.info("upstream_sse_not_json", length=len(event.data))
+                        continue
+                    for message in parsed if isinstance(parsed, list) else [parsed]:
+                        if isinstance(message, dict):
+                            self._dispatch(message)
+        except UpstreamError as exc:
+            ended = UpstreamUnavailable(f"the upstream's SSE stream broke: {exc.message}")
+        if self.gone is None:
+            log.warning("upstream_sse_stream_ended", reason=ended.message)
+        self._lost(ended)
+
+    def _lost(self, error: UpstreamError) -> None:
+        """Every call waiting on the stream ends with `error`; the session is gone."""
+        if self.gone is None:
+            self.gone = error
+        for exchange in list(self._pending.values()):
+            exchange.end(error)
+        self._pending.clear()
+        self._progress.clear()
+        if self._listen is not None:
+            self._listen.end(error)
+
+    def _dispatch(self, message: Message) -> None:
+        method = message.get("method")
+        if method is None:
+            exchange = self._pending.pop(_id_key(message.get("id")), None)
+            if exchange is not None:
+                exchange.put(message)
+            return
+        if "id" in message:
+            sole = self._sole_call()
+            if sole is not None:
+                sole.put(message)  # only that call can have asked it
+            elif self._listen is not None:
+                self._listen.put(message)
+            else:
+                self._answer_alone(message)
+            return
+        if method == "notifications/progress":
+            params = message.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            exchange = self._progress.get(_id_key(token)) if isinstance(token, str | int) else None
+            if exchange is not None:
+                exchange.put(message)
+                return
+        elif method == "notifications/message":
+            sole = self._sole_call()
+            if sole is not None:
+                sole.put(message)
+                return
+        if self._listen is not None:
+            self._listen.put(message)
+
+    def _sole_call(self) -> SseExchange | None:
+        """The one call in flight after initialize, if exactly one: with several,
+        nothing on the stream says which one a server request belongs to."""
+        if not self.initialized:
+            return None
+        calls = [e for e in self._pending.values() if e.what in CALL_METHODS]
+        return calls[0] if len(calls) == 1 else None
+
+    def _answer_alone(self, request: Message) -> None:
+        async def answer() -> None:
+            with contextlib.suppress(UpstreamError):
+                await self.respond(default_answer(request))
+
+        task = asyncio.get_running_loop().create_task(answer())
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+
+
+async def open_sse_session(
+    client: httpx.AsyncClient,
+    url: str,
+    initialize: Message,
+    headers: Mapping[str, str],
+    *,
+    request_timeout_s: float,
+    endpoint_timeout_s: float,
+) -> tuple[SseSession, Message]:
+    """GET the SSE stream, wait for its `endpoint`, then initialize over it."""
+    get_headers = {"accept": "text/event-stream", **headers, **tracing.outgoing_headers()}
+    with _library_errors("SSE GET"):
+        request = client.build_request(
+            "GET",
+            url,
+            headers=get_headers,
+            timeout=httpx.Timeout(None, connect=client.timeout.connect),
+        )
+        response = await client.send(request, stream=True)
+    await _refuse_challenge(response, "SSE GET")
+    if response.status_code >= 400 or _content_type(response) != "text/event-stream":
+        status = response.status_code
+        await _close(response)
+        raise UpstreamHttpError(
+            f"upstream answered the SSE GET with HTTP {status}"
+            + ("" if status >= 400 else " and no event stream"),
+            status if status >= 400 else 502,
+        )
+    session: SseSession | None = None
+    try:
+        events = EventSource(response).aiter_sse()
+        endpoint = await _endpoint(events, response.url, endpoint_timeout_s)
+        session = SseSession(client, endpoint, response, events, headers, request_timeout_s)
+        exchange = await session.request(initialize)
+        answer: Message | None = None
+        try:
+            async for message in exchange:
+                if "method" not in message:
+                    answer = message
+        finally:
+            await exchange.aclose()
+        if answer is None:
+            raise UpstreamProtocolError("upstream ended the initialize exchange")
+        error = answer.get("error")
+        if isinstance(error, dict):
+            raise UpstreamProtocolError(
+                f"upstream refused initialize: {error.get('code')} {error.get('message')}"
+            )
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            raise UpstreamProtocolError("upstream answered initialize without a result")
+        negotiated = get_version(result.get("protocolVersion"))
+        if negotiated is None or negotiated.features.per_request_meta:
+            raise UpstreamProtocolError(
+                f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+                "which is not a legacy version this gateway knows"
+            )
+        await session.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        session.initialized = True
+        return session, result
+    except BaseException:
+        if session is not None:
+            await session.close()
+        else:
+            await _close(response)
+        raise
+
+
+async def _endpoint(
+    events: AsyncIterator[ServerSentEvent], stream_url: httpx.URL, timeout_s: float
+) -> httpx.URL:
+    """The first event must be `endpoint` (2024-11-05 basic/transports); its URI is
+    resolved against the stream's URL and must stay on the stream's origin, so
+    that an upstream cannot send the gateway's POSTs (with the caller's
+    credentials) anywhere else."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            with _library_errors("SSE GET"):
+                event = await anext(events)
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"upstream sent no endpoint event within {timeout_s:g}s of the SSE GET"
+        ) from None
+    except StopAsyncIteration:
+        raise UpstreamProtocolError("upstream closed the SSE stream before its endpoint") from None
+    if event.event != "endpoint" or not event.data.strip():
+        raise UpstreamProtocolError(
+            f"upstream's first SSE event is {event.event!r}, not an endpoint event"
+        )
+    try:
+        endpoint = stream_url.join(event.data.strip())
+    except httpx.InvalidURL:
+        raise UpstreamProtocolError("upstream's endpoint event is not a URI") from None
+    if (endpoint.scheme, endpoint.host, endpoint.port) != (
+        stream_url.scheme,
+        stream_url.host,
+        stream_url.port,
+    ):
+        raise UpstreamProtocolError("upstream's endpoint event names another origin")
+    return endpoint
+
+
+class DetectingTransport(StreamableHttpTransport):
+    """Streamable HTTP first, then HTTP+SSE (`mode="auto"`), or HTTP+SSE only
+    (`mode="sse"`); once a session opens, later ones use what worked. A
+    Streamable HTTP transport otherwise: the same client, the same metadata
+    fetch for OAuth."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        *,
+        request_timeout_s: float,
+        endpoint_timeout_s: float,
+        mode: str = "auto",
+    ) -> None:
+        super().__init__(client, url, request_timeout_s=request_timeout_s)
+        self._sse_client = client
+        self._sse_url = url
+        self._sse_request_timeout_s = request_timeout_s
+        self._endpoint_timeout_s = endpoint_timeout_s
+        # None until detected: "streamable-http" or "sse".
+        self.kind: str | None = "sse" if mode == "sse" else None
+
+    async def open_session(  # type: ignore[override]
+        self, initialize: Message, headers: Mapping[str, str]
+    ) -> tuple[StreamableHttpSession | SseSession, Message]:
+        if self.kind == "sse":
+            return await self._open_sse(initialize, headers)
+        if self.kind == "streamable-http":
+            return await super().open_session(initialize, headers)
+        try:
+            opened = await super().open_session(initialize, headers)
+        except UpstreamHttpError as exc:
+            if exc.http_status not in FALLBACK_STATUSES:
+                raise
+            try:
+                sse = await self._open_sse(initialize, headers)
+            except UpstreamError as sse_exc:
+                raise UpstreamHttpError(
+                    f"{exc.message}; no HTTP+SSE stream either ({sse_exc.message})",
+                    exc.http_status,
+                ) from None
+            self._detected("sse")
+            return sse
+        self._detected("streamable-http")
+        return opened
+
+    def _detected(self, kind: str) -> None:
+        if self.kind is None:
+            self.kind = kind
+            log.info("upstream_transport_detected", transport=kind)
+
+    async def _open_sse(
+        self, initialize: Message, headers: Mapping[str, str]
+    ) -> tuple[SseSession, Message]:
+        return await open_sse_session(
+            self._sse_client,
+            self._sse_url,
+            initialize,
+            headers,
+            request_timeout_s=self._sse_request_timeout_s,
+            endpoint_timeout_s=self._endpoint_timeout_s,
+        )

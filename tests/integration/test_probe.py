@@ -1,0 +1,278 @@
+"""`mcp-shim probe` (issue 11) against real servers: the legacy fixture (mcp 1.x)
+over Streamable HTTP and over stdio, and the published
+`@modelcontextprotocol/server-everything` over stdio; then the ways it fails.
+
+The probe runs as an operator runs it: `python -m app.cli probe` in a process
+of its own, configured by the gateway's environment variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import procs
+from tests.integration.recording_proxy import RecordingProxy
+
+pytestmark = pytest.mark.peers
+
+EVERYTHING = (
+    procs.PEERS
+    / "node"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-everything"
+    / "dist"
+    / "index.js"
+)
+# Keys of the documented --json shape (README.md, "Checking an upstream").
+REPORT_KEYS = {
+    "shape",
+    "ok",
+    "upstream",
+    "transport",
+    "server",
+    "era",
+    "protocolVersion",
+    "offeredProtocolVersion",
+    "capabilities",
+    "modernCapabilities",
+    "instructions",
+    "tools",
+    "prompts",
+    "resources",
+    "resourceTemplates",
+    "listErrors",
+    "modernVersion",
+    "translations",
+    "elapsedMs",
+}
+# Methods without side effects (issue 11: "initialize/server/discover and list
+# methods only").
+HARMLESS = {
+    "initialize",
+    "notifications/initialized",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+}
+
+
+def probe(*args: str, timeout: float = 60.0, **env: str) -> subprocess.CompletedProcess[str]:
+    """`mcp-shim probe ARGS` with only these MCP_SHIM_* settings."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SHIM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "probe", *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=procs.ROOT,
+    )
+
+
+def report_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def fixture_command(*prefix: str) -> str:
+    return shlex.join(
+        [*prefix, str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"]
+    )
+
+
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker` (a child the probe started)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in environ and state != "Z":
+            found.append(int(name))
+    return found
+
+
+def ids_of(report: dict[str, Any]) -> set[str]:
+    return {item["id"] for item in report["translations"]}
+
+
+# -- the legacy fixture over HTTP ----------------------------------------------
+
+
+def test_probe_of_the_fixture_over_http_sends_nothing_with_side_effects(
+    legacy_url: str,
+) -> None:
+    with RecordingProxy(legacy_url) as proxy:
+        done = probe("--json", MCP_SHIM_UPSTREAM_URL=proxy.url)
+        report = report_of(done)
+        records = proxy.snapshot()
+    assert set(report) == REPORT_KEYS
+    assert report["ok"] is True and report["shape"] == 1
+    assert report["transport"] == "streamable-http"
+    assert report["upstream"] == proxy.url
+    assert report["server"] == {"name": "mcp-shim-legacy-fixture", "version": "1.0.0"}
+    assert report["era"] == "legacy"
+    assert report["protocolVersion"] == report["offeredProtocolVersion"] == "2025-11-25"
+    assert "echo" in report["tools"] and "ask_name" in report["tools"]
+    assert report["prompts"] > 0 and report["resources"] > 0
+    assert report["listErrors"] == {}
+    # As the gateway's server/discover announces them to 2026-07-28 clients.
+    assert report["modernCapabilities"]["tools"] == {"listChanged": True}
+    assert {"sessions", "discover", "resultType", "errorCodes", "inputRequired"} <= ids_of(report)
+    # Only initialize and list methods went upstream, then the session was ended.
+    methods = [r.method for r in records if r.http_method == "POST"]
+    assert methods[:2] == ["initialize", "notifications/initialized"]
+    assert set(methods) <= HARMLESS
+    assert {"tools/list", "prompts/list", "resources/list"} <= set(methods)
+    assert records[-1].http_method == "DELETE"
+    assert records[-1].session_id == records[1].session_id is not None
+
+
+def test_probe_text_report_of_the_fixture_over_http(legacy_url: str) -> None:
+    done = probe(MCP_SHIM_UPSTREAM_URL=legacy_url)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "server:      mcp-shim-legacy-fixture 1.0.0" in out
+    assert f"upstream:    {legacy_url} (streamable-http)" in out
+    assert "protocol:    2025-11-25 (legacy; offered 2025-11-25)" in out
+    assert "server/discover synthesised from initialize" in out
+    assert "error codes renumbered: -32002 -> -32602 (resource not found)" in out
+    tools_line = next(line for line in out.splitlines() if line.startswith("tools ("))
+    assert "echo" in tools_line.split(": ", 1)[1].split(", ")
+
+
+def test_probe_offers_the_configured_version(legacy_url: str) -> None:
+    """MCP_SHIM_UPSTREAM_PROTOCOL_VERSION is what the gateway offers, so the probe
+    offers it too; an older upstream version changes what is translated."""
+    report = report_of(
+        probe(
+            "--json",
+            MCP_SHIM_UPSTREAM_URL=legacy_url,
+            MCP_SHIM_UPSTREAM_PROTOCOL_VERSION="2025-03-26",
+        )
+    )
+    assert report["protocolVersion"] == "2025-03-26"
+    asked = next(t for t in report["translations"] if t["id"] == "inputRequired")
+    # 2025-03-26 has no elicitation (added in 2025-06-18).
+    assert "elicitation/create" not in asked["description"]
+    assert "sampling/createMessage" in asked["description"]
+    steps = next(t for t in report["translations"] if t["id"] == "messages")
+    assert "2025-03-26 -> 2025-06-18 -> 2025-11-25" in steps["description"]
+
+
+# -- stdio ------------------------------------------------------------------------
+
+
+def test_probe_of_the_fixture_over_stdio_leaves_no_process() -> None:
+    marker = f"SHIM_PROBE_MARKER={uuid.uuid4().hex}"
+    done = probe("--json", MCP_SHIM_UPSTREAM_COMMAND=fixture_command("env", marker))
+    report = report_of(done)
+    assert report["transport"] == "stdio"
+    assert report["server"]["name"] == "mcp-shim-legacy-fixture"
+    assert report["protocolVersion"] == "2025-11-25"
+    assert "echo" in report["tools"]
+    # The probe stopped the server before it exited.
+    assert processes_with(marker) == []
+
+
+def test_probe_of_server_everything_over_stdio() -> None:
+    command = shlex.join([str(procs.require_peer(procs.NODE)), str(procs.require_peer(EVERYTHING))])
+    text = probe(MCP_SHIM_UPSTREAM_COMMAND=command)
+    assert text.returncode == 0, text.stderr
+    assert "server:      mcp-servers/everything" in text.stdout
+    assert "(stdio)" in text.stdout
+    report = report_of(probe("--json", MCP_SHIM_UPSTREAM_COMMAND=command))
+    assert report["server"]["name"] == "mcp-servers/everything"
+    assert report["era"] == "legacy"
+    assert {"echo", "get-sum", "get-env"} <= set(report["tools"])
+    assert report["prompts"] > 0 and report["resources"] > 0
+    assert "tasks" in report["capabilities"]
+    # Tasks left the core protocol in the 2026 revisions.
+    assert "tasks" not in report["modernCapabilities"]
+
+
+# -- failures -----------------------------------------------------------------------
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("mcp-shim probe: ")
+    return lines[0]
+
+
+def test_nothing_listening() -> None:
+    url = f"http://127.0.0.1:{procs.free_port()}/mcp"
+    done = probe(MCP_SHIM_UPSTREAM_URL=url)
+    assert done.returncode == 3
+    assert done.stdout == ""
+    line = one_line(done)
+    assert "unreachable" in line and "Connection refused" in line
+    machine = probe("--json", MCP_SHIM_UPSTREAM_URL=url)
+    assert machine.returncode == 3
+    assert json.loads(machine.stdout) == {
+        "shape": 1,
+        "ok": False,
+        "exitCode": 3,
+        "reason": line.removeprefix("mcp-shim probe: "),
+        "upstream": url,
+        # Not detected: the configured MCP_SHIM_UPSTREAM_TRANSPORT.
+        "transport": "auto",
+    }
+
+
+def test_an_http_error_is_a_refusal(legacy_url: str) -> None:
+    done = probe(MCP_SHIM_UPSTREAM_URL=legacy_url.removesuffix("/mcp") + "/nowhere")
+    assert done.returncode == 4
+    assert "refused: upstream refused initialize with HTTP 404" in one_line(done)
+
+
+def test_a_command_that_exits_at_once() -> None:
+    command = "sh -c 'echo \"fatal: SERVICE_TOKEN is not set\" >&2; exit 3'"
+    done = probe(MCP_SHIM_UPSTREAM_COMMAND=command)
+    assert done.returncode == 6
+    line = one_line(done)
+    assert "exited with code 3 during initialize" in line
+    assert "stderr: fatal: SERVICE_TOKEN is not set" in line
+
+
+def test_a_command_that_never_answers_times_out() -> None:
+    marker = f"SHIM_PROBE_MARKER={uuid.uuid4().hex}"
+    started = time.monotonic()
+    done = probe(
+        MCP_SHIM_UPSTREAM_COMMAND=f"env {marker} sleep 30", MCP_SHIM_STDIO_START_TIMEOUT_S="1"
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 5
+    assert "timed out" in one_line(done) and "MCP_SHIM_STDIO_START_TIMEOUT_S" in done.stderr
+    assert elapsed < 20
+    assert processes_with(marker) == []
+
+
+def test_the_probe_timeout_bounds_the_whole_probe() -> None:
+    done = probe("--timeout", "1", MCP_SHIM_UPSTREAM_COMMAND="sleep 30")
+    assert done.returncode == 5
+    assert "timed out after 1s waiting for initialize (--timeout)" in one_line(done)
+
+
+def test_invalid_configuration() -> None:
+    done = probe()
+    assert done.returncode == 2
+    assert "MCP_SHIM_UPSTREAM_URL" in done.stderr and "MCP_SHIM_UPSTREAM_COMMAND" in done.stderr
