@@ -24,7 +24,7 @@ from typing import Any, Literal
 import structlog
 
 from app.upstream.base import Message
-from app.upstream.errors import UpstreamAuthChallenge, UpstreamError
+from app.upstream.errors import UpstreamAuthChallenge, UpstreamError, UpstreamHttpError
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
 from translators.registry import LATEST_MODERN, Version, get_version, modern_versions
 
@@ -121,7 +121,14 @@ async def discover(
     headers = standard_headers(message, version.name)
     if authorization is not None:
         headers["authorization"] = authorization
-    exchange = await upstream.request(message, headers)
+    try:
+        exchange = await upstream.request(message, headers)
+    except UpstreamHttpError as exc:
+        if 400 <= exc.http_status < 500:
+            # A refusal without a JSON-RPC body (an HTTP+SSE server's 404 or 405
+            # on POST): no modern server answers so. A 5xx tells nothing: raised.
+            return None
+        raise
     try:
         async for answer in exchange:
             if answer.get("id") == PROBE_ID and ("result" in answer or "error" in answer):
