@@ -33,8 +33,6 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import structlog
@@ -50,7 +48,7 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.listener import default_answer
+from app.upstream.routing import Exchange, Router, initialize_result
 from app.upstream.streamable_http import (
     StreamableHttpSession,
     StreamableHttpTransport,
@@ -59,79 +57,16 @@ from app.upstream.streamable_http import (
     _library_errors,
     _refuse_challenge,
 )
-from translators.registry import get_version
 
 log = structlog.get_logger("mcp_shim.http_sse")
 
-# The requests during which a server asks its client for input.
-CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
-# Notifications an exchange or a listen stream may hold unread; beyond, dropped.
-QUEUE_SOFT_BOUND = 1000
 # POSTing initialize failed with one of these: try HTTP+SSE (2025-03-26
 # basic/transports, "Backwards Compatibility").
 FALLBACK_STATUSES = frozenset({400, 404, 405})
 
 
-def _id_key(value: Any) -> tuple[str, Any]:
-    return (type(value).__name__, value)
-
-
-def _progress_token(message: Message) -> Any:
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return meta.get("progressToken") if isinstance(meta, dict) else None
-
-
-@dataclass(frozen=True, slots=True)
-class _End:
-    error: UpstreamError
-
-
-class SseExchange:
-    """Messages for one request (ending with its response), or the listen stream."""
-
-    def __init__(
-        self, session: SseSession, what: str, timeout_s: float | None, request_id: Any = None
-    ) -> None:
-        self._session = session
-        self.what = what
-        self._timeout_s = timeout_s
-        self.request_id = request_id
-        self.progress_token: Any = None
-        self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
-        self.last_event_id: str | None = None
-        self._messages = self._read()
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._messages
-
-    def put(self, message: Message) -> None:
-        if "method" in message and "id" not in message and self.queue.qsize() > QUEUE_SOFT_BOUND:
-            return
-        self.queue.put_nowait(message)
-
-    def end(self, error: UpstreamError) -> None:
-        self.queue.put_nowait(_End(error))
-
-    async def _read(self) -> AsyncIterator[Message]:
-        while True:
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    item = await self.queue.get()
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    f"upstream sent nothing for {self.what} within {self._timeout_s:g}s"
-                ) from None
-            if isinstance(item, _End):
-                raise item.error
-            yield item
-            if self.request_id is not None and "method" not in item:
-                return  # the response: nothing else belongs to this request
-
-    async def aclose(self, drain: bool = False) -> None:
-        self._session.forget(self)
-        with contextlib.suppress(Exception):
-            await self._messages.aclose()  # type: ignore[attr-defined]
+# The routing (app/upstream/routing.py) is the same as stdio's: one exchange class.
+SseExchange = Exchange
 
 
 class SseSession:
@@ -154,12 +89,11 @@ class SseSession:
         self._request_timeout_s = request_timeout_s
         self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
         self._headers = {"content-type": "application/json", **headers}
-        self._pending: dict[tuple[str, Any], SseExchange] = {}
-        self._progress: dict[tuple[str, Any], SseExchange] = {}
-        self._listen: SseExchange | None = None
+        self._routes = Router(
+            "upstream", initialized=lambda: self.initialized, respond=self.respond
+        )
         self.gone: UpstreamError | None = None
         self.initialized = False
-        self._answers: set[asyncio.Task[None]] = set()
         # A fresh context: the stream outlives the request that opened it.
         self._reader = asyncio.get_running_loop().create_task(
             self._read(events), context=contextvars.Context()
@@ -170,20 +104,11 @@ class SseSession:
     async def request(self, message: Message) -> SseExchange:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
-        key = _id_key(message.get("id"))
-        if key in self._pending:
-            raise UpstreamProtocolError(f"request id {message.get('id')!r} is already in flight")
-        method = str(message.get("method"))
-        exchange = SseExchange(self, method, self._request_timeout_s, message.get("id"))
-        self._pending[key] = exchange
-        token = _progress_token(message)
-        if isinstance(token, str | int):
-            exchange.progress_token = _id_key(token)
-            self._progress[exchange.progress_token] = exchange
+        exchange = self._routes.open(message, self._request_timeout_s)
         try:
-            await self._post(message, method)
+            await self._post(message, exchange.what)
         except BaseException:
-            self.forget(exchange)
+            self._routes.forget(exchange)
             raise
         return exchange
 
@@ -196,10 +121,7 @@ class SseSession:
     async def listen(self, last_event_id: str | None = None) -> SseExchange:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
-        previous, self._listen = self._listen, SseExchange(self, "listen stream", None)
-        if previous is not None:
-            previous.end(UpstreamUnavailable("replaced by a newer listen stream"))
-        return self._listen
+        return self._routes.listen()
 
     async def close(self) -> None:
         """The session ends with its stream (2024-11-05 has no DELETE)."""
@@ -209,17 +131,6 @@ class SseSession:
             await self._reader
         with contextlib.suppress(Exception):
             await _close(self._stream)
-
-    def forget(self, exchange: SseExchange) -> None:
-        if exchange.request_id is not None:
-            key = _id_key(exchange.request_id)
-            if self._pending.get(key) is exchange:
-                del self._pending[key]
-        if exchange.progress_token is not None:
-            if self._progress.get(exchange.progress_token) is exchange:
-                del self._progress[exchange.progress_token]
-        if self._listen is exchange:
-            self._listen = None
 
     # -- writing ------------------------------------------------------------------
 
@@ -265,7 +176,7 @@ class SseSession:
                         continue
                     for message in parsed if isinstance(parsed, list) else [parsed]:
                         if isinstance(message, dict):
-                            self._dispatch(message)
+                            self._routes.dispatch(message)
         except UpstreamError as exc:
             ended = UpstreamUnavailable(f"the upstream's SSE stream broke: {exc.message}")
         if self.gone is None:
@@ -276,60 +187,7 @@ class SseSession:
         """Every call waiting on the stream ends with `error`; the session is gone."""
         if self.gone is None:
             self.gone = error
-        for exchange in list(self._pending.values()):
-            exchange.end(error)
-        self._pending.clear()
-        self._progress.clear()
-        if self._listen is not None:
-            self._listen.end(error)
-
-    def _dispatch(self, message: Message) -> None:
-        method = message.get("method")
-        if method is None:
-            exchange = self._pending.pop(_id_key(message.get("id")), None)
-            if exchange is not None:
-                exchange.put(message)
-            return
-        if "id" in message:
-            sole = self._sole_call()
-            if sole is not None:
-                sole.put(message)  # only that call can have asked it
-            elif self._listen is not None:
-                self._listen.put(message)
-            else:
-                self._answer_alone(message)
-            return
-        if method == "notifications/progress":
-            params = message.get("params")
-            token = params.get("progressToken") if isinstance(params, dict) else None
-            exchange = self._progress.get(_id_key(token)) if isinstance(token, str | int) else None
-            if exchange is not None:
-                exchange.put(message)
-                return
-        elif method == "notifications/message":
-            sole = self._sole_call()
-            if sole is not None:
-                sole.put(message)
-                return
-        if self._listen is not None:
-            self._listen.put(message)
-
-    def _sole_call(self) -> SseExchange | None:
-        """The one call in flight after initialize, if exactly one: with several,
-        nothing on the stream says which one a server request belongs to."""
-        if not self.initialized:
-            return None
-        calls = [e for e in self._pending.values() if e.what in CALL_METHODS]
-        return calls[0] if len(calls) == 1 else None
-
-    def _answer_alone(self, request: Message) -> None:
-        async def answer() -> None:
-            with contextlib.suppress(UpstreamError):
-                await self.respond(default_answer(request))
-
-        task = asyncio.get_running_loop().create_task(answer())
-        self._answers.add(task)
-        task.add_done_callback(self._answers.discard)
+        self._routes.fail_all(error)
 
 
 async def open_sse_session(
@@ -373,22 +231,7 @@ async def open_sse_session(
                     answer = message
         finally:
             await exchange.aclose()
-        if answer is None:
-            raise UpstreamProtocolError("upstream ended the initialize exchange")
-        error = answer.get("error")
-        if isinstance(error, dict):
-            raise UpstreamProtocolError(
-                f"upstream refused initialize: {error.get('code')} {error.get('message')}"
-            )
-        result = answer.get("result")
-        if not isinstance(result, dict):
-            raise UpstreamProtocolError("upstream answered initialize without a result")
-        negotiated = get_version(result.get("protocolVersion"))
-        if negotiated is None or negotiated.features.per_request_meta:
-            raise UpstreamProtocolError(
-                f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
-                "which is not a legacy version this gateway knows"
-            )
+        result = initialize_result(answer, "upstream")
         await session.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
         session.initialized = True
         return session, result

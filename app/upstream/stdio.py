@@ -46,8 +46,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -58,12 +57,10 @@ from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
     UpstreamError,
-    UpstreamProtocolError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.listener import default_answer
-from translators.registry import get_version
+from app.upstream.routing import Exchange, Router, initialize_result
 
 log = structlog.get_logger("mcp_shim.stdio")
 
@@ -77,11 +74,6 @@ STDERR_LINE_CHARS = 500
 STDERR_LINES_PER_S = 20.0
 STDERR_BURST = 50
 STDERR_TAIL = 20  # last lines kept for the exit log
-# Notifications an exchange or a listen stream may hold unread; beyond, dropped
-# (responses and server requests never are).
-QUEUE_SOFT_BOUND = 1000
-# The requests during which a server asks its client for input.
-CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 10.0
 
@@ -118,67 +110,8 @@ def _killpg(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _id_key(value: Any) -> tuple[str, Any]:
-    # JSON ids 1 and "1" are different requests.
-    return (type(value).__name__, value)
-
-
-def _progress_token(message: Message) -> Any:
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return meta.get("progressToken") if isinstance(meta, dict) else None
-
-
-@dataclass(frozen=True, slots=True)
-class _End:
-    error: UpstreamError
-
-
-class StdioExchange:
-    """Messages for one request (ending with its response), or the listen stream."""
-
-    def __init__(
-        self, session: StdioSession, what: str, timeout_s: float | None, request_id: Any = None
-    ) -> None:
-        self._session = session
-        self.what = what
-        self._timeout_s = timeout_s
-        self.request_id = request_id
-        self.progress_token: Any = None
-        self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
-        self.last_event_id: str | None = None
-        self._messages = self._read()
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._messages
-
-    def put(self, message: Message) -> None:
-        if "method" in message and "id" not in message and self.queue.qsize() > QUEUE_SOFT_BOUND:
-            return
-        self.queue.put_nowait(message)
-
-    def end(self, error: UpstreamError) -> None:
-        self.queue.put_nowait(_End(error))
-
-    async def _read(self) -> AsyncIterator[Message]:
-        while True:
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    item = await self.queue.get()
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    f"stdio upstream sent nothing for {self.what} within {self._timeout_s:g}s"
-                ) from None
-            if isinstance(item, _End):
-                raise item.error
-            yield item
-            if self.request_id is not None and "method" not in item:
-                return  # the response: nothing else belongs to this request
-
-    async def aclose(self, drain: bool = False) -> None:
-        self._session.forget(self)
-        with contextlib.suppress(Exception):
-            await self._messages.aclose()  # type: ignore[attr-defined]
+# The routing (app/upstream/routing.py) is the same as HTTP+SSE's: one exchange class.
+StdioExchange = Exchange
 
 
 class StdioSession:
@@ -199,9 +132,9 @@ class StdioSession:
         self.pid = proc.pid
         self._request_timeout_s = request_timeout_s
         self._liveness_s = liveness_s
-        self._pending: dict[tuple[str, Any], StdioExchange] = {}
-        self._progress: dict[tuple[str, Any], StdioExchange] = {}
-        self._listen: StdioExchange | None = None
+        self._routes = Router(
+            "stdio upstream", initialized=lambda: self.initialized, respond=self.respond
+        )
         self.gone: UpstreamError | None = None  # set once the process is (being) stopped
         self.closing = False
         self.started_at = time.monotonic()
@@ -213,7 +146,6 @@ class StdioSession:
         self.not_json = 0  # stdout lines that were not JSON-RPC
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._ping_ids = itertools.count(1)
-        self._answers: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
         # A fresh context: the process outlives the request that started it, and its
         # log lines must not carry that request's id.
@@ -227,31 +159,22 @@ class StdioSession:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return len(self._routes.pending)
 
     @property
     def listening(self) -> bool:
-        return self._listen is not None
+        return self._routes.listening is not None
 
     async def request(self, message: Message) -> StdioExchange:
         if self.gone is not None or self.closing:
             # Never written: its handler never ran, a new process may take it.
             raise SessionExpired("the stdio upstream process has ended")
-        key = _id_key(message.get("id"))
-        if key in self._pending:
-            raise UpstreamProtocolError(f"request id {message.get('id')!r} is already in flight")
-        method = str(message.get("method"))
-        exchange = StdioExchange(self, method, self._request_timeout_s, message.get("id"))
-        self._pending[key] = exchange
-        token = _progress_token(message)
-        if token is not None and isinstance(token, str | int):
-            exchange.progress_token = _id_key(token)
-            self._progress[exchange.progress_token] = exchange
+        exchange = self._routes.open(message, self._request_timeout_s)
         self.last_active = time.monotonic()
         try:
-            await self._write(message, method)
+            await self._write(message, exchange.what)
         except BaseException:
-            self.forget(exchange)
+            self._routes.forget(exchange)
             raise
         return exchange
 
@@ -264,10 +187,7 @@ class StdioSession:
     async def listen(self, last_event_id: str | None = None) -> StdioExchange:
         if self.gone is not None or self.closing:
             raise SessionExpired("the stdio upstream process has ended")
-        previous, self._listen = self._listen, StdioExchange(self, "listen stream", None)
-        if previous is not None:
-            previous.end(UpstreamUnavailable("replaced by a newer listen stream"))
-        return self._listen
+        return self._routes.listen()
 
     async def close(self) -> None:
         """Stop the process (stdin closed, then SIGTERM, then SIGKILL), in the background:
@@ -276,17 +196,6 @@ class StdioSession:
             return
         self.closing = True
         self._transport.stop_in_background(self)
-
-    def forget(self, exchange: StdioExchange) -> None:
-        if exchange.request_id is not None:
-            key = _id_key(exchange.request_id)
-            if self._pending.get(key) is exchange:
-                del self._pending[key]
-        if exchange.progress_token is not None:
-            if self._progress.get(exchange.progress_token) is exchange:
-                del self._progress[exchange.progress_token]
-        if self._listen is exchange:
-            self._listen = None
 
     # -- writing ------------------------------------------------------------------
 
@@ -352,64 +261,9 @@ class StdioSession:
                     self._dispatch(message)
 
     def _dispatch(self, message: Message) -> None:
-        method = message.get("method")
-        if method is None:
-            exchange = self._pending.pop(_id_key(message.get("id")), None)
-            if exchange is not None:
-                if self.initialized and not self.proven:
-                    self.proven = True
-                    self._transport.proven()
-                exchange.put(message)
-            return
-        if "id" in message:
-            sole = self._sole_call()
-            if sole is not None:
-                # Only one call can have caused it: the call's own question, handled
-                # as on its HTTP stream (the MRTR bridge asks the client; a caller
-                # without the capability gets -32021).
-                sole.put(message)
-            elif self._listen is not None:
-                self._listen.put(message)
-            else:
-                self._answer_alone(message)
-            return
-        if method == "notifications/progress":
-            params = message.get("params")
-            token = params.get("progressToken") if isinstance(params, dict) else None
-            exchange = self._progress.get(_id_key(token)) if isinstance(token, str | int) else None
-            if exchange is not None:
-                exchange.put(message)
-                return
-        elif method == "notifications/message":
-            sole = self._sole_call()
-            if sole is not None:
-                sole.put(message)  # one call in flight: its log lines
-                return
-        if self._listen is not None:
-            self._listen.put(message)
-
-    def _sole_call(self) -> StdioExchange | None:
-        """The one call in flight after initialize, if there is exactly one (always so
-        on an MRTR lane). With several, nothing on stdio says which one a server
-        request or a log line belongs to. Only the methods whose handlers ask the
-        client count: the gateway's own list and subscribe requests read nothing but
-        their answer, so a request handed to them would never be answered."""
-        if not self.initialized:
-            return None  # initialize itself: what comes now is unprompted
-        calls = [e for e in self._pending.values() if e.what in CALL_METHODS]
-        return calls[0] if len(calls) == 1 else None
-
-    def _answer_alone(self, request: Message) -> None:
-        """A server request with no listen stream open (e.g. `roots/list` right after
-        `initialized`): what the listener answers when nobody claims one."""
-
-        async def answer() -> None:
-            with contextlib.suppress(UpstreamError):
-                await self.respond(default_answer(request))
-
-        task = asyncio.get_running_loop().create_task(answer())
-        self._answers.add(task)
-        task.add_done_callback(self._answers.discard)
+        if self._routes.dispatch(message) and self.initialized and not self.proven:
+            self.proven = True
+            self._transport.proven()
 
     async def _read_stderr(self) -> None:
         stderr = self.proc.stderr
@@ -458,7 +312,7 @@ class StdioSession:
         as long again: the process stopped answering and is stopped."""
         while self.gone is None:
             await asyncio.sleep(self._liveness_s / 4)
-            if not self._pending or self.closing:
+            if not self._routes.pending or self.closing:
                 continue
             if time.monotonic() - self._last_output < self._liveness_s:
                 continue
@@ -486,20 +340,12 @@ class StdioSession:
         if self.gone is None:
             self.gone = StdioProcessExited(f"stdio upstream process stopped: {reason}")
             log.warning("upstream_process_stopping", pid=self.pid, reason=reason)
-            self._fail_all(self.gone)
+            self._routes.fail_all(self.gone)
         if graceful:
             self.closing = True
             self._transport.stop_in_background(self)
         else:
             _killpg(self.pid, signal.SIGKILL)
-
-    def _fail_all(self, error: UpstreamError) -> None:
-        for exchange in list(self._pending.values()):
-            exchange.end(error)
-        self._pending.clear()
-        self._progress.clear()
-        if self._listen is not None:
-            self._listen.end(error)
 
     async def _wait_exit(self) -> int:
         code = await self.proc.wait()
@@ -515,7 +361,7 @@ class StdioSession:
                 if code >= 0
                 else f"stdio upstream process was killed by signal {-code}"
             )
-        self._fail_all(self.gone)
+        self._routes.fail_all(self.gone)
         expected = self.closing
         fields: dict[str, Any] = {
             "pid": self.pid,
@@ -668,22 +514,7 @@ class StdioTransport:
             raise StdioProcessExited(f"{exc.message} during initialize") from None
         finally:
             await exchange.aclose()
-        if answer is None:
-            raise UpstreamProtocolError("stdio upstream ended the initialize exchange")
-        error = answer.get("error")
-        if isinstance(error, dict):
-            raise UpstreamProtocolError(
-                f"upstream refused initialize: {error.get('code')} {error.get('message')}"
-            )
-        result = answer.get("result")
-        if not isinstance(result, dict):
-            raise UpstreamProtocolError("stdio upstream answered initialize without a result")
-        negotiated = get_version(result.get("protocolVersion"))
-        if negotiated is None or negotiated.features.per_request_meta:
-            raise UpstreamProtocolError(
-                f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
-                "which is not a legacy version this gateway knows"
-            )
+        result = initialize_result(answer, "stdio upstream")
         await session.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
         session.initialized = True
         return result

@@ -1,0 +1,246 @@
+"""Routing the messages of one shared server stream (stdio, HTTP+SSE).
+
+On a stdio server's stdout and on a 2024-11-05 HTTP+SSE stream, every message
+of the server comes on one stream and nothing but the message says where it
+belongs. `Router` is what both sessions own to decide:
+
+- a response goes to the exchange of its request id;
+- `notifications/progress` to the exchange whose request carried its token;
+- a server request, and `notifications/message`, to the one call (`tools/call`,
+  `prompts/get`, `resources/read`) in flight when there is exactly one: only
+  that call can have caused it;
+- otherwise, and for other notifications, to the session's `listen()` stream
+  when one is open; with none, a notification is dropped and a request gets
+  the listener's `default_answer`, so the server never waits for an answer
+  that cannot come.
+
+How bytes are written and read, and when the session ends, stay with each
+transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.upstream.base import Message
+from app.upstream.errors import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from app.upstream.listener import default_answer
+from translators.registry import get_version
+
+# Notifications an exchange or a listen stream may hold unread; beyond, dropped
+# (responses and server requests never are).
+QUEUE_SOFT_BOUND = 1000
+# The requests during which a server asks its client for input.
+CALL_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+
+
+def id_key(value: Any) -> tuple[str, Any]:
+    # JSON ids 1 and "1" are different requests.
+    return (type(value).__name__, value)
+
+
+def progress_token(message: Message) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+def initialize_result(answer: Message | None, source: str) -> Message:
+    """The result of `initialize` as read off the stream, or why it is unusable: the
+    gateway speaks only legacy revisions to these transports."""
+    if answer is None:
+        raise UpstreamProtocolError(f"{source} ended the initialize exchange")
+    error = answer.get("error")
+    if isinstance(error, dict):
+        raise UpstreamProtocolError(
+            f"upstream refused initialize: {error.get('code')} {error.get('message')}"
+        )
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        raise UpstreamProtocolError(f"{source} answered initialize without a result")
+    negotiated = get_version(result.get("protocolVersion"))
+    if negotiated is None or negotiated.features.per_request_meta:
+        raise UpstreamProtocolError(
+            f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+            "which is not a legacy version this gateway knows"
+        )
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    error: UpstreamError
+
+
+class Exchange:
+    """Messages for one request (ending with its response), or the listen stream."""
+
+    def __init__(
+        self, router: Router, what: str, timeout_s: float | None, request_id: Any = None
+    ) -> None:
+        self._router = router
+        self.what = what
+        self._timeout_s = timeout_s
+        self.request_id = request_id
+        self.progress_token: Any = None
+        self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
+        self.last_event_id: str | None = None
+        self._messages = self._read()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._messages
+
+    def put(self, message: Message) -> None:
+        if "method" in message and "id" not in message and self.queue.qsize() > QUEUE_SOFT_BOUND:
+            return
+        self.queue.put_nowait(message)
+
+    def end(self, error: UpstreamError) -> None:
+        self.queue.put_nowait(_End(error))
+
+    async def _read(self) -> AsyncIterator[Message]:
+        while True:
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    item = await self.queue.get()
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    f"{self._router.source} sent nothing for {self.what} "
+                    f"within {self._timeout_s:g}s"
+                ) from None
+            if isinstance(item, _End):
+                raise item.error
+            yield item
+            if self.request_id is not None and "method" not in item:
+                return  # the response: nothing else belongs to this request
+
+    async def aclose(self, drain: bool = False) -> None:
+        self._router.forget(self)
+        with contextlib.suppress(Exception):
+            await self._messages.aclose()  # type: ignore[attr-defined]
+
+
+class Router:
+    """The exchanges of one session's stream and where each message goes."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        initialized: Callable[[], bool],
+        respond: Callable[[Message], Awaitable[None]],
+    ) -> None:
+        self.source = source  # how timeouts name the upstream
+        self._initialized = initialized
+        self._respond = respond
+        self.pending: dict[tuple[str, Any], Exchange] = {}
+        self._progress: dict[tuple[str, Any], Exchange] = {}
+        self.listening: Exchange | None = None
+        self._answers: set[asyncio.Task[None]] = set()
+
+    def open(self, message: Message, timeout_s: float) -> Exchange:
+        """The exchange for a request about to be sent; `forget` it if sending fails."""
+        key = id_key(message.get("id"))
+        if key in self.pending:
+            raise UpstreamProtocolError(f"request id {message.get('id')!r} is already in flight")
+        exchange = Exchange(self, str(message.get("method")), timeout_s, message.get("id"))
+        self.pending[key] = exchange
+        token = progress_token(message)
+        if isinstance(token, str | int):
+            exchange.progress_token = id_key(token)
+            self._progress[exchange.progress_token] = exchange
+        return exchange
+
+    def listen(self) -> Exchange:
+        previous, self.listening = self.listening, Exchange(self, "listen stream", None)
+        if previous is not None:
+            previous.end(UpstreamUnavailable("replaced by a newer listen stream"))
+        return self.listening
+
+    def forget(self, exchange: Exchange) -> None:
+        if exchange.request_id is not None:
+            key = id_key(exchange.request_id)
+            if self.pending.get(key) is exchange:
+                del self.pending[key]
+        if exchange.progress_token is not None:
+            if self._progress.get(exchange.progress_token) is exchange:
+                del self._progress[exchange.progress_token]
+        if self.listening is exchange:
+            self.listening = None
+
+    def fail_all(self, error: UpstreamError) -> None:
+        """Every exchange waiting on the stream ends with `error`."""
+        for exchange in list(self.pending.values()):
+            exchange.end(error)
+        self.pending.clear()
+        self._progress.clear()
+        if self.listening is not None:
+            self.listening.end(error)
+
+    def dispatch(self, message: Message) -> bool:
+        """Route one message; True when it was the response to a request in flight."""
+        method = message.get("method")
+        if method is None:
+            exchange = self.pending.pop(id_key(message.get("id")), None)
+            if exchange is not None:
+                exchange.put(message)
+            return exchange is not None
+        if "id" in message:
+            sole = self._sole_call()
+            if sole is not None:
+                # Only one call can have caused it: the call's own question, handled
+                # as on its HTTP stream (the MRTR bridge asks the client; a caller
+                # without the capability gets -32021).
+                sole.put(message)
+            elif self.listening is not None:
+                self.listening.put(message)
+            else:
+                self._answer_alone(message)
+            return False
+        if method == "notifications/progress":
+            params = message.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            exchange = self._progress.get(id_key(token)) if isinstance(token, str | int) else None
+            if exchange is not None:
+                exchange.put(message)
+                return False
+        elif method == "notifications/message":
+            sole = self._sole_call()
+            if sole is not None:
+                sole.put(message)  # one call in flight: its log lines
+                return False
+        if self.listening is not None:
+            self.listening.put(message)
+        return False
+
+    def _sole_call(self) -> Exchange | None:
+        """The one call in flight after initialize, if there is exactly one (always so
+        on an MRTR lane). With several, nothing on the stream says which one a server
+        request or a log line belongs to. Only the methods whose handlers ask the
+        client count: the gateway's own list and subscribe requests read nothing but
+        their answer, so a request handed to them would never be answered."""
+        if not self._initialized():
+            return None  # initialize itself: what comes now is unprompted
+        calls = [e for e in self.pending.values() if e.what in CALL_METHODS]
+        return calls[0] if len(calls) == 1 else None
+
+    def _answer_alone(self, request: Message) -> None:
+        """A server request with no listen stream open (e.g. `roots/list` right after
+        `initialized`): what the listener answers when nobody claims one."""
+
+        async def answer() -> None:
+            with contextlib.suppress(UpstreamError):
+                await self._respond(default_answer(request))
+
+        task = asyncio.get_running_loop().create_task(answer())
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
