@@ -52,6 +52,25 @@ def _frame(out: Outgoing) -> bytes:
     return sse_event(out.message, out.event_id)
 
 
+def watch_disconnect(
+    receive: Receive, main: asyncio.Task[Any]
+) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Cancel `main` when the client disconnects (2026-07-28 streamable-http
+    "Cancellation": closing the stream cancels the call); the event says it did.
+    The caller cancels the returned task when its answer is over."""
+    disconnected = asyncio.Event()
+
+    async def watch() -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected.set()
+                main.cancel()
+                return
+
+    return disconnected, asyncio.create_task(watch())
+
+
 class ClientStalled(Exception):
     """The client read nothing for MCP_SHIM_WRITE_TIMEOUT_S while we had data for it."""
 
@@ -80,17 +99,7 @@ class CallAnswer(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         main = asyncio.current_task()
         assert main is not None
-        disconnected = asyncio.Event()
-
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    disconnected.set()
-                    main.cancel()
-                    return
-
-        watcher = asyncio.create_task(watch())
+        disconnected, watcher = watch_disconnect(receive, main)
         ending: str | None = None
         try:
             await self._serve(send)

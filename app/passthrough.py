@@ -27,7 +27,7 @@ import structlog
 from starlette.responses import Response
 
 from app import auth, jsonio
-from app.answer import Receive, Scope, Send
+from app.answer import Receive, Scope, Send, watch_disconnect
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, is_modern_error
 from app.upstream.errors import UpstreamError
@@ -81,18 +81,8 @@ class PassThrough(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         main = asyncio.current_task()
         assert main is not None
-        disconnected = asyncio.Event()
+        disconnected, watcher = watch_disconnect(receive, main)
         answer: ModernResponse | None = None
-
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    disconnected.set()
-                    main.cancel()
-                    return
-
-        watcher = asyncio.create_task(watch())
         try:
             answer = await self._upstream.post(
                 self._body, self._forward, long_lived=self._long_lived
