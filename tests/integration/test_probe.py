@@ -15,25 +15,18 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import procs
+from tests.integration.everything import EVERYTHING, everything_sse
 from tests.integration.recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.peers
 
-EVERYTHING = (
-    procs.PEERS
-    / "node"
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "server-everything"
-    / "dist"
-    / "index.js"
-)
 # Keys of the documented --json shape (README.md, "Checking an upstream").
 REPORT_KEYS = {
     "shape",
@@ -208,6 +201,37 @@ def test_probe_of_server_everything_over_stdio() -> None:
     assert "tasks" not in report["modernCapabilities"]
 
 
+# -- HTTP+SSE ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def everything_sse_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("probe") / "everything-sse.log"
+    with everything_sse(procs.free_port(), log) as url:
+        yield url
+
+
+@pytest.mark.parametrize("mode", ["auto", "sse"])
+def test_probe_of_server_everything_over_http_sse(everything_sse_url: str, mode: str) -> None:
+    started = time.monotonic()
+    report = report_of(
+        probe(
+            "--json",
+            MCP_SHIM_UPSTREAM_URL=everything_sse_url,
+            MCP_SHIM_UPSTREAM_TRANSPORT=mode,
+        )
+    )
+    assert report["transport"] == "sse"
+    assert report["server"]["name"] == "mcp-servers/everything"
+    assert report["era"] == "legacy"
+    assert {"echo", "get-sum"} <= set(report["tools"])
+    assert time.monotonic() - started < 30
+    text = probe(MCP_SHIM_UPSTREAM_URL=everything_sse_url, MCP_SHIM_UPSTREAM_TRANSPORT=mode)
+    assert text.returncode == 0, text.stderr
+    assert "server:      mcp-servers/everything" in text.stdout
+    assert f"upstream:    {everything_sse_url} (sse)" in text.stdout
+
+
 # -- failures -----------------------------------------------------------------------
 
 
@@ -239,9 +263,12 @@ def test_nothing_listening() -> None:
 
 
 def test_an_http_error_is_a_refusal(legacy_url: str) -> None:
+    """The fixture's /nowhere: POST 404, then GET 404 too; both are named."""
     done = probe(MCP_SHIM_UPSTREAM_URL=legacy_url.removesuffix("/mcp") + "/nowhere")
     assert done.returncode == 4
-    assert "refused: upstream refused initialize with HTTP 404" in one_line(done)
+    line = one_line(done)
+    assert "refused: upstream refused initialize with HTTP 404" in line
+    assert "no HTTP+SSE stream either (upstream answered the SSE GET with HTTP 404)" in line
 
 
 def test_a_command_that_exits_at_once() -> None:

@@ -1,0 +1,278 @@
+"""The published `@modelcontextprotocol/server-everything` behind the gateway:
+how it is started and the checks every upstream transport must pass with it.
+
+tests/integration/test_stdio.py runs it as the gateway's stdio upstream and
+tests/integration/test_http_sse.py in its `sse` mode (2024-11-05 HTTP+SSE);
+issue 11 asks the same of both ("the same checks"), so the checks live here,
+each a function of the gateway's base URL, and each test file calls them.
+Driven with raw 2026-07-28 requests (tests/integration/mrtr_wire.py) and the
+official mcp 2.x client (tests/modern_client/stdio_servers.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests import procs
+from tests.integration import mrtr_wire as mw
+from tests.integration import wire
+from tests.schema import MODERN
+
+NPM = procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol"
+EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
+SAMPLING: dict[str, Any] = {"sampling": {}}
+NO_CAPS: dict[str, Any] = {}
+SERVER_NAME = "mcp-servers/everything"
+
+
+def node_command(script: Path, *args: str) -> str:
+    return shlex.join([str(procs.require_peer(procs.NODE)), str(procs.require_peer(script)), *args])
+
+
+@contextlib.contextmanager
+def everything_sse(port: int, log_path: Path) -> Iterator[str]:
+    """server-everything over HTTP+SSE on `port` (its PORT variable); yields the SSE URL."""
+    argv = [str(procs.require_peer(procs.NODE)), str(procs.require_peer(EVERYTHING)), "sse"]
+    # GET /sse never ends; GET /message is a quick 404 once the server listens.
+    with procs.running(
+        argv, f"http://127.0.0.1:{port}/message", env={"PORT": str(port)}, log_path=log_path
+    ):
+        yield f"http://127.0.0.1:{port}/sse"
+
+
+# -- calls ---------------------------------------------------------------------
+
+
+def call(
+    http: httpx.Client,
+    base: str,
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    caps: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> mw.Answer:
+    """A 2026-07-28 `tools/call`; the caller declares nothing unless `caps` says so."""
+    return mw.tool_call(
+        http, base, name, arguments, caps=NO_CAPS if caps is None else caps, **kwargs
+    )
+
+
+def text_of(answer: mw.Answer) -> str:
+    return "".join(c.get("text", "") for c in answer.result.get("content", []))
+
+
+def sampled(text: str) -> dict[str, Any]:
+    """A client's CreateMessageResult."""
+    return {
+        "role": "assistant",
+        "content": {"type": "text", "text": text},
+        "model": "test-model",
+        "stopReason": "endTurn",
+    }
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- the checks ------------------------------------------------------------------
+
+
+def check_discover_list_and_calls(http: httpx.Client, base: str, how: str) -> None:
+    discover = mw.send(http, base, mw.message_for("server/discover", {}, caps=NO_CAPS))
+    assert discover.status == 200, discover.final
+    info = discover.result["_meta"]["io.modelcontextprotocol/serverInfo"]
+    assert info["name"] == SERVER_NAME
+    assert MODERN in discover.result["supportedVersions"]
+    assert discover.result["resultType"] == "complete"
+    assert discover.result["capabilities"]["tools"] == {"listChanged": True}
+
+    tools = mw.send(http, base, mw.message_for("tools/list", {}, caps=NO_CAPS))
+    assert tools.status == 200, tools.final
+    names = {tool["name"] for tool in tools.result["tools"]}
+    assert {"echo", "get-sum", "get-env"} <= names
+    # Registered by the server only for a client that declared sampling: not this one.
+    assert "trigger-sampling-request" not in names
+
+    echo = call(http, base, "echo", {"message": f"hi over {how}"})
+    assert echo.status == 200 and text_of(echo) == f"Echo: hi over {how}"
+    assert echo.result["resultType"] == "complete"
+    total = call(http, base, "get-sum", {"a": 2, "b": 3})
+    assert text_of(total) == "The sum of 2 and 3 is 5."
+    prompts = mw.send(http, base, mw.message_for("prompts/list", {}, caps=NO_CAPS))
+    assert "simple-prompt" in {p["name"] for p in prompts.result["prompts"]}
+
+
+def check_the_official_modern_client(base: str) -> None:
+    doc = procs.run_modern_client("stdio_servers.py", base + "/mcp", "everything")
+    assert isinstance(doc, dict)
+    assert doc["protocolVersion"] == MODERN and doc["adoptedVia"] == "discover"
+    # This client declared sampling and elicitation: the server registered its tools for them.
+    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
+    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello through the shim"
+    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    # The server asked its client; the gateway turned that into input_required and
+    # the client answered through its own MRTR loop.
+    assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
+    assert "Sampled through the shim." in doc["sampling"]["result"]["content"][0]["text"]
+    elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
+    assert "Alice Example" in elicited
+
+
+def check_unrelated_calls_complete_while_a_call_is_parked(http: httpx.Client, base: str) -> None:
+    args = {"prompt": "Capital of France?"}
+    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
+    assert first.input_required, first.final
+    mw.check_input_required(first)
+    ((key, question),) = first.requests.items()
+    assert question["method"] == "sampling/createMessage"
+    # The upstream call waits for its answer; other calls go on, on other sessions.
+    started = time.monotonic()
+    for n in range(5):
+        echo = call(http, base, "echo", {"message": f"meanwhile {n}"})
+        assert text_of(echo) == f"Echo: meanwhile {n}"
+    assert time.monotonic() - started < 10
+    done = call(
+        http,
+        base,
+        "trigger-sampling-request",
+        args,
+        caps=SAMPLING,
+        input_responses={key: sampled("Paris")},
+        state=first.state,
+    )
+    assert done.status == 200 and done.result["resultType"] == "complete", done.final
+    assert '"Paris"' in text_of(done)
+
+
+def check_two_parked_calls_answered_in_reverse_order(http: httpx.Client, base: str) -> None:
+    prompts = ("first", "second")
+    firsts = [
+        call(http, base, "trigger-sampling-request", {"prompt": p}, caps=SAMPLING) for p in prompts
+    ]
+    for first in firsts:
+        assert first.input_required, first.final
+    for n, (prompt, first) in reversed(list(enumerate(zip(prompts, firsts, strict=True)))):
+        ((key, question),) = first.requests.items()
+        # Each call's own question: the prompt it was called with.
+        assert prompt in question["params"]["messages"][0]["content"]["text"]
+        done = call(
+            http,
+            base,
+            "trigger-sampling-request",
+            {"prompt": prompt},
+            caps=SAMPLING,
+            input_responses={key: sampled(f"answer {n}")},
+            state=first.state,
+        )
+        assert done.result["resultType"] == "complete", done.final
+        assert f"answer {n}" in text_of(done)
+
+
+def check_progress_reaches_its_caller(http: httpx.Client, base: str) -> None:
+    """The server's progress carries the token the gateway put on the request (its
+    own, one per request); the caller gets its own token back."""
+    progress = call(
+        http,
+        base,
+        "trigger-long-running-operation",
+        {"duration": 1, "steps": 3},
+        meta={"progressToken": "my-token"},
+    )
+    notes = [m for m in progress.messages if m.get("method") == "notifications/progress"]
+    assert progress.content_type == "text/event-stream"
+    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert all(n["params"]["progressToken"] == "my-token" for n in notes)
+    assert "completed" in text_of(progress).lower()
+    # No token, no progress.
+    plain = call(http, base, "trigger-long-running-operation", {"duration": 0.3, "steps": 2})
+    assert [m for m in plain.messages if m.get("method")] == []
+    assert "completed" in text_of(plain).lower()
+
+
+def check_logs_of_a_call_reach_its_caller(http: httpx.Client, base: str) -> None:
+    """`toggle-simulated-logging` sends one log line at once, during the call (then
+    one every 5 s, until toggled off). Nothing on the shared stream ties it to the
+    call but being the one call in flight; the caller asked for logs (logLevel,
+    2026-07-28 per-request `_meta`), so it gets it."""
+    on = call(http, base, "toggle-simulated-logging", meta={wire.META_LOG_LEVEL: "debug"})
+    try:
+        assert "Started simulated" in text_of(on), on.final
+        lines = [m for m in on.messages if m.get("method") == "notifications/message"]
+        assert len(lines) == 1, on.messages
+        assert "-level message" in lines[0]["params"]["data"]
+    finally:
+        off = call(http, base, "toggle-simulated-logging")
+    # A caller that asked for no logs gets none.
+    assert "Stopped simulated" in text_of(off), off.final
+    assert [m for m in off.messages if m.get("method")] == []
+
+
+def check_a_resource_subscription(http: httpx.Client, base: str) -> None:
+    """subscriptions/listen: `resources/subscribe` sent upstream, and the server's
+    `notifications/resources/updated` (tied to no call) delivered on the listen
+    stream, tagged with the listen request's id."""
+    uri = "demo://resource/static/document/features.md"
+    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
+    frames: list[dict[str, Any]] = []
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
+    ) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+
+        def next_frame() -> dict[str, Any]:
+            for line in lines:
+                if line.startswith("data:"):
+                    frame: dict[str, Any] = json.loads(line[5:])
+                    frames.append(frame)
+                    return frame
+            raise AssertionError(f"the listen stream ended; saw {frames}")
+
+        ack = next_frame()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
+        # Sends an update for each subscribed URI of its session at once, then every 5 s.
+        toggled = call(http, base, "toggle-subscriber-updates")
+        try:
+            assert toggled.status == 200, toggled.final
+            update = next_frame()
+            assert update["method"] == "notifications/resources/updated"
+            assert update["params"]["uri"] == uri
+            subscription = update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+            assert subscription == listen["id"]
+        finally:
+            call(http, base, "toggle-subscriber-updates")  # and off again
+
+
+def call_in_background(
+    base: str, name: str, arguments: dict[str, Any], **kwargs: Any
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """A call run in a thread of its own; the dict gets its `answer` and how long it
+    `took` (seconds) once the thread ends."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        with httpx.Client(timeout=60.0) as client:
+            started = time.monotonic()
+            outcome["answer"] = call(client, base, name, arguments, **kwargs)
+            outcome["took"] = time.monotonic() - started
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker, outcome
