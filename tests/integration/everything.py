@@ -260,6 +260,20 @@ def check_a_resource_subscription(http: httpx.Client, base: str) -> None:
             call(http, base, "toggle-subscriber-updates")  # and off again
 
 
+# The checks that take (http, base): every transport's test file runs them all.
+CHECKS: list[Callable[[httpx.Client, str], None]] = [
+    check_unrelated_calls_complete_while_a_call_is_parked,
+    check_two_parked_calls_answered_in_reverse_order,
+    check_progress_reaches_its_caller,
+    check_logs_of_a_call_reach_its_caller,
+    check_a_resource_subscription,
+]
+
+
+def check_id(check: Callable[..., None]) -> str:
+    return check.__name__.removeprefix("check_")
+
+
 def call_in_background(
     base: str, name: str, arguments: dict[str, Any], **kwargs: Any
 ) -> tuple[threading.Thread, dict[str, Any]]:

@@ -8,17 +8,28 @@ Compatibility" describes, and driven with raw 2026-07-28 requests.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests import procs
 from tests.integration import everything as ev
+from tests.integration import mrtr_wire as mw
 from tests.integration import wire
-from tests.integration.everything import SAMPLING, call, everything_sse, sampled, text_of
+from tests.integration.everything import (
+    SAMPLING,
+    call,
+    everything_sse,
+    sampled,
+    text_of,
+    wait_for,
+)
+from tests.integration.recording_proxy import Record, RecordingProxy
 
 pytestmark = pytest.mark.peers
 
@@ -76,61 +87,146 @@ def test_concurrent_calls_share_the_stream(
     assert texts == [f"Echo: n{n}" for n in range(24)]
 
 
-def test_sampling_round_trip_over_http_sse(
-    sse_gateway: tuple[str, str, Path], http: httpx.Client
+@pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
+def test_the_checks_of_every_transport(
+    check: Callable[[httpx.Client, str], None],
+    sse_gateway: tuple[str, str, Path],
+    http: httpx.Client,
 ) -> None:
-    """server-everything's sampling request, sent on the SSE stream during the call,
-    becomes input_required; the retry's answer goes back by POST."""
-    base = sse_gateway[0]
-    args = {"prompt": "Capital of France?"}
-    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
+    """A parked call (sampling asked on the SSE stream, answered by POST) while
+    others complete; two parked calls answered in reverse order; progress; logs;
+    subscriptions/listen (the server's `resources/updated`, tied to no call, read
+    off the stream into the listen stream)."""
+    check(http, sse_gateway[0])
+
+
+@pytest.fixture(scope="module")
+def recorded_sse_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, RecordingProxy, Path]]:
+    """A gateway whose HTTP+SSE upstream is server-everything behind a recording
+    proxy: what the gateway GETs and POSTs, as the server received it."""
+    logs = tmp_path_factory.mktemp("sse-recorded")
+    with (
+        everything_sse(procs.free_port(), logs / "everything.log") as sse_url,
+        RecordingProxy(sse_url, every_path=True) as proxy,
+        procs.gateway(
+            proxy.url,
+            procs.free_port(),
+            {"MCP_SHIM_STATE_KEY": STATE_KEY, "MCP_SHIM_MRTR_TTL_S": str(PARKED_TTL_S)},
+            logs / "gateway.log",
+        ) as base,
+    ):
+        yield base, proxy, logs / "gateway.log"
+
+
+PARKED_TTL_S = 2.0
+
+
+def long_operation(token: str) -> dict[str, Any]:
+    return mw.message_for(
+        "tools/call",
+        {"name": "trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30}},
+        caps={},
+        meta={"progressToken": token},
+    )
+
+
+def check_cancelled_upstream(proxy: RecordingProxy, mark: int) -> None:
+    """notifications/cancelled for the gateway's own id of the call went by POST to
+    the session's endpoint, and the server took it (202). 2025-11-25
+    basic/utilities/cancellation: the side that sent a request MAY cancel it with
+    `notifications/cancelled` naming its `requestId`."""
+    sent = proxy.wait_for(lambda r: r.method == "tools/call", since=mark)
+    cancel = proxy.wait_for(lambda r: r.method == "notifications/cancelled" and r.done, since=mark)
+    assert cancel.body["params"]["requestId"] == sent.body["id"]
+    assert cancel.http_method == "POST" and cancel.status == 202
+
+
+def test_closing_the_sse_answer_cancels_the_upstream_call(
+    recorded_sse_gateway: tuple[str, RecordingProxy, Path], http: httpx.Client
+) -> None:
+    base, proxy, log = recorded_sse_gateway
+    assert text_of(call(http, base, "echo", {"message": "up"})) == "Echo: up"
+    mark = proxy.mark()
+    message = long_operation("going-away")
+    headers = wire.headers_for(message)
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(message).encode(), headers=headers
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                assert json.loads(line[5:])["method"] == "notifications/progress"
+                break
+    # The `with` closed the connection mid-call.
+    check_cancelled_upstream(proxy, mark)
+    logged = wire.wait_for_log(log, headers["x-request-id"], "call")
+    assert logged["outcome"] == "client_disconnected"
+    # The session goes on serving.
+    assert text_of(call(http, base, "echo", {"message": "after"})) == "Echo: after"
+
+
+def test_dropping_a_json_request_mid_call_cancels_too(
+    recorded_sse_gateway: tuple[str, RecordingProxy, Path],
+) -> None:
+    base, proxy, _ = recorded_sse_gateway
+    mark = proxy.mark()
+    message = long_operation("json-only")
+    headers = wire.headers_for(message, accept="application/json")
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=1.0) as client:
+        wire.post(client, base + "/mcp", message, headers)
+    check_cancelled_upstream(proxy, mark)
+
+
+def test_a_parked_call_nobody_retries_is_abandoned_upstream(
+    recorded_sse_gateway: tuple[str, RecordingProxy, Path], http: httpx.Client
+) -> None:
+    """MCP_SHIM_MRTR_TTL_S after parking, the server's sampling request is answered
+    with an error (the client never will), the call is cancelled, and the lane's
+    SSE stream (its session) is closed, all through the HTTP+SSE transport."""
+    base, proxy, _ = recorded_sse_gateway
+    mark = proxy.mark()
+    first = call(http, base, "trigger-sampling-request", {"prompt": "never"}, caps=SAMPLING)
     assert first.input_required, first.final
-    ((key, question),) = first.requests.items()
-    assert question["method"] == "sampling/createMessage"
-    done = call(
+
+    def asking(record: Record) -> bool:
+        return record.http_method == "GET" and any(
+            m.get("method") == "sampling/createMessage" for m in record.messages
+        )
+
+    # The stream of the lane the call runs on, which carried the server's request.
+    stream = proxy.wait_for(asking, since=mark)
+    asked = next(m for m in stream.messages if m.get("method") == "sampling/createMessage")
+    timeout = PARKED_TTL_S + 10
+    # The answer to the server's request: a JSON-RPC error, as a client that timed out.
+    reply = proxy.wait_for(
+        lambda r: (
+            isinstance(r.body, dict)
+            and "method" not in r.body
+            and r.body.get("id") == asked["id"]
+            and r.done
+        ),
+        since=mark,
+        timeout=timeout,
+    )
+    assert reply.body["error"]["code"] == -32001
+    check_cancelled_upstream(proxy, mark)
+    # The lane's stream, closed by the gateway.
+    wait_for(lambda: stream.done, timeout=timeout, what="the lane's SSE stream to close")
+    assert stream.ending == "client_gone"
+    # The state is no longer valid.
+    ((key, _),) = first.requests.items()
+    late = call(
         http,
         base,
         "trigger-sampling-request",
-        args,
+        {"prompt": "never"},
         caps=SAMPLING,
-        input_responses={key: sampled("Paris")},
+        input_responses={key: sampled("too late")},
         state=first.state,
     )
-    assert done.status == 200 and done.result["resultType"] == "complete", done.final
-    assert '"Paris"' in text_of(done)
-
-
-def test_unrelated_calls_complete_while_a_call_is_parked(
-    sse_gateway: tuple[str, str, Path], http: httpx.Client
-) -> None:
-    ev.check_unrelated_calls_complete_while_a_call_is_parked(http, sse_gateway[0])
-
-
-def test_two_parked_calls_answered_in_reverse_order(
-    sse_gateway: tuple[str, str, Path], http: httpx.Client
-) -> None:
-    ev.check_two_parked_calls_answered_in_reverse_order(http, sse_gateway[0])
-
-
-def test_progress_of_a_call_reaches_its_caller(
-    sse_gateway: tuple[str, str, Path], http: httpx.Client
-) -> None:
-    ev.check_progress_reaches_its_caller(http, sse_gateway[0])
-
-
-def test_logs_of_a_call_reach_its_caller(
-    sse_gateway: tuple[str, str, Path], http: httpx.Client
-) -> None:
-    ev.check_logs_of_a_call_reach_its_caller(http, sse_gateway[0])
-
-
-def test_a_resource_subscription_over_http_sse(
-    sse_gateway: tuple[str, str, Path], http: httpx.Client
-) -> None:
-    """subscriptions/listen: `resources/subscribe` POSTed, the server's
-    `notifications/resources/updated` read off the SSE stream (tied to no call)
-    into the listen stream."""
-    ev.check_a_resource_subscription(http, sse_gateway[0])
+    assert late.status == 400 and late.error["code"] == -32602, late.final
 
 
 def test_stream_loss_fails_calls_and_the_next_session_reconnects(

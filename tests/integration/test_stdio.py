@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -127,16 +127,18 @@ def test_everything_through_the_official_modern_client(everything: tuple[str, in
     ev.check_the_official_modern_client(everything[0])
 
 
-def test_unrelated_calls_complete_while_a_call_is_parked(
-    everything: tuple[str, int, Path], http: httpx.Client
+@pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
+def test_the_checks_of_every_transport(
+    check: Callable[[httpx.Client, str], None],
+    everything: tuple[str, int, Path],
+    http: httpx.Client,
 ) -> None:
-    ev.check_unrelated_calls_complete_while_a_call_is_parked(http, everything[0])
-
-
-def test_two_parked_calls_answered_in_reverse_order(
-    everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    ev.check_two_parked_calls_answered_in_reverse_order(http, everything[0])
+    """A parked call while others complete (on other processes); two parked calls
+    answered in reverse order; progress, routed by the token the gateway put on the
+    request; logs, to the one call in flight on the process; subscriptions/listen
+    (`notifications/resources/updated`, tied to no call, read from stdout into the
+    listen stream)."""
+    check(http, everything[0])
 
 
 def test_the_child_gets_a_minimal_environment(
@@ -381,13 +383,7 @@ def test_fixture_sampling_round_trip_over_stdio(
     assert "Paris" in text_of(done)
 
 
-def test_progress_and_logs_of_a_call_reach_its_caller(
-    fixture_over_stdio: str, everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    # Progress: routed by the token the gateway put on the request (its own id).
-    ev.check_progress_reaches_its_caller(http, everything[0])
-    # Logs: the one call in flight on the process gets them, when it asked (logLevel).
-    ev.check_logs_of_a_call_reach_its_caller(http, everything[0])
+def test_logs_of_the_fixture_reach_its_caller(fixture_over_stdio: str, http: httpx.Client) -> None:
     logged = call(http, fixture_over_stdio, "test_logging_tool", meta={wire.META_LOG_LEVEL: "info"})
     lines = [m for m in logged.messages if m.get("method") == "notifications/message"]
     assert [line["params"]["data"] for line in lines] == ["Diagnostic trace logging activated"]
@@ -415,12 +411,3 @@ def test_an_unprompted_roots_request_is_answered(
         )
 
     wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
-
-
-def test_a_resource_subscription_over_stdio(
-    everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    """subscriptions/listen on a stdio upstream: `resources/subscribe` written to
-    the process, its `notifications/resources/updated` (not tied to any call)
-    read from stdout into the listen stream of the session."""
-    ev.check_a_resource_subscription(http, everything[0])
