@@ -52,6 +52,7 @@ REPORT_KEYS = {
 # Methods without side effects (issue 11: "initialize/server/discover and list
 # methods only").
 HARMLESS = {
+    "server/discover",
     "initialize",
     "notifications/initialized",
     "tools/list",
@@ -129,13 +130,14 @@ def test_probe_of_the_fixture_over_http_sends_nothing_with_side_effects(
     # As the gateway's server/discover announces them to 2026-07-28 clients.
     assert report["modernCapabilities"]["tools"] == {"listChanged": True}
     assert {"sessions", "discover", "resultType", "errorCodes", "inputRequired"} <= ids_of(report)
-    # Only initialize and list methods went upstream, then the session was ended.
+    # The era probe (refused the legacy way), then only initialize and list methods
+    # went upstream, then the session was ended.
     methods = [r.method for r in records if r.http_method == "POST"]
-    assert methods[:2] == ["initialize", "notifications/initialized"]
+    assert methods[:3] == ["server/discover", "initialize", "notifications/initialized"]
     assert set(methods) <= HARMLESS
     assert {"tools/list", "prompts/list", "resources/list"} <= set(methods)
     assert records[-1].http_method == "DELETE"
-    assert records[-1].session_id == records[1].session_id is not None
+    assert records[-1].session_id == records[2].session_id is not None
 
 
 def test_probe_text_report_of_the_fixture_over_http(legacy_url: str) -> None:
@@ -168,6 +170,84 @@ def test_probe_offers_the_configured_version(legacy_url: str) -> None:
     assert "sampling/createMessage" in asked["description"]
     steps = next(t for t in report["translations"] if t["id"] == "messages")
     assert "2025-03-26 -> 2025-06-18 -> 2025-11-25" in steps["description"]
+
+
+# -- a modern (2026-07-28 only) upstream ------------------------------------------
+
+MODERN_METHODS = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+]
+
+
+@pytest.mark.parametrize("era_setting", ["auto", "modern"])
+def test_probe_of_a_modern_upstream_sends_discover_and_lists_only(
+    modern_url: str, era_setting: str
+) -> None:
+    """The modern fixture (mcp 2.x) refuses `initialize`. The probe tells its era as
+    the gateway does (a `server/discover` POST; with MCP_SHIM_UPSTREAM_ERA=modern,
+    none for the era, one for the report) and asks it only stateless modern
+    requests, each with its `_meta` and standard headers (2026-07-28
+    basic/transports/streamable-http: MCP-Protocol-Version, Mcp-Method)."""
+    with RecordingProxy(modern_url) as proxy:
+        done = probe("--json", MCP_SHIM_UPSTREAM_URL=proxy.url, MCP_SHIM_UPSTREAM_ERA=era_setting)
+        report = report_of(done)
+        records = proxy.snapshot()
+    assert set(report) == REPORT_KEYS
+    assert report["ok"] is True
+    assert report["era"] == "modern"
+    assert report["transport"] == "streamable-http"
+    assert report["protocolVersion"] == report["offeredProtocolVersion"] == "2026-07-28"
+    assert report["server"] == {"name": "mcp-shim-modern-fixture", "version": "1.0.0"}
+    assert report["capabilities"]["tools"] == {"listChanged": True}
+    assert report["capabilities"]["resources"] == {"listChanged": True, "subscribe": True}
+    # Passed through to modern clients as the upstream declares them.
+    assert report["modernCapabilities"] == report["capabilities"]
+    assert report["instructions"] is True
+    assert {"test_echo", "test_slow", "test_input_required_result_elicitation"} <= set(
+        report["tools"]
+    )
+    assert report["prompts"] > 0 and report["resources"] > 0
+    assert report["resourceTemplates"] > 0
+    assert report["listErrors"] == {}
+    assert ids_of(report) == {"passThrough"}
+    assert [r.method for r in records] == MODERN_METHODS
+    for record in records:
+        assert record.http_method == "POST" and record.status == 200
+        meta = record.body["params"]["_meta"]
+        assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+        assert meta["io.modelcontextprotocol/clientCapabilities"] == {}
+        assert record.headers["mcp-protocol-version"] == "2026-07-28"
+        assert record.headers["mcp-method"] == record.method
+        assert record.session_id is None
+
+
+def test_probe_text_report_of_a_modern_upstream(modern_url: str) -> None:
+    done = probe(MCP_SHIM_UPSTREAM_URL=modern_url)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "server:      mcp-shim-modern-fixture 1.0.0" in out
+    assert f"upstream:    {modern_url} (streamable-http)" in out
+    assert "protocol:    2026-07-28 (modern; offered 2026-07-28)" in out
+    assert "capabilities: completions, prompts (listChanged), resources (listChanged, " in out
+    tools_line = next(line for line in out.splitlines() if line.startswith("tools ("))
+    assert "test_echo" in tools_line.split(": ", 1)[1].split(", ")
+    assert "2026-07-28 requests passed through unchanged" in out
+    assert "server/discover synthesised" not in out
+
+
+def test_probe_of_a_dual_era_upstream_reports_its_modern_era(tmp_path: Path) -> None:
+    """The modern fixture with --dual-era also accepts initialize; the gateway
+    serves modern clients in the modern era, and so the probe reports it."""
+    with procs.modern_server(
+        procs.free_port(), "--dual-era", log_path=tmp_path / "modern.log"
+    ) as url:
+        report = report_of(probe("--json", MCP_SHIM_UPSTREAM_URL=url))
+    assert report["era"] == "modern" and report["protocolVersion"] == "2026-07-28"
+    assert "test_echo" in report["tools"]
 
 
 # -- stdio ------------------------------------------------------------------------
