@@ -661,7 +661,7 @@ def main(args: argparse.Namespace) -> int:
         report = asyncio.run(run_probe(settings, args.timeout))
     except ProbeFailed as failed:
         if args.json:
-            print(
+            _out(
                 json.dumps(
                     {
                         "shape": JSON_SHAPE,
@@ -675,5 +675,17 @@ def main(args: argparse.Namespace) -> int:
             )
         print(f"mcp-shim probe: {failed.reason}", file=sys.stderr)
         return failed.code
-    print(json.dumps(report, indent=2) if args.json else render(report))
+    _out(json.dumps(report, indent=2) if args.json else render(report))
     return EXIT_OK
+
+
+def _out(text: str) -> None:
+    """Print the report; a reader that stopped early (`mcp-shim probe | head -3`)
+    is not an error of the probe."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would report the failed flush again at exit: stdout goes nowhere now.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests import procs
-from tests.integration.everything import EVERYTHING, everything_sse
+from tests.integration.everything import EVERYTHING, NPM, everything_sse
 from tests.integration.recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.peers
@@ -279,6 +279,65 @@ def test_probe_of_server_everything_over_stdio() -> None:
     assert "tasks" in report["capabilities"]
     # Tasks left the core protocol in the 2026 revisions.
     assert "tasks" not in report["modernCapabilities"]
+
+
+def published_command(server: str, tmp_path: Path) -> str:
+    node = [str(procs.require_peer(procs.NODE))]
+    if server == "memory":
+        memory = NPM / "server-memory" / "dist" / "index.js"
+        return shlex.join(
+            ["env", f"MEMORY_FILE_PATH={tmp_path / 'memory.jsonl'}", *node, str(memory)]
+        )
+    if server == "filesystem":
+        filesystem = NPM / "server-filesystem" / "dist" / "index.js"
+        return shlex.join([*node, str(filesystem), str(tmp_path)])
+    legacy_py = str(procs.require_peer(procs.LEGACY_PY))
+    return shlex.join([legacy_py, "-m", "mcp_server_time", "--local-timezone", "UTC"])
+
+
+@pytest.mark.parametrize(
+    ("server", "name", "tools"),
+    [
+        ("memory", "memory-server", {"create_entities", "read_graph"}),
+        ("filesystem", "secure-filesystem-server", {"read_text_file", "list_directory"}),
+        ("time", "mcp-time", {"get_current_time", "convert_time"}),
+    ],
+)
+def test_probe_of_other_published_stdio_servers(
+    server: str, name: str, tools: set[str], tmp_path: Path
+) -> None:
+    """The published servers tests/integration/test_stdio.py runs behind the gateway."""
+    command = published_command(server, tmp_path)
+    report = report_of(probe("--json", MCP_SHIM_UPSTREAM_COMMAND=command))
+    assert report["transport"] == "stdio" and report["era"] == "legacy"
+    assert report["server"]["name"] == name
+    assert tools <= set(report["tools"])
+    assert report["listErrors"] == {}
+    text = probe(MCP_SHIM_UPSTREAM_COMMAND=command)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith(f"server:      {name} ")
+    assert "protocol:    2025-11-25 (legacy; offered 2025-11-25)" in text.stdout
+
+
+def test_a_reader_that_stops_early_is_no_error(legacy_url: str) -> None:
+    """`mcp-shim probe | head -1`: the pipe closes before the report is written."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SHIM_")}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: the write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "probe"],
+            env={**base, "MCP_SHIM_UPSTREAM_URL": legacy_url},
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=procs.ROOT,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
 
 
 # -- HTTP+SSE ---------------------------------------------------------------------
