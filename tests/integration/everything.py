@@ -16,7 +16,7 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +260,49 @@ def check_a_resource_subscription(http: httpx.Client, base: str) -> None:
             call(http, base, "toggle-subscriber-updates")  # and off again
 
 
+def check_an_unprompted_roots_request_is_answered(
+    http: httpx.Client, base: str, server_stderr: Callable[[], Iterable[str]]
+) -> None:
+    """server-everything asks a client that declared roots for them 350 ms after
+    `initialized`, outside any call. Nobody can answer for the client then: the
+    gateway refuses it at once (-32601, the listener's default answer), so the
+    server is not left waiting, and says so on its stderr."""
+    answer = call(http, base, "echo", {"message": "with roots"}, caps={"roots": {}})
+    assert text_of(answer) == "Echo: with roots"
+
+    def refused() -> bool:
+        return any(
+            "Failed to request roots from client" in line and "no client call is waiting" in line
+            for line in server_stderr()
+        )
+
+    wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
+
+
+def check_a_legacy_client(http: httpx.Client, base: str) -> None:
+    """The mcp 1.x client (2025-11-25, a session of its own upstream): the server's
+    requests reach its callbacks, its progress and log lines its handlers."""
+    doc = procs.run_legacy_client("everything.py", base + "/mcp", "2025-11-25")
+    assert isinstance(doc, dict), doc
+    assert doc["initialize"]["serverInfo"]["name"] == SERVER_NAME
+    assert doc["initialize"]["protocolVersion"] == "2025-11-25"
+    assert doc["has_session_id"] is True
+    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
+    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello, legacy"
+    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 40 and 2 is 42."
+    assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
+    assert "Sampled by a legacy client." in doc["sampling"]["result"]["content"][0]["text"]
+    elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
+    assert "Ada Legacy" in elicited
+    assert doc["progress"] == [1, 2, 3]
+    assert "completed" in doc["long"]["result"]["content"][0]["text"].lower()
+    assert "result" in doc["set_level"], doc["set_level"]
+    assert "Started simulated" in doc["logging_on"]["result"]["content"][0]["text"]
+    assert "Stopped simulated" in doc["logging_off"]["result"]["content"][0]["text"]
+    assert len(doc["logs"]) == 1 and "-level message" in doc["logs"][0], doc["logs"]
+    assert doc["ping"] == {"result": {}}
+
+
 # The checks that take (http, base): every transport's test file runs them all.
 CHECKS: list[Callable[[httpx.Client, str], None]] = [
     check_unrelated_calls_complete_while_a_call_is_parked,
@@ -267,6 +310,7 @@ CHECKS: list[Callable[[httpx.Client, str], None]] = [
     check_progress_reaches_its_caller,
     check_logs_of_a_call_reach_its_caller,
     check_a_resource_subscription,
+    check_a_legacy_client,
 ]
 
 

@@ -100,6 +100,17 @@ def test_the_checks_of_every_transport(
     check(http, sse_gateway[0])
 
 
+def test_an_unprompted_roots_request_is_answered(
+    sse_gateway: tuple[str, str, Path], http: httpx.Client
+) -> None:
+    """The request comes on the session's SSE stream with no call in flight; the
+    refusal goes back by POST. The server's stderr is its own log here."""
+    server_log = sse_gateway[2].parent / "everything.log"
+    ev.check_an_unprompted_roots_request_is_answered(
+        http, sse_gateway[0], lambda: server_log.read_text().splitlines()
+    )
+
+
 @pytest.fixture(scope="module")
 def recorded_sse_gateway(
     tmp_path_factory: pytest.TempPathFactory,
