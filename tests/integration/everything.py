@@ -229,41 +229,62 @@ def check_logs_of_a_call_reach_its_caller(http: httpx.Client, base: str) -> None
     assert [m for m in off.messages if m.get("method")] == []
 
 
+SUBSCRIBED_URI = "demo://resource/static/document/features.md"
+
+
+class Frames:
+    """The JSON-RPC messages of an open SSE answer (a listen stream), one at a time."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200, response.status_code
+        self._lines = response.iter_lines()
+        self.seen: list[dict[str, Any]] = []
+
+    def next(self) -> dict[str, Any]:
+        for line in self._lines:
+            if line.startswith("data:"):
+                frame: dict[str, Any] = json.loads(line[5:])
+                self.seen.append(frame)
+                return frame
+        raise AssertionError(f"the listen stream ended; saw {self.seen}")
+
+
+@contextlib.contextmanager
+def listening(http: httpx.Client, base: str, uri: str) -> Iterator[tuple[Frames, Any]]:
+    """subscriptions/listen for updates of `uri`, acknowledged; yields its frames and
+    the listen request's id."""
+    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
+    ) as response:
+        frames = Frames(response)
+        ack = frames.next()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
+        yield frames, listen["id"]
+
+
+def check_an_update_arrives(http: httpx.Client, base: str, frames: Frames, listen_id: Any) -> None:
+    """server-everything's `toggle-subscriber-updates` sends an update for each URI
+    its session subscribed at once (then every 5 s, until toggled off)."""
+    toggled = call(http, base, "toggle-subscriber-updates")
+    try:
+        assert toggled.status == 200, toggled.final
+        update = frames.next()
+        assert update["method"] == "notifications/resources/updated"
+        assert update["params"]["uri"] == SUBSCRIBED_URI
+        subscription = update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+        assert subscription == listen_id
+    finally:
+        call(http, base, "toggle-subscriber-updates")  # and off again
+
+
 def check_a_resource_subscription(http: httpx.Client, base: str) -> None:
     """subscriptions/listen: `resources/subscribe` sent upstream, and the server's
     `notifications/resources/updated` (tied to no call) delivered on the listen
     stream, tagged with the listen request's id."""
-    uri = "demo://resource/static/document/features.md"
-    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
-    frames: list[dict[str, Any]] = []
-    with http.stream(
-        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
-    ) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()
-
-        def next_frame() -> dict[str, Any]:
-            for line in lines:
-                if line.startswith("data:"):
-                    frame: dict[str, Any] = json.loads(line[5:])
-                    frames.append(frame)
-                    return frame
-            raise AssertionError(f"the listen stream ended; saw {frames}")
-
-        ack = next_frame()
-        assert ack["method"] == "notifications/subscriptions/acknowledged"
-        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
-        # Sends an update for each subscribed URI of its session at once, then every 5 s.
-        toggled = call(http, base, "toggle-subscriber-updates")
-        try:
-            assert toggled.status == 200, toggled.final
-            update = next_frame()
-            assert update["method"] == "notifications/resources/updated"
-            assert update["params"]["uri"] == uri
-            subscription = update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
-            assert subscription == listen["id"]
-        finally:
-            call(http, base, "toggle-subscriber-updates")  # and off again
+    with listening(http, base, SUBSCRIBED_URI) as (frames, listen_id):
+        check_an_update_arrives(http, base, frames, listen_id)
 
 
 def check_an_unprompted_roots_request_is_answered(

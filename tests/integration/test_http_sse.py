@@ -8,6 +8,7 @@ Compatibility" describes, and driven with raw 2026-07-28 requests.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -264,6 +265,31 @@ def test_stream_loss_fails_calls_and_the_next_session_reconnects(
         with everything_sse(port, tmp_path / "everything-2.log"):
             # A new session on a new stream, without restarting the gateway.
             assert text_of(call(http, base, "echo", {"message": "three"})) == "Echo: three"
+
+
+def test_a_listen_stream_outlives_the_upstream_stream(tmp_path: Path, http: httpx.Client) -> None:
+    """subscriptions/listen over an HTTP+SSE upstream that restarts: its stream ends,
+    the gateway opens a new session (a new stream) and subscribes there again, and
+    the client's listen stream, still open, gets the new server's updates."""
+    port = procs.free_port()
+    log = tmp_path / "gateway.log"
+    with (
+        procs.gateway(f"http://127.0.0.1:{port}/sse", procs.free_port(), log_path=log) as base,
+        contextlib.ExitStack() as first,
+    ):
+        first.enter_context(everything_sse(port, tmp_path / "everything-1.log"))
+        with ev.listening(http, base, ev.SUBSCRIBED_URI) as (frames, listen_id):
+            ev.check_an_update_arrives(http, base, frames, listen_id)
+            first.close()  # the server goes, and its streams with it
+            with everything_sse(port, tmp_path / "everything-2.log"):
+                ev.wait_for(
+                    lambda: any(
+                        line.get("event") == "listen_session_reopened"
+                        for line in wire.log_lines(log)
+                    ),
+                    what="the listen hub to move to a new session",
+                )
+                ev.check_an_update_arrives(http, base, frames, listen_id)
 
 
 def test_forced_streamable_http_does_not_fall_back(
