@@ -11,6 +11,7 @@ official mcp 2.x client (tests/modern_client/stdio_servers.py).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import re
@@ -25,6 +26,7 @@ import httpx
 
 from tests import procs
 from tests.integration import mrtr_wire as mw
+from tests.integration import test_legacy_clients as legacy
 from tests.integration import wire
 from tests.schema import MODERN
 
@@ -331,6 +333,64 @@ def check_a_legacy_client(http: httpx.Client, base: str) -> None:
     assert doc["ping"] == {"result": {}}
 
 
+def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str) -> None:
+    """A legacy client cancels its call with notifications/cancelled; the server,
+    as it should (2025-11-25 basic/utilities/cancellation: receivers "SHOULD NOT
+    send a response for the cancelled request"), never answers it. Nothing else on
+    the one stream (stdout, the SSE stream) would ever end that call: the gateway ends it when it
+    passes the cancellation on. Otherwise the client's POST stays open until
+    MCP_SHIM_REQUEST_TIMEOUT_S, and the next call is not the only one in flight,
+    so the server's question during it could not be routed to it."""
+    url = base + "/mcp"
+    version = "2025-11-25"
+    with httpx.Client(timeout=20.0) as client:
+        session, _ = legacy.initialize(client, url, version, capabilities={"sampling": {}})
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            pending = pool.submit(
+                legacy.call,
+                client,
+                url,
+                session,
+                version,
+                "tools/call",
+                {"name": "trigger-long-running-operation", "arguments": {"duration": 30}},
+                "slow-1",
+            )
+            time.sleep(1.0)
+            note = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": "slow-1", "reason": "user pressed stop"},
+            }
+            sent = client.post(url, json=note, headers=legacy.headers(session, version))
+            assert sent.status_code == 202, sent.text
+            ended = pending.result(timeout=30)
+            assert time.monotonic() - started < 10
+        (message,) = legacy.messages(ended)
+        assert message["id"] == "slow-1" and "result" not in message
+        # The next call asks the client (sampling): its question reaches it, on
+        # the call's own answer stream.
+        ask = {
+            "jsonrpc": "2.0",
+            "id": "ask-1",
+            "method": "tools/call",
+            "params": {"name": "trigger-sampling-request", "arguments": {"prompt": "Hi?"}},
+        }
+        with client.stream(
+            "POST", url, json=ask, headers=legacy.headers(session, version)
+        ) as response:
+            frames = Frames(response)
+            question = frames.next()
+            assert question["method"] == "sampling/createMessage", question
+            reply = {"jsonrpc": "2.0", "id": question["id"], "result": sampled("Hello.")}
+            answered = client.post(url, json=reply, headers=legacy.headers(session, version))
+            assert answered.status_code == 202, answered.text
+            done = frames.next()
+        assert done["id"] == "ask-1" and "Hello." in done["result"]["content"][0]["text"]
+        client.delete(url, headers=legacy.headers(session, version))
+
+
 # The checks that take (http, base): every transport's test file runs them all.
 CHECKS: list[Callable[[httpx.Client, str], None]] = [
     check_unrelated_calls_complete_while_a_call_is_parked,
@@ -339,6 +399,7 @@ CHECKS: list[Callable[[httpx.Client, str], None]] = [
     check_logs_of_a_call_reach_its_caller,
     check_a_resource_subscription,
     check_a_legacy_client,
+    check_a_legacy_clients_cancelled_call_ends,
 ]
 
 
