@@ -2,7 +2,12 @@
 `@modelcontextprotocol/server-everything` in its `sse` mode (official TypeScript
 SDK's SSEServerTransport: GET /sse, POST /message?sessionId=...) behind the
 gateway, found by the detection 2025-03-26 basic/transports "Backwards
-Compatibility" describes, and driven with raw 2026-07-28 requests.
+Compatibility" describes, and driven with raw 2026-07-28 requests, raw legacy
+requests and the official mcp 2.x and 1.x clients. The checks every transport
+passes are shared with tests/integration/test_stdio.py
+(tests/integration/everything.py); the ones here are HTTP+SSE's own: detection,
+cancellation seen on the wire (a recording proxy between the gateway and the
+server), stream loss and reconnection.
 """
 
 from __future__ import annotations
