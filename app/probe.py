@@ -355,10 +355,11 @@ class _Step:
     now: str = "server/discover"
 
 
-async def _lists(ask: Ask, capabilities: dict[str, Any], found: _Found, step: _Step) -> None:
+async def _lists(ask: Ask, found: _Found, step: _Step) -> None:
+    """The list methods of the capabilities the server declared, into `found`."""
     ids = itertools.count(1)
     for capability, method, key in LISTS:
-        if capability not in capabilities:
+        if capability not in found.capabilities:
             continue
         step.now = method
         items, error = await _list(ask, method, key, ids)
@@ -414,7 +415,7 @@ async def _legacy(settings: Settings, transport: Transport, step: _Step) -> _Fou
         async def ask(method: str, params: dict[str, Any], ident: str) -> Message:
             return await _ask(session, method, params, ident)
 
-        await _lists(ask, found.capabilities, found, step)
+        await _lists(ask, found, step)
     finally:
         step.now = "closing the session"
         await session.close()
@@ -480,7 +481,7 @@ async def _modern(upstream: ModernHttpUpstream, era: Era, step: _Step) -> _Found
             await exchange.aclose(drain=True)
         raise UpstreamError(f"upstream ended {method} without answering")
 
-    await _lists(ask, found.capabilities, found, step)
+    await _lists(ask, found, step)
     return found
 
 
