@@ -1,15 +1,19 @@
 """`mcp-shim probe`: what the gateway will find behind it, before deploying it.
 
-With the gateway's own settings, the probe opens one upstream session through
-the transport the gateway would use (`app.upstream.choice.build_transport`),
-asks only what cannot change anything on the server (`initialize` and
-`notifications/initialized`, then the list methods of the declared
-capabilities), closes the session (DELETE over HTTP, the process stopped over
-stdio) and reports: the server, its era and negotiated version, the
-transport, its capabilities as declared and as 2026-07-28 clients will see
-them, its tools, and what the gateway translates for a 2026-07-28 client,
-derived from the translator registry (the negotiated version's features
-against 2026-07-28's), not from a list kept here.
+With the gateway's own settings, the probe first tells the upstream's era as
+the gateway does (app/upstream/era.py: a `server/discover` POST to an HTTP
+upstream; a stdio server is legacy). A modern (2026-07-28) upstream keeps no
+session and refuses `initialize`: the probe reads its `DiscoverResult` and
+sends the list methods of its capabilities as stateless modern requests. A
+legacy one gets one session through the transport the gateway would use
+(`app.upstream.choice.build_transport`): `initialize` and
+`notifications/initialized`, the list methods, then the session is closed
+(DELETE over HTTP, the process stopped over stdio). Nothing else is sent, so
+nothing can change on the server. The report: the server, its era and
+negotiated version, the transport, its capabilities as declared and as
+2026-07-28 clients will see them, its tools, and what the gateway translates
+for a 2026-07-28 client, derived from the translator registry (the negotiated
+version's features against 2026-07-28's), not from a list kept here.
 
 Exit codes (also in `mcp-shim probe --help`): 0 the upstream answered; 2 the
 configuration is invalid; 3 unreachable; 4 refused (an HTTP error, an
@@ -27,7 +31,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -36,16 +40,26 @@ import structlog
 
 from app.config import Settings, SettingsError, command_argv, load_settings
 from app.subscriptions import filters as subscription_filters
-from app.upstream.base import Message, Session
+from app.upstream.base import Message, Session, Transport
 from app.upstream.choice import build_transport, transport_name
+from app.upstream.era import Era, EraProbe, discover
 from app.upstream.errors import (
     UpstreamError,
+    UpstreamProtocolError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
 from app.upstream.listener import default_answer
+from app.upstream.modern_http import ModernHttpUpstream, standard_headers
 from app.upstream.stdio import StdioProcessExited
+from app.upstream.streamable_http import StreamableHttpTransport
 from translators import translate
+from translators._base import (
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_PROTOCOL_VERSION,
+    META_SERVER_INFO,
+)
 from translators.registry import LATEST_MODERN, Version, error_fallback, get_version
 
 # The shape of `--json` output; raised only when a field changes meaning or goes.
@@ -63,8 +77,9 @@ Connect to the upstream named by the gateway's own environment
 (MCP_SHIM_UPSTREAM_URL or MCP_SHIM_UPSTREAM_COMMAND, with every other MCP_SHIM_*
 setting) through the transport the gateway would use, and print the server, its
 protocol version, capabilities and tools, and what the gateway translates for
-2026-07-28 clients. Only initialize and list methods are sent; the session is
-closed afterwards (DELETE over HTTP, the process stopped over stdio)."""
+2026-07-28 clients. Only server/discover, initialize and list methods are sent
+(a modern upstream gets no initialize); a session is closed afterwards (DELETE
+over HTTP, the process stopped over stdio)."""
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -72,7 +87,7 @@ exit codes:
   2  invalid configuration (the variable is named) or command line
   3  unreachable: nothing accepted the connection, or it broke
   4  refused: an HTTP error or authorization challenge, a JSON-RPC error to
-     initialize, or an answer that is not MCP
+     initialize or server/discover, or an answer that is not MCP
   5  timed out (--timeout, or MCP_SHIM_STDIO_START_TIMEOUT_S for a command)
   6  the stdio command failed to start or exited (its last stderr lines shown)"""
 
@@ -183,6 +198,19 @@ def translations(
     return out
 
 
+def modern_translations(modern: Version = LATEST_MODERN) -> list[dict[str, str]]:
+    """What the gateway does for a modern client in front of a modern upstream
+    (app/passthrough.py): nothing to translate."""
+    return [
+        {
+            "id": "passThrough",
+            "description": f"{modern.name} requests passed through unchanged (body, _meta, "
+            "requestState, inputResponses) and answers streamed back as they come: "
+            "nothing translated",
+        }
+    ]
+
+
 def _listenable(capabilities: dict[str, Any]) -> list[str]:
     advertised = subscription_filters.advertised(capabilities)
     found = []
@@ -272,15 +300,26 @@ async def _ask(session: Session, method: str, params: dict[str, Any], ident: str
     raise UpstreamError(f"upstream ended {method} without answering")
 
 
+# One request of the probe and its response: (method, params, id) -> response.
+Ask = Callable[[str, dict[str, Any], str], Awaitable[Message]]
+# The list methods, by the capability that declares them, and their result's list.
+LISTS = (
+    ("tools", "tools/list", "tools"),
+    ("prompts", "prompts/list", "prompts"),
+    ("resources", "resources/list", "resources"),
+    ("resources", "resources/templates/list", "resourceTemplates"),
+)
+
+
 async def _list(
-    session: Session, method: str, key: str, ids: Iterator[int]
+    ask: Ask, method: str, key: str, ids: Iterator[int]
 ) -> tuple[list[Any] | None, str | None]:
     """Every item of a paged list method, or the JSON-RPC error it answered."""
     items: list[Any] = []
     cursor: Any = None
     for _ in range(MAX_PAGES):
         params: dict[str, Any] = {} if cursor is None else {"cursor": cursor}
-        reply = await _ask(session, method, params, f"probe-{next(ids)}")
+        reply = await ask(method, params, f"probe-{next(ids)}")
         error = reply.get("error")
         if isinstance(error, dict):
             return None, f"{error.get('code')} {error.get('message')}"
@@ -294,8 +333,60 @@ async def _list(
     return items, None
 
 
-async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
-    """The report, or ProbeFailed with its exit code and one-line reason."""
+@dataclass
+class _Found:
+    """What the upstream answered, whatever its era."""
+
+    era: str
+    version: Version
+    offered: str
+    transport: str
+    server: dict[str, Any]
+    capabilities: dict[str, Any]
+    instructions: bool
+    lists: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Step:
+    """What the probe is waiting for, for the timeout's reason."""
+
+    now: str = "server/discover"
+
+
+async def _lists(ask: Ask, found: _Found, step: _Step) -> None:
+    """The list methods of the capabilities the server declared, into `found`."""
+    ids = itertools.count(1)
+    for capability, method, key in LISTS:
+        if capability not in found.capabilities:
+            continue
+        step.now = method
+        items, error = await _list(ask, method, key, ids)
+        if error is not None:
+            found.errors[method] = error
+        found.lists[key] = items
+
+
+async def _era(
+    settings: Settings, transport: Transport
+) -> tuple[Era | None, ModernHttpUpstream | None]:
+    """The upstream's era as the gateway tells it (app/server.py's lifespan): an
+    HTTP upstream is asked `server/discover`; a stdio one is legacy. None when the
+    probe tells nothing (unreachable, a challenge): the legacy handshake then
+    reports the failure, as the gateway's first call would."""
+    if not isinstance(transport, StreamableHttpTransport):
+        return None, None
+    upstream = ModernHttpUpstream(
+        transport.client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+    )
+    try:
+        return await EraProbe(upstream, settings.upstream_era).current(), upstream
+    except UpstreamError:
+        return None, upstream
+
+
+async def _legacy(settings: Settings, transport: Transport, step: _Step) -> _Found:
     offered = settings.upstream_protocol_version
     initialize: Message = {
         "jsonrpc": "2.0",
@@ -304,75 +395,153 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
         # No client capabilities: the server has nothing to ask the probe.
         "params": {"protocolVersion": offered, "capabilities": {}, "clientInfo": CLIENT_INFO},
     }
+    step.now = "initialize"
+    session, result = await transport.open_session(initialize, {})
+    try:
+        version = get_version(result.get("protocolVersion"))
+        assert version is not None  # the transports check it
+        capabilities = result.get("capabilities")
+        info = result.get("serverInfo")
+        found = _Found(
+            era=version.era.value,
+            version=version,
+            offered=offered,
+            transport=transport_name(settings, transport),
+            server=info if isinstance(info, dict) else {},
+            capabilities=capabilities if isinstance(capabilities, dict) else {},
+            instructions=isinstance(result.get("instructions"), str),
+        )
+
+        async def ask(method: str, params: dict[str, Any], ident: str) -> Message:
+            return await _ask(session, method, params, ident)
+
+        await _lists(ask, found, step)
+    finally:
+        step.now = "closing the session"
+        await session.close()
+    return found
+
+
+async def _modern(upstream: ModernHttpUpstream, era: Era, step: _Step) -> _Found:
+    """A modern upstream: its DiscoverResult and its lists, each one stateless
+    request (2026-07-28 basic/transports/streamable-http), nothing else."""
+    version = era.version
+    if version is None:
+        raise UpstreamProtocolError(
+            "upstream speaks only modern protocol versions this gateway does not know"
+        )
+    result = era.discover
+    if result is None:  # the era came from a modern error, or from MCP_SHIM_UPSTREAM_ERA
+        step.now = "server/discover"
+        answer = await discover(upstream, version, None)
+        error = answer.get("error") if answer is not None else None
+        if isinstance(error, dict):
+            raise UpstreamProtocolError(
+                f"upstream refused server/discover: {error.get('code')} {error.get('message')}"
+            )
+        result = answer.get("result") if answer is not None else None
+        if not isinstance(result, dict) or "supportedVersions" not in result:
+            raise UpstreamProtocolError(
+                "upstream answered server/discover without a DiscoverResult"
+            )
+    meta = result.get("_meta")
+    info = meta.get(META_SERVER_INFO) if isinstance(meta, dict) else None
+    capabilities = result.get("capabilities")
+    found = _Found(
+        era=era.name,
+        version=version,
+        offered=LATEST_MODERN.name,
+        # The one transport of the modern era.
+        transport="streamable-http",
+        server=info if isinstance(info, dict) else {},
+        capabilities=capabilities if isinstance(capabilities, dict) else {},
+        instructions=isinstance(result.get("instructions"), str),
+    )
+
+    async def ask(method: str, params: dict[str, Any], ident: str) -> Message:
+        message: Message = {
+            "jsonrpc": "2.0",
+            "id": ident,
+            "method": method,
+            "params": {
+                **params,
+                "_meta": {
+                    META_PROTOCOL_VERSION: version.name,
+                    META_CLIENT_CAPABILITIES: {},
+                    META_CLIENT_INFO: CLIENT_INFO,
+                },
+            },
+        }
+        exchange = await upstream.request(message, standard_headers(message, version.name))
+        try:
+            async for reply in exchange:
+                if reply.get("id") == ident and "method" not in reply:
+                    return reply
+        finally:
+            await exchange.aclose(drain=True)
+        raise UpstreamError(f"upstream ended {method} without answering")
+
+    await _lists(ask, found, step)
+    return found
+
+
+async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
+    """The report, or ProbeFailed with its exit code and one-line reason."""
     started = time.monotonic()
-    step = "initialize"
+    step = _Step()
     with _capture_logs() as captured:
         transport, _ = build_transport(settings)
+        modern = False
         try:
             async with asyncio.timeout(timeout_s):
-                session, result = await transport.open_session(initialize, {})
-                try:
-                    version = get_version(result.get("protocolVersion"))
-                    assert version is not None  # the transports check it
-                    capabilities = result.get("capabilities")
-                    caps: dict[str, Any] = capabilities if isinstance(capabilities, dict) else {}
-                    ids = itertools.count(1)
-                    lists: dict[str, Any] = {}
-                    errors: dict[str, str] = {}
-                    for capability, method, key in (
-                        ("tools", "tools/list", "tools"),
-                        ("prompts", "prompts/list", "prompts"),
-                        ("resources", "resources/list", "resources"),
-                        ("resources", "resources/templates/list", "resourceTemplates"),
-                    ):
-                        if capability not in caps:
-                            continue
-                        step = method
-                        items, error = await _list(session, method, key, ids)
-                        if error is not None:
-                            errors[method] = error
-                        lists[key] = items
-                finally:
-                    step = "closing the session"
-                    await session.close()
+                era, upstream = await _era(settings, transport)
+                if era is not None and era.name == "modern":
+                    assert upstream is not None
+                    modern = True
+                    found = await _modern(upstream, era, step)
+                else:
+                    found = await _legacy(settings, transport, step)
         except TimeoutError:
             await transport.aclose()
             raise ProbeFailed(
-                EXIT_TIMEOUT, f"timed out after {timeout_s:g}s waiting for {step} (--timeout)"
+                EXIT_TIMEOUT, f"timed out after {timeout_s:g}s waiting for {step.now} (--timeout)"
             ) from None
         except UpstreamError as exc:
             await transport.aclose()
-            raise _failure(exc, transport_name(settings, transport), captured) from None
+            kind = "streamable-http" if modern else transport_name(settings, transport)
+            raise _failure(exc, kind, captured) from None
         await transport.aclose()
-    kind = transport_name(settings, transport)
-    info = result.get("serverInfo")
-    server = info if isinstance(info, dict) else {}
-    tools = lists.get("tools")
+    tools = found.lists.get("tools")
     report: dict[str, Any] = {
         "shape": JSON_SHAPE,
         "ok": True,
         "upstream": _describe_upstream(settings),
-        "transport": kind,
-        "server": {"name": server.get("name"), "version": server.get("version")},
-        "era": version.era.value,
-        "protocolVersion": version.name,
-        "offeredProtocolVersion": offered,
-        "capabilities": caps,
-        "modernCapabilities": subscription_filters.advertised(
-            translate.server_capabilities(caps, version, LATEST_MODERN)
+        "transport": found.transport,
+        "server": {"name": found.server.get("name"), "version": found.server.get("version")},
+        "era": found.era,
+        "protocolVersion": found.version.name,
+        "offeredProtocolVersion": found.offered,
+        "capabilities": found.capabilities,
+        # A modern upstream's discover reaches modern clients as it is (passed through).
+        "modernCapabilities": found.capabilities
+        if modern
+        else subscription_filters.advertised(
+            translate.server_capabilities(found.capabilities, found.version, LATEST_MODERN)
         ),
-        "instructions": isinstance(result.get("instructions"), str),
+        "instructions": found.instructions,
         "tools": None
         if tools is None
         else [
             t.get("name") for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)
         ],
-        "prompts": _count(lists.get("prompts")),
-        "resources": _count(lists.get("resources")),
-        "resourceTemplates": _count(lists.get("resourceTemplates")),
-        "listErrors": errors,
+        "prompts": _count(found.lists.get("prompts")),
+        "resources": _count(found.lists.get("resources")),
+        "resourceTemplates": _count(found.lists.get("resourceTemplates")),
+        "listErrors": found.errors,
         "modernVersion": LATEST_MODERN.name,
-        "translations": translations(version, caps),
+        "translations": modern_translations()
+        if modern
+        else translations(found.version, found.capabilities),
         "elapsedMs": round((time.monotonic() - started) * 1000),
     }
     return report
@@ -493,7 +662,7 @@ def main(args: argparse.Namespace) -> int:
         report = asyncio.run(run_probe(settings, args.timeout))
     except ProbeFailed as failed:
         if args.json:
-            print(
+            _out(
                 json.dumps(
                     {
                         "shape": JSON_SHAPE,
@@ -507,5 +676,17 @@ def main(args: argparse.Namespace) -> int:
             )
         print(f"mcp-shim probe: {failed.reason}", file=sys.stderr)
         return failed.code
-    print(json.dumps(report, indent=2) if args.json else render(report))
+    _out(json.dumps(report, indent=2) if args.json else render(report))
     return EXIT_OK
+
+
+def _out(text: str) -> None:
+    """Print the report; a reader that stopped early (`mcp-shim probe | head -3`)
+    is not an error of the probe."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would report the failed flush again at exit: stdout goes nowhere now.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

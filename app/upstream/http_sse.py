@@ -114,6 +114,7 @@ class SseSession:
 
     async def notify(self, message: Message) -> None:
         await self._post(message, str(message.get("method")))
+        self._routes.cancelled(message)
 
     async def respond(self, message: Message) -> None:
         await self._post(message, "response to a server request")

@@ -81,6 +81,11 @@ class _End:
     error: UpstreamError
 
 
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """The request was cancelled: its messages end with no response."""
+
+
 class Exchange:
     """Messages for one request (ending with its response), or the listen stream."""
 
@@ -92,7 +97,7 @@ class Exchange:
         self._timeout_s = timeout_s
         self.request_id = request_id
         self.progress_token: Any = None
-        self.queue: asyncio.Queue[Message | _End] = asyncio.Queue()
+        self.queue: asyncio.Queue[Message | _End | _Stop] = asyncio.Queue()
         self.last_event_id: str | None = None
         self._messages = self._read()
 
@@ -107,6 +112,9 @@ class Exchange:
     def end(self, error: UpstreamError) -> None:
         self.queue.put_nowait(_End(error))
 
+    def stop(self) -> None:
+        self.queue.put_nowait(_Stop())
+
     async def _read(self) -> AsyncIterator[Message]:
         while True:
             try:
@@ -119,6 +127,8 @@ class Exchange:
                 ) from None
             if isinstance(item, _End):
                 raise item.error
+            if isinstance(item, _Stop):
+                return
             yield item
             if self.request_id is not None and "method" not in item:
                 return  # the response: nothing else belongs to this request
@@ -176,6 +186,24 @@ class Router:
                 del self._progress[exchange.progress_token]
         if self.listening is exchange:
             self.listening = None
+
+    def cancelled(self, notification: Message) -> None:
+        """`notifications/cancelled` was sent for a request in flight. The server will
+        not answer it (2025-11-25 basic/utilities/cancellation: the receiver "SHOULD
+        NOT send a response for the cancelled request"), and nothing else on a shared
+        stream would ever end its exchange, which would wait out its timeout and,
+        meanwhile, keep the next call from being the one in flight. So it ends here
+        without a response, as a Streamable HTTP call's stream the server closes."""
+        if notification.get("method") != "notifications/cancelled":
+            return
+        params = notification.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        if not isinstance(request_id, str | int):
+            return
+        exchange = self.pending.get(id_key(request_id))
+        if exchange is not None:
+            self.forget(exchange)
+            exchange.stop()
 
     def fail_all(self, error: UpstreamError) -> None:
         """Every exchange waiting on the stream ends with `error`."""

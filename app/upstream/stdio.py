@@ -180,6 +180,7 @@ class StdioSession:
 
     async def notify(self, message: Message) -> None:
         await self._write(message, str(message.get("method")))
+        self._routes.cancelled(message)
 
     async def respond(self, message: Message) -> None:
         await self._write(message, "a response to a server request")

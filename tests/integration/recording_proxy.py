@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -88,7 +89,11 @@ class _SseParser:
         self._buffer += self._decoder.decode(chunk).replace("\r\n", "\n")
         while "\n\n" in self._buffer:
             event, self._buffer = self._buffer.split("\n\n", 1)
-            data = [line[5:].lstrip() for line in event.split("\n") if line.startswith("data:")]
+            lines = event.split("\n")
+            kind = next((line[6:].strip() for line in lines if line.startswith("event:")), "")
+            if kind not in ("", "message"):
+                continue  # an HTTP+SSE `endpoint` event: not a JSON-RPC message
+            data = [line[5:].lstrip() for line in lines if line.startswith("data:")]
             if data and any(data):
                 parsed = json.loads("\n".join(data))
                 for message in parsed if isinstance(parsed, list) else [parsed]:
@@ -96,10 +101,19 @@ class _SseParser:
 
 
 class RecordingProxy:
-    def __init__(self, upstream_url: str) -> None:
+    """`every_path`: forward any path and query to the same on the upstream's origin
+    (an HTTP+SSE server: GET /sse, then POSTs to the endpoint its stream names,
+    which resolves against the proxy's origin); `url` is then the proxy's address
+    of `upstream_url`. Otherwise only /mcp, to `upstream_url` itself."""
+
+    def __init__(self, upstream_url: str, *, every_path: bool = False) -> None:
         self.upstream_url = upstream_url
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self._every_path = every_path
+        parts = urlsplit(upstream_url)
+        self._origin = f"{parts.scheme}://{parts.netloc}"
+        path = parts.path if every_path else "/mcp"
+        self.url = f"http://127.0.0.1:{self.port}{path}"
         self.records: list[Record] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -132,7 +146,7 @@ class RecordingProxy:
             auto_decompress=False,
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/mcp", self._handle)
+        app.router.add_route("*", "/{tail:.*}" if self._every_path else "/mcp", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -189,8 +203,9 @@ class RecordingProxy:
         forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         assert self._client is not None
         try:
+            target = self._origin + request.path_qs if self._every_path else self.upstream_url
             upstream = await self._client.request(
-                request.method, self.upstream_url, headers=forward, data=raw or None
+                request.method, target, headers=forward, data=raw or None
             )
         except aiohttp.ClientError:
             record.status, record.ending, record.done = 502, "upstream_error", True

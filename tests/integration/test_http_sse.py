@@ -2,19 +2,21 @@
 `@modelcontextprotocol/server-everything` in its `sse` mode (official TypeScript
 SDK's SSEServerTransport: GET /sse, POST /message?sessionId=...) behind the
 gateway, found by the detection 2025-03-26 basic/transports "Backwards
-Compatibility" describes, and driven with raw 2026-07-28 requests.
+Compatibility" describes, and driven with raw 2026-07-28 requests, raw legacy
+requests and the official mcp 2.x and 1.x clients. The checks every transport
+passes are shared with tests/integration/test_stdio.py
+(tests/integration/everything.py); the ones here are HTTP+SSE's own: detection,
+cancellation seen on the wire (a recording proxy between the gateway and the
+server), stream loss and reconnection.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,34 +24,22 @@ import httpx
 import pytest
 
 from tests import procs
+from tests.integration import everything as ev
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
-from tests.schema import MODERN
+from tests.integration.everything import (
+    SAMPLING,
+    call,
+    everything_sse,
+    sampled,
+    text_of,
+    wait_for,
+)
+from tests.integration.recording_proxy import Record, RecordingProxy
 
 pytestmark = pytest.mark.peers
 
-EVERYTHING = (
-    procs.PEERS
-    / "node"
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "server-everything"
-    / "dist"
-    / "index.js"
-)
-SAMPLING: dict[str, Any] = {"sampling": {}}
-NO_CAPS: dict[str, Any] = {}
-
-
-@contextlib.contextmanager
-def everything_sse(port: int, log_path: Path) -> Iterator[str]:
-    """server-everything over HTTP+SSE on `port` (its PORT variable); yields the SSE URL."""
-    argv = [str(procs.require_peer(procs.NODE)), str(procs.require_peer(EVERYTHING)), "sse"]
-    # GET /sse never ends; GET /message is a quick 404 once the server listens.
-    with procs.running(
-        argv, f"http://127.0.0.1:{port}/message", env={"PORT": str(port)}, log_path=log_path
-    ):
-        yield f"http://127.0.0.1:{port}/sse"
+STATE_KEY = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="  # 32 bytes, base64
 
 
 @pytest.fixture(scope="module")
@@ -64,52 +54,17 @@ def sse_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
         yield base, sse_url, logs / "gateway.log"
 
 
-STATE_KEY = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="  # 32 bytes, base64
-
-
 @pytest.fixture
 def http() -> Iterator[httpx.Client]:
     with httpx.Client(timeout=60.0) as client:
         yield client
 
 
-def call(
-    http: httpx.Client,
-    base: str,
-    name: str,
-    arguments: dict[str, Any] | None = None,
-    caps: dict[str, Any] | None = None,
-    **kwargs: Any,
-) -> mw.Answer:
-    return mw.tool_call(
-        http, base, name, arguments, caps=NO_CAPS if caps is None else caps, **kwargs
-    )
-
-
-def text_of(answer: mw.Answer) -> str:
-    return "".join(c.get("text", "") for c in answer.result.get("content", []))
-
-
 def test_discover_list_and_calls_over_http_sse(
     sse_gateway: tuple[str, str, Path], http: httpx.Client
 ) -> None:
     base, _, log = sse_gateway
-    discover = mw.send(http, base, mw.message_for("server/discover", {}, caps=NO_CAPS))
-    assert discover.status == 200, discover.final
-    info = discover.result["_meta"]["io.modelcontextprotocol/serverInfo"]
-    assert info["name"] == "mcp-servers/everything"
-    assert MODERN in discover.result["supportedVersions"]
-    assert discover.result["resultType"] == "complete"
-
-    tools = mw.send(http, base, mw.message_for("tools/list", {}, caps=NO_CAPS))
-    assert tools.status == 200, tools.final
-    assert {"echo", "get-sum"} <= {tool["name"] for tool in tools.result["tools"]}
-
-    echo = call(http, base, "echo", {"message": "hi over HTTP+SSE"})
-    assert echo.status == 200 and text_of(echo) == "Echo: hi over HTTP+SSE"
-    assert echo.result["resultType"] == "complete"
-    total = call(http, base, "get-sum", {"a": 2, "b": 3})
-    assert text_of(total) == "The sum of 2 and 3 is 5."
+    ev.check_discover_list_and_calls(http, base, "HTTP+SSE")
     # Detected once: Streamable HTTP was refused (POST /sse: 404), HTTP+SSE worked.
     detected = [
         line for line in wire.log_lines(log) if line.get("event") == "upstream_transport_detected"
@@ -117,12 +72,16 @@ def test_discover_list_and_calls_over_http_sse(
     assert [line["transport"] for line in detected] == ["sse"]
 
 
+def test_the_official_modern_client_over_http_sse(sse_gateway: tuple[str, str, Path]) -> None:
+    """The mcp 2.x client: discover, tools, and a sampling and an elicitation round
+    trip, the server's requests read off the SSE stream, the answers POSTed."""
+    ev.check_the_official_modern_client(sse_gateway[0])
+
+
 def test_concurrent_calls_share_the_stream(
     sse_gateway: tuple[str, str, Path], http: httpx.Client
 ) -> None:
     """Responses come back on the one GET stream and reach their own calls by id."""
-    import concurrent.futures
-
     base = sse_gateway[0]
 
     def one(n: int) -> str:
@@ -134,34 +93,157 @@ def test_concurrent_calls_share_the_stream(
     assert texts == [f"Echo: n{n}" for n in range(24)]
 
 
-def test_sampling_round_trip_over_http_sse(
+@pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
+def test_the_checks_of_every_transport(
+    check: Callable[[httpx.Client, str], None],
+    sse_gateway: tuple[str, str, Path],
+    http: httpx.Client,
+) -> None:
+    """A parked call (sampling asked on the SSE stream, answered by POST) while
+    others complete; two parked calls answered in reverse order; progress; logs;
+    subscriptions/listen (the server's `resources/updated`, tied to no call, read
+    off the stream into the listen stream)."""
+    check(http, sse_gateway[0])
+
+
+def test_an_unprompted_roots_request_is_answered(
     sse_gateway: tuple[str, str, Path], http: httpx.Client
 ) -> None:
-    """server-everything's sampling request, sent on the SSE stream during the call,
-    becomes input_required; the retry's answer goes back by POST."""
-    base = sse_gateway[0]
-    args = {"prompt": "Capital of France?"}
-    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
+    """The request comes on the session's SSE stream with no call in flight; the
+    refusal goes back by POST. The server's stderr is its own log here."""
+    server_log = sse_gateway[2].parent / "everything.log"
+    ev.check_an_unprompted_roots_request_is_answered(
+        http, sse_gateway[0], lambda: server_log.read_text().splitlines()
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded_sse_gateway(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, RecordingProxy, Path]]:
+    """A gateway whose HTTP+SSE upstream is server-everything behind a recording
+    proxy: what the gateway GETs and POSTs, as the server received it."""
+    logs = tmp_path_factory.mktemp("sse-recorded")
+    with (
+        everything_sse(procs.free_port(), logs / "everything.log") as sse_url,
+        RecordingProxy(sse_url, every_path=True) as proxy,
+        procs.gateway(
+            proxy.url,
+            procs.free_port(),
+            {"MCP_SHIM_STATE_KEY": STATE_KEY, "MCP_SHIM_MRTR_TTL_S": str(PARKED_TTL_S)},
+            logs / "gateway.log",
+        ) as base,
+    ):
+        yield base, proxy, logs / "gateway.log"
+
+
+PARKED_TTL_S = 2.0
+
+
+def long_operation(token: str) -> dict[str, Any]:
+    return mw.message_for(
+        "tools/call",
+        {"name": "trigger-long-running-operation", "arguments": {"duration": 30, "steps": 30}},
+        caps={},
+        meta={"progressToken": token},
+    )
+
+
+def check_cancelled_upstream(proxy: RecordingProxy, mark: int) -> None:
+    """notifications/cancelled for the gateway's own id of the call went by POST to
+    the session's endpoint, and the server took it (202). 2025-11-25
+    basic/utilities/cancellation: the side that sent a request MAY cancel it with
+    `notifications/cancelled` naming its `requestId`."""
+    sent = proxy.wait_for(lambda r: r.method == "tools/call", since=mark)
+    cancel = proxy.wait_for(lambda r: r.method == "notifications/cancelled" and r.done, since=mark)
+    assert cancel.body["params"]["requestId"] == sent.body["id"]
+    assert cancel.http_method == "POST" and cancel.status == 202
+
+
+def test_closing_the_sse_answer_cancels_the_upstream_call(
+    recorded_sse_gateway: tuple[str, RecordingProxy, Path], http: httpx.Client
+) -> None:
+    base, proxy, log = recorded_sse_gateway
+    assert text_of(call(http, base, "echo", {"message": "up"})) == "Echo: up"
+    mark = proxy.mark()
+    message = long_operation("going-away")
+    headers = wire.headers_for(message)
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(message).encode(), headers=headers
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                assert json.loads(line[5:])["method"] == "notifications/progress"
+                break
+    # The `with` closed the connection mid-call.
+    check_cancelled_upstream(proxy, mark)
+    logged = wire.wait_for_log(log, headers["x-request-id"], "call")
+    assert logged["outcome"] == "client_disconnected"
+    # The session goes on serving.
+    assert text_of(call(http, base, "echo", {"message": "after"})) == "Echo: after"
+
+
+def test_dropping_a_json_request_mid_call_cancels_too(
+    recorded_sse_gateway: tuple[str, RecordingProxy, Path],
+) -> None:
+    base, proxy, _ = recorded_sse_gateway
+    mark = proxy.mark()
+    message = long_operation("json-only")
+    headers = wire.headers_for(message, accept="application/json")
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(timeout=1.0) as client:
+        wire.post(client, base + "/mcp", message, headers)
+    check_cancelled_upstream(proxy, mark)
+
+
+def test_a_parked_call_nobody_retries_is_abandoned_upstream(
+    recorded_sse_gateway: tuple[str, RecordingProxy, Path], http: httpx.Client
+) -> None:
+    """MCP_SHIM_MRTR_TTL_S after parking, the server's sampling request is answered
+    with an error (the client never will), the call is cancelled, and the lane's
+    SSE stream (its session) is closed, all through the HTTP+SSE transport."""
+    base, proxy, _ = recorded_sse_gateway
+    mark = proxy.mark()
+    first = call(http, base, "trigger-sampling-request", {"prompt": "never"}, caps=SAMPLING)
     assert first.input_required, first.final
-    ((key, question),) = first.requests.items()
-    assert question["method"] == "sampling/createMessage"
-    answer = {
-        "role": "assistant",
-        "content": {"type": "text", "text": "Paris"},
-        "model": "test-model",
-        "stopReason": "endTurn",
-    }
-    done = call(
+
+    def asking(record: Record) -> bool:
+        return record.http_method == "GET" and any(
+            m.get("method") == "sampling/createMessage" for m in record.messages
+        )
+
+    # The stream of the lane the call runs on, which carried the server's request.
+    stream = proxy.wait_for(asking, since=mark)
+    asked = next(m for m in stream.messages if m.get("method") == "sampling/createMessage")
+    timeout = PARKED_TTL_S + 10
+    # The answer to the server's request: a JSON-RPC error, as a client that timed out.
+    reply = proxy.wait_for(
+        lambda r: (
+            isinstance(r.body, dict)
+            and "method" not in r.body
+            and r.body.get("id") == asked["id"]
+            and r.done
+        ),
+        since=mark,
+        timeout=timeout,
+    )
+    assert reply.body["error"]["code"] == -32001
+    check_cancelled_upstream(proxy, mark)
+    # The lane's stream, closed by the gateway.
+    wait_for(lambda: stream.done, timeout=timeout, what="the lane's SSE stream to close")
+    assert stream.ending == "client_gone"
+    # The state is no longer valid.
+    ((key, _),) = first.requests.items()
+    late = call(
         http,
         base,
         "trigger-sampling-request",
-        args,
+        {"prompt": "never"},
         caps=SAMPLING,
-        input_responses={key: answer},
+        input_responses={key: sampled("too late")},
         state=first.state,
     )
-    assert done.status == 200 and done.result["resultType"] == "complete", done.final
-    assert '"Paris"' in text_of(done)
+    assert late.status == 400 and late.error["code"] == -32602, late.final
 
 
 def test_stream_loss_fails_calls_and_the_next_session_reconnects(
@@ -172,30 +254,47 @@ def test_stream_loss_fails_calls_and_the_next_session_reconnects(
     with procs.gateway(f"http://127.0.0.1:{port}/sse", procs.free_port(), log_path=log) as base:
         with everything_sse(port, tmp_path / "everything-1.log"):
             assert text_of(call(http, base, "echo", {"message": "one"})) == "Echo: one"
-            outcome: dict[str, Any] = {}
-
-            def long_call() -> None:
-                with httpx.Client(timeout=60.0) as client:
-                    started = time.monotonic()
-                    args = {"duration": 20, "steps": 20}
-                    outcome["answer"] = call(client, base, "trigger-long-running-operation", args)
-                    outcome["after"] = time.monotonic() - started
-
-            worker = threading.Thread(target=long_call)
-            worker.start()
+            worker, outcome = ev.call_in_background(
+                base, "trigger-long-running-operation", {"duration": 20, "steps": 20}
+            )
             time.sleep(1.5)
         # The server is gone, and its stream with it: the call in flight fails at
         # once, not after its 20 s.
         worker.join(15)
         assert not worker.is_alive()
         assert outcome["answer"].status == 502, outcome["answer"].final
-        assert outcome["after"] < 10
+        assert outcome["took"] < 10
         assert any(line.get("event") == "upstream_sse_stream_ended" for line in wire.log_lines(log))
         # Nothing to connect to now.
         assert call(http, base, "echo", {"message": "two"}).status == 502
         with everything_sse(port, tmp_path / "everything-2.log"):
             # A new session on a new stream, without restarting the gateway.
             assert text_of(call(http, base, "echo", {"message": "three"})) == "Echo: three"
+
+
+def test_a_listen_stream_outlives_the_upstream_stream(tmp_path: Path, http: httpx.Client) -> None:
+    """subscriptions/listen over an HTTP+SSE upstream that restarts: its stream ends,
+    the gateway opens a new session (a new stream) and subscribes there again, and
+    the client's listen stream, still open, gets the new server's updates."""
+    port = procs.free_port()
+    log = tmp_path / "gateway.log"
+    with (
+        procs.gateway(f"http://127.0.0.1:{port}/sse", procs.free_port(), log_path=log) as base,
+        contextlib.ExitStack() as first,
+    ):
+        first.enter_context(everything_sse(port, tmp_path / "everything-1.log"))
+        with ev.listening(http, base, ev.SUBSCRIBED_URI) as (frames, listen_id):
+            ev.check_an_update_arrives(http, base, frames, listen_id)
+            first.close()  # the server goes, and its streams with it
+            with everything_sse(port, tmp_path / "everything-2.log"):
+                ev.wait_for(
+                    lambda: any(
+                        line.get("event") == "listen_session_reopened"
+                        for line in wire.log_lines(log)
+                    ),
+                    what="the listen hub to move to a new session",
+                )
+                ev.check_an_update_arrives(http, base, frames, listen_id)
 
 
 def test_forced_streamable_http_does_not_fall_back(
@@ -208,36 +307,3 @@ def test_forced_streamable_http_does_not_fall_back(
     assert answer.status == 502
     assert "HTTP 404" in answer.error["message"]
     assert "HTTP+SSE" not in answer.error["message"]
-
-
-def probe(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SHIM_")}
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "probe", *args],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=procs.ROOT,
-    )
-
-
-@pytest.mark.parametrize("mode", ["auto", "sse"])
-def test_probe_reports_sse(sse_gateway: tuple[str, str, Path], mode: str) -> None:
-    sse_url = sse_gateway[1]
-    started = time.monotonic()
-    done = probe("--json", MCP_SHIM_UPSTREAM_URL=sse_url, MCP_SHIM_UPSTREAM_TRANSPORT=mode)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert report["transport"] == "sse"
-    assert report["server"]["name"] == "mcp-servers/everything"
-    assert "echo" in report["tools"]
-    assert time.monotonic() - started < 30
-
-
-def test_a_url_that_is_neither_transport(legacy_url: str) -> None:
-    """The fixture's /nowhere: POST 404, then GET 404 too; both are named."""
-    done = probe(MCP_SHIM_UPSTREAM_URL=legacy_url.removesuffix("/mcp") + "/nowhere")
-    assert done.returncode == 4
-    assert "upstream refused initialize with HTTP 404" in done.stderr
-    assert "no HTTP+SSE stream either (upstream answered the SSE GET with HTTP 404)" in done.stderr

@@ -15,25 +15,18 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import procs
+from tests.integration.everything import EVERYTHING, NPM, everything_sse
 from tests.integration.recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.peers
 
-EVERYTHING = (
-    procs.PEERS
-    / "node"
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "server-everything"
-    / "dist"
-    / "index.js"
-)
 # Keys of the documented --json shape (README.md, "Checking an upstream").
 REPORT_KEYS = {
     "shape",
@@ -59,6 +52,7 @@ REPORT_KEYS = {
 # Methods without side effects (issue 11: "initialize/server/discover and list
 # methods only").
 HARMLESS = {
+    "server/discover",
     "initialize",
     "notifications/initialized",
     "tools/list",
@@ -136,13 +130,14 @@ def test_probe_of_the_fixture_over_http_sends_nothing_with_side_effects(
     # As the gateway's server/discover announces them to 2026-07-28 clients.
     assert report["modernCapabilities"]["tools"] == {"listChanged": True}
     assert {"sessions", "discover", "resultType", "errorCodes", "inputRequired"} <= ids_of(report)
-    # Only initialize and list methods went upstream, then the session was ended.
+    # The era probe (refused the legacy way), then only initialize and list methods
+    # went upstream, then the session was ended.
     methods = [r.method for r in records if r.http_method == "POST"]
-    assert methods[:2] == ["initialize", "notifications/initialized"]
+    assert methods[:3] == ["server/discover", "initialize", "notifications/initialized"]
     assert set(methods) <= HARMLESS
     assert {"tools/list", "prompts/list", "resources/list"} <= set(methods)
     assert records[-1].http_method == "DELETE"
-    assert records[-1].session_id == records[1].session_id is not None
+    assert records[-1].session_id == records[2].session_id is not None
 
 
 def test_probe_text_report_of_the_fixture_over_http(legacy_url: str) -> None:
@@ -177,6 +172,84 @@ def test_probe_offers_the_configured_version(legacy_url: str) -> None:
     assert "2025-03-26 -> 2025-06-18 -> 2025-11-25" in steps["description"]
 
 
+# -- a modern (2026-07-28 only) upstream ------------------------------------------
+
+MODERN_METHODS = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+]
+
+
+@pytest.mark.parametrize("era_setting", ["auto", "modern"])
+def test_probe_of_a_modern_upstream_sends_discover_and_lists_only(
+    modern_url: str, era_setting: str
+) -> None:
+    """The modern fixture (mcp 2.x) refuses `initialize`. The probe tells its era as
+    the gateway does (a `server/discover` POST; with MCP_SHIM_UPSTREAM_ERA=modern,
+    none for the era, one for the report) and asks it only stateless modern
+    requests, each with its `_meta` and standard headers (2026-07-28
+    basic/transports/streamable-http: MCP-Protocol-Version, Mcp-Method)."""
+    with RecordingProxy(modern_url) as proxy:
+        done = probe("--json", MCP_SHIM_UPSTREAM_URL=proxy.url, MCP_SHIM_UPSTREAM_ERA=era_setting)
+        report = report_of(done)
+        records = proxy.snapshot()
+    assert set(report) == REPORT_KEYS
+    assert report["ok"] is True
+    assert report["era"] == "modern"
+    assert report["transport"] == "streamable-http"
+    assert report["protocolVersion"] == report["offeredProtocolVersion"] == "2026-07-28"
+    assert report["server"] == {"name": "mcp-shim-modern-fixture", "version": "1.0.0"}
+    assert report["capabilities"]["tools"] == {"listChanged": True}
+    assert report["capabilities"]["resources"] == {"listChanged": True, "subscribe": True}
+    # Passed through to modern clients as the upstream declares them.
+    assert report["modernCapabilities"] == report["capabilities"]
+    assert report["instructions"] is True
+    assert {"test_echo", "test_slow", "test_input_required_result_elicitation"} <= set(
+        report["tools"]
+    )
+    assert report["prompts"] > 0 and report["resources"] > 0
+    assert report["resourceTemplates"] > 0
+    assert report["listErrors"] == {}
+    assert ids_of(report) == {"passThrough"}
+    assert [r.method for r in records] == MODERN_METHODS
+    for record in records:
+        assert record.http_method == "POST" and record.status == 200
+        meta = record.body["params"]["_meta"]
+        assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+        assert meta["io.modelcontextprotocol/clientCapabilities"] == {}
+        assert record.headers["mcp-protocol-version"] == "2026-07-28"
+        assert record.headers["mcp-method"] == record.method
+        assert record.session_id is None
+
+
+def test_probe_text_report_of_a_modern_upstream(modern_url: str) -> None:
+    done = probe(MCP_SHIM_UPSTREAM_URL=modern_url)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "server:      mcp-shim-modern-fixture 1.0.0" in out
+    assert f"upstream:    {modern_url} (streamable-http)" in out
+    assert "protocol:    2026-07-28 (modern; offered 2026-07-28)" in out
+    assert "capabilities: completions, prompts (listChanged), resources (listChanged, " in out
+    tools_line = next(line for line in out.splitlines() if line.startswith("tools ("))
+    assert "test_echo" in tools_line.split(": ", 1)[1].split(", ")
+    assert "2026-07-28 requests passed through unchanged" in out
+    assert "server/discover synthesised" not in out
+
+
+def test_probe_of_a_dual_era_upstream_reports_its_modern_era(tmp_path: Path) -> None:
+    """The modern fixture with --dual-era also accepts initialize; the gateway
+    serves modern clients in the modern era, and so the probe reports it."""
+    with procs.modern_server(
+        procs.free_port(), "--dual-era", log_path=tmp_path / "modern.log"
+    ) as url:
+        report = report_of(probe("--json", MCP_SHIM_UPSTREAM_URL=url))
+    assert report["era"] == "modern" and report["protocolVersion"] == "2026-07-28"
+    assert "test_echo" in report["tools"]
+
+
 # -- stdio ------------------------------------------------------------------------
 
 
@@ -206,6 +279,96 @@ def test_probe_of_server_everything_over_stdio() -> None:
     assert "tasks" in report["capabilities"]
     # Tasks left the core protocol in the 2026 revisions.
     assert "tasks" not in report["modernCapabilities"]
+
+
+def published_command(server: str, tmp_path: Path) -> str:
+    node = [str(procs.require_peer(procs.NODE))]
+    if server == "memory":
+        memory = NPM / "server-memory" / "dist" / "index.js"
+        return shlex.join(
+            ["env", f"MEMORY_FILE_PATH={tmp_path / 'memory.jsonl'}", *node, str(memory)]
+        )
+    if server == "filesystem":
+        filesystem = NPM / "server-filesystem" / "dist" / "index.js"
+        return shlex.join([*node, str(filesystem), str(tmp_path)])
+    legacy_py = str(procs.require_peer(procs.LEGACY_PY))
+    return shlex.join([legacy_py, "-m", "mcp_server_time", "--local-timezone", "UTC"])
+
+
+@pytest.mark.parametrize(
+    ("server", "name", "tools"),
+    [
+        ("memory", "memory-server", {"create_entities", "read_graph"}),
+        ("filesystem", "secure-filesystem-server", {"read_text_file", "list_directory"}),
+        ("time", "mcp-time", {"get_current_time", "convert_time"}),
+    ],
+)
+def test_probe_of_other_published_stdio_servers(
+    server: str, name: str, tools: set[str], tmp_path: Path
+) -> None:
+    """The published servers tests/integration/test_stdio.py runs behind the gateway."""
+    command = published_command(server, tmp_path)
+    report = report_of(probe("--json", MCP_SHIM_UPSTREAM_COMMAND=command))
+    assert report["transport"] == "stdio" and report["era"] == "legacy"
+    assert report["server"]["name"] == name
+    assert tools <= set(report["tools"])
+    assert report["listErrors"] == {}
+    text = probe(MCP_SHIM_UPSTREAM_COMMAND=command)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith(f"server:      {name} ")
+    assert "protocol:    2025-11-25 (legacy; offered 2025-11-25)" in text.stdout
+
+
+def test_a_reader_that_stops_early_is_no_error(legacy_url: str) -> None:
+    """`mcp-shim probe | head -1`: the pipe closes before the report is written."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SHIM_")}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: the write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "probe"],
+            env={**base, "MCP_SHIM_UPSTREAM_URL": legacy_url},
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=procs.ROOT,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+# -- HTTP+SSE ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def everything_sse_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("probe") / "everything-sse.log"
+    with everything_sse(procs.free_port(), log) as url:
+        yield url
+
+
+@pytest.mark.parametrize("mode", ["auto", "sse"])
+def test_probe_of_server_everything_over_http_sse(everything_sse_url: str, mode: str) -> None:
+    started = time.monotonic()
+    report = report_of(
+        probe(
+            "--json",
+            MCP_SHIM_UPSTREAM_URL=everything_sse_url,
+            MCP_SHIM_UPSTREAM_TRANSPORT=mode,
+        )
+    )
+    assert report["transport"] == "sse"
+    assert report["server"]["name"] == "mcp-servers/everything"
+    assert report["era"] == "legacy"
+    assert {"echo", "get-sum"} <= set(report["tools"])
+    assert time.monotonic() - started < 30
+    text = probe(MCP_SHIM_UPSTREAM_URL=everything_sse_url, MCP_SHIM_UPSTREAM_TRANSPORT=mode)
+    assert text.returncode == 0, text.stderr
+    assert "server:      mcp-servers/everything" in text.stdout
+    assert f"upstream:    {everything_sse_url} (sse)" in text.stdout
 
 
 # -- failures -----------------------------------------------------------------------
@@ -239,9 +402,12 @@ def test_nothing_listening() -> None:
 
 
 def test_an_http_error_is_a_refusal(legacy_url: str) -> None:
+    """The fixture's /nowhere: POST 404, then GET 404 too; both are named."""
     done = probe(MCP_SHIM_UPSTREAM_URL=legacy_url.removesuffix("/mcp") + "/nowhere")
     assert done.returncode == 4
-    assert "refused: upstream refused initialize with HTTP 404" in one_line(done)
+    line = one_line(done)
+    assert "refused: upstream refused initialize with HTTP 404" in line
+    assert "no HTTP+SSE stream either (upstream answered the SSE GET with HTTP 404)" in line
 
 
 def test_a_command_that_exits_at_once() -> None:

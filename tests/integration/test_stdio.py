@@ -13,39 +13,39 @@ stdio_servers.py) and raw 2026-07-28 requests. Processes are counted from
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shlex
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests import procs
+from tests.integration import everything as ev
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
+from tests.integration.everything import (
+    EVERYTHING,
+    NPM,
+    SAMPLING,
+    call,
+    node_command,
+    sampled,
+    text_of,
+    wait_for,
+)
 from tests.procs import run_modern_client
-from tests.schema import MODERN
 
 pytestmark = pytest.mark.peers
 
-NPM = procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol"
-EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
 MEMORY = NPM / "server-memory" / "dist" / "index.js"
 FILESYSTEM = NPM / "server-filesystem" / "dist" / "index.js"
-SAMPLING: dict[str, Any] = {"sampling": {}}
-NO_CAPS: dict[str, Any] = {}
-
-
-def node_command(script: Path, *args: str) -> str:
-    return shlex.join([str(procs.require_peer(procs.NODE)), str(procs.require_peer(script)), *args])
 
 
 @contextmanager
@@ -89,42 +89,6 @@ def group_members(groups: set[int]) -> list[int]:
     return [p for p in _all_pids() if (_stat(p) or (0, 0))[1] in groups]
 
 
-def call(
-    http: httpx.Client,
-    base: str,
-    name: str,
-    arguments: dict[str, Any] | None = None,
-    caps: dict[str, Any] | None = None,
-    **kwargs: Any,
-) -> mw.Answer:
-    return mw.tool_call(
-        http, base, name, arguments, caps=NO_CAPS if caps is None else caps, **kwargs
-    )
-
-
-def text_of(answer: mw.Answer) -> str:
-    return "".join(c.get("text", "") for c in answer.result.get("content", []))
-
-
-def sampled(text: str) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": {"type": "text", "text": text},
-        "model": "test-model",
-        "stopReason": "endTurn",
-    }
-
-
-def wait_for(predicate: Any, timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def http() -> Iterator[httpx.Client]:
     with httpx.Client(timeout=60.0) as client:
@@ -156,99 +120,25 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 def test_everything_discover_list_and_calls(
     everything: tuple[str, int, Path], http: httpx.Client
 ) -> None:
-    base = everything[0]
-    discover = mw.send(http, base, mw.message_for("server/discover", {}, caps=NO_CAPS))
-    assert discover.status == 200, discover.final
-    info = discover.result["_meta"]["io.modelcontextprotocol/serverInfo"]
-    assert info["name"] == "mcp-servers/everything"
-    assert MODERN in discover.result["supportedVersions"]
-    assert discover.result["capabilities"]["tools"] == {"listChanged": True}
-
-    tools = mw.send(http, base, mw.message_for("tools/list", {}, caps=NO_CAPS))
-    names = {tool["name"] for tool in tools.result["tools"]}
-    assert {"echo", "get-sum", "get-env"} <= names
-    # Registered by the server only for a client that declared sampling: not this one.
-    assert "trigger-sampling-request" not in names
-
-    echo = call(http, base, "echo", {"message": "hi over stdio"})
-    assert echo.status == 200 and text_of(echo) == "Echo: hi over stdio"
-    assert echo.result["resultType"] == "complete"
-    total = call(http, base, "get-sum", {"a": 2, "b": 3})
-    assert text_of(total) == "The sum of 2 and 3 is 5."
-    prompts = mw.send(http, base, mw.message_for("prompts/list", {}, caps=NO_CAPS))
-    assert "simple-prompt" in {p["name"] for p in prompts.result["prompts"]}
+    ev.check_discover_list_and_calls(http, everything[0], "stdio")
 
 
 def test_everything_through_the_official_modern_client(everything: tuple[str, int, Path]) -> None:
-    doc = run_modern_client("stdio_servers.py", everything[0] + "/mcp", "everything")
-    assert isinstance(doc, dict)
-    assert doc["protocolVersion"] == MODERN and doc["adoptedVia"] == "discover"
-    # This client declared sampling and elicitation: the server registered its tools for them.
-    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
-    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello over stdio"
-    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
-    # The server asked over stdio; the client answered through its MRTR loop.
-    assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
-    assert "Sampled through the shim." in doc["sampling"]["result"]["content"][0]["text"]
-    elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
-    assert "Alice Example" in elicited
+    ev.check_the_official_modern_client(everything[0])
 
 
-def test_unrelated_calls_complete_while_a_call_is_parked(
-    everything: tuple[str, int, Path], http: httpx.Client
+@pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
+def test_the_checks_of_every_transport(
+    check: Callable[[httpx.Client, str], None],
+    everything: tuple[str, int, Path],
+    http: httpx.Client,
 ) -> None:
-    base = everything[0]
-    args = {"prompt": "Capital of France?"}
-    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
-    assert first.input_required, first.final
-    ((key, question),) = first.requests.items()
-    assert question["method"] == "sampling/createMessage"
-    # The upstream call waits for its answer; other calls go on, on other processes.
-    started = time.monotonic()
-    for n in range(5):
-        echo = call(http, base, "echo", {"message": f"meanwhile {n}"})
-        assert text_of(echo) == f"Echo: meanwhile {n}"
-    assert time.monotonic() - started < 10
-    done = call(
-        http,
-        base,
-        "trigger-sampling-request",
-        args,
-        caps=SAMPLING,
-        input_responses={key: sampled("Paris")},
-        state=first.state,
-    )
-    assert done.status == 200 and done.result["resultType"] == "complete", done.final
-    assert '"Paris"' in text_of(done)
-
-
-def test_two_parked_calls_answered_in_reverse_order(
-    everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    base = everything[0]
-    firsts = [
-        call(http, base, "trigger-sampling-request", {"prompt": p}, caps=SAMPLING)
-        for p in ("first", "second")
-    ]
-    for first in firsts:
-        assert first.input_required, first.final
-    for n, (prompt, first) in reversed(
-        list(enumerate(zip(("first", "second"), firsts, strict=True)))
-    ):
-        ((key, question),) = first.requests.items()
-        # Each call's own question: the prompt it was called with.
-        assert prompt in question["params"]["messages"][0]["content"]["text"]
-        done = call(
-            http,
-            base,
-            "trigger-sampling-request",
-            {"prompt": prompt},
-            caps=SAMPLING,
-            input_responses={key: sampled(f"answer {n}")},
-            state=first.state,
-        )
-        assert done.result["resultType"] == "complete", done.final
-        assert f"answer {n}" in text_of(done)
+    """A parked call while others complete (on other processes); two parked calls
+    answered in reverse order; progress, routed by the token the gateway put on the
+    request; logs, to the one call in flight on the process; subscriptions/listen
+    (`notifications/resources/updated`, tied to no call, read from stdout into the
+    listen stream)."""
+    check(http, everything[0])
 
 
 def test_the_child_gets_a_minimal_environment(
@@ -312,17 +202,9 @@ def test_a_server_killed_mid_call(tmp_path: Path, http: httpx.Client) -> None:
     with stdio_gateway(node_command(EVERYTHING), log) as (base, gateway_pid):
         assert text_of(call(http, base, "echo", {"message": "up"})) == "Echo: up"
         (child,) = children(gateway_pid)
-        outcome: dict[str, Any] = {}
-
-        def long_call() -> None:
-            started = time.monotonic()
-            outcome["answer"] = call(
-                http, base, "trigger-long-running-operation", {"duration": 20, "steps": 4}
-            )
-            outcome["took"] = time.monotonic() - started
-
-        worker = threading.Thread(target=long_call)
-        worker.start()
+        worker, outcome = ev.call_in_background(
+            base, "trigger-long-running-operation", {"duration": 20, "steps": 4}
+        )
         time.sleep(1.0)
         os.kill(child, signal.SIGKILL)
         worker.join(30)
@@ -501,23 +383,7 @@ def test_fixture_sampling_round_trip_over_stdio(
     assert "Paris" in text_of(done)
 
 
-def test_progress_and_logs_of_a_call_reach_its_caller(
-    fixture_over_stdio: str, everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    # Progress: routed by the token the gateway put on the request (its own id).
-    progress = call(
-        http,
-        everything[0],
-        "trigger-long-running-operation",
-        {"duration": 1, "steps": 3},
-        meta={"progressToken": "my-token"},
-    )
-    notes = [m for m in progress.messages if m.get("method") == "notifications/progress"]
-    assert progress.content_type == "text/event-stream"
-    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
-    assert all(n["params"]["progressToken"] == "my-token" for n in notes)
-    assert "completed" in text_of(progress).lower()
-    # Logs: the one call in flight on the process gets them, when it asked (logLevel).
+def test_logs_of_the_fixture_reach_its_caller(fixture_over_stdio: str, http: httpx.Client) -> None:
     logged = call(http, fixture_over_stdio, "test_logging_tool", meta={wire.META_LOG_LEVEL: "info"})
     lines = [m for m in logged.messages if m.get("method") == "notifications/message"]
     assert [line["params"]["data"] for line in lines] == ["Diagnostic trace logging activated"]
@@ -528,57 +394,12 @@ def test_progress_and_logs_of_a_call_reach_its_caller(
 def test_an_unprompted_roots_request_is_answered(
     everything: tuple[str, int, Path], http: httpx.Client
 ) -> None:
-    """server-everything asks a client that declared roots for them 350 ms after
-    `initialized`, outside any call. Nobody can answer for the client then: the
-    gateway refuses it at once (-32601, the listener's default answer), so the
-    server is not left waiting, and says so on its stderr."""
-    base, _, log = everything
-    answer = call(http, base, "echo", {"message": "with roots"}, caps={"roots": {}})
-    assert text_of(answer) == "Echo: with roots"
+    """The server's stderr is read into the gateway's log (`upstream_stderr`)."""
+    log = everything[2]
 
-    def refused() -> bool:
-        return any(
-            line.get("event") == "upstream_stderr"
-            and "Failed to request roots from client" in line.get("line", "")
-            and "no client call is waiting" in line.get("line", "")
-            for line in wire.log_lines(log)
-        )
+    def stderr() -> Iterator[str]:
+        for line in wire.log_lines(log):
+            if line.get("event") == "upstream_stderr":
+                yield str(line.get("line", ""))
 
-    wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
-
-
-def test_a_resource_subscription_over_stdio(
-    everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    """subscriptions/listen on a stdio upstream: `resources/subscribe` written to
-    the process, its `notifications/resources/updated` (not tied to any call)
-    read from stdout into the listen stream of the session."""
-    base = everything[0]
-    uri = "demo://resource/static/document/features.md"
-    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
-    frames: list[dict[str, Any]] = []
-    with http.stream(
-        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
-    ) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()
-
-        def next_frame() -> dict[str, Any]:
-            for line in lines:
-                if line.startswith("data:"):
-                    frame: dict[str, Any] = json.loads(line[5:])
-                    frames.append(frame)
-                    return frame
-            raise AssertionError(f"the listen stream ended; saw {frames}")
-
-        ack = next_frame()
-        assert ack["method"] == "notifications/subscriptions/acknowledged"
-        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
-        # Sends an update for each subscribed URI of its session at once, then every 5 s.
-        toggled = call(http, base, "toggle-subscriber-updates")
-        assert toggled.status == 200, toggled.final
-        update = next_frame()
-        assert update["method"] == "notifications/resources/updated"
-        assert update["params"]["uri"] == uri
-        assert update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == listen["id"]
-        call(http, base, "toggle-subscriber-updates")  # and off again
+    ev.check_an_unprompted_roots_request_is_answered(http, everything[0], stderr)

@@ -1,13 +1,16 @@
-"""Published stdio MCP servers behind the gateway, driven by the mcp 2.x client.
+"""Published MCP servers behind the gateway (stdio, and server-everything over
+HTTP+SSE too), driven by the mcp 2.x client.
 
 Usage: stdio_servers.py URL SERVER [ARG]
 
-SERVER is the server the gateway runs as its stdio upstream:
+SERVER is the server behind the gateway (its stdio upstream; server-everything
+also in its HTTP+SSE mode):
 
 - ``everything`` (@modelcontextprotocol/server-everything): tools listed,
   `echo` and `get-sum`, then a sampling and an elicitation round trip: the
-  server asks over stdio, the gateway answers the client `input_required`,
-  the client's own MRTR loop answers through the callbacks below;
+  server asks its client (over stdio or the SSE stream), the gateway
+  answers the client `input_required`, the client's own MRTR loop answers
+  through the callbacks below;
 - ``memory`` (@modelcontextprotocol/server-memory): `create_entities` then
   `read_graph`; ARG names the entity;
 - ``time`` (PyPI mcp-server-time): `get_current_time` in ARG's time zone;
@@ -67,7 +70,9 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
         tools = await client.list_tools()
         out["tools"] = sorted(tool.name for tool in tools.tools)
         if server == "everything":
-            out["echo"] = await outcome(client.call_tool("echo", {"message": "hello over stdio"}))
+            out["echo"] = await outcome(
+                client.call_tool("echo", {"message": "hello through the shim"})
+            )
             out["sum"] = await outcome(client.call_tool("get-sum", {"a": 19, "b": 23}))
             asked.clear()
             out["sampling"] = await outcome(

@@ -109,3 +109,36 @@ async def test_nothing_before_initialized_belongs_to_a_call(session: StdioSessio
     call = await session.request(_request(1, "tools/call"))
     session._dispatch(ASK)
     assert _queued(call) == [] and _queued(listen) == [ASK]
+
+
+async def test_a_cancelled_call_ends_without_a_response(session: StdioSession) -> None:
+    """notifications/cancelled written for a call: the server will not answer it
+    (2025-11-25 basic/utilities/cancellation), so its exchange ends there, and the
+    call after it is the one in flight that a server request belongs to."""
+    cancelled = await session.request(_request("slow-1", "tools/call", token=5))
+    await session.notify(
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow-1"}}
+    )
+    assert [m async for m in cancelled] == []
+    # A late response or progress of it reaches nobody.
+    session._dispatch({"jsonrpc": "2.0", "id": "slow-1", "result": {}})
+    session._dispatch(
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 5}}
+    )
+    assert _queued(cancelled) == []
+    call = await session.request(_request(2, "tools/call"))
+    session._dispatch(ASK)
+    assert _queued(call) == [ASK]
+
+
+async def test_a_cancellation_of_nothing_in_flight_changes_nothing(session: StdioSession) -> None:
+    call = await session.request(_request(1, "tools/call"))
+    for params in ({"requestId": 2}, {"requestId": "1"}, {}):
+        await session.notify(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+        )
+    await session.notify(
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"requestId": 1}}
+    )
+    session._dispatch({"jsonrpc": "2.0", "id": 1, "result": {"ok": True}})
+    assert [m["result"] for m in _queued(call)] == [{"ok": True}]

@@ -1,0 +1,425 @@
+"""The published `@modelcontextprotocol/server-everything` behind the gateway:
+how it is started and the checks every upstream transport must pass with it.
+
+tests/integration/test_stdio.py runs it as the gateway's stdio upstream and
+tests/integration/test_http_sse.py in its `sse` mode (2024-11-05 HTTP+SSE);
+issue 11 asks the same of both ("the same checks"), so the checks live here,
+each a function of the gateway's base URL, and each test file calls them.
+Driven with raw 2026-07-28 requests (tests/integration/mrtr_wire.py) and the
+official mcp 2.x client (tests/modern_client/stdio_servers.py).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests import procs
+from tests.integration import mrtr_wire as mw
+from tests.integration import test_legacy_clients as legacy
+from tests.integration import wire
+from tests.schema import MODERN
+
+NPM = procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol"
+EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
+SAMPLING: dict[str, Any] = {"sampling": {}}
+NO_CAPS: dict[str, Any] = {}
+SERVER_NAME = "mcp-servers/everything"
+
+
+def node_command(script: Path, *args: str) -> str:
+    return shlex.join([str(procs.require_peer(procs.NODE)), str(procs.require_peer(script)), *args])
+
+
+@contextlib.contextmanager
+def everything_sse(port: int, log_path: Path) -> Iterator[str]:
+    """server-everything over HTTP+SSE on `port` (its PORT variable); yields the SSE URL."""
+    argv = [str(procs.require_peer(procs.NODE)), str(procs.require_peer(EVERYTHING)), "sse"]
+    # GET /sse never ends; GET /message is a quick 404 once the server listens.
+    with procs.running(
+        argv, f"http://127.0.0.1:{port}/message", env={"PORT": str(port)}, log_path=log_path
+    ):
+        yield f"http://127.0.0.1:{port}/sse"
+
+
+# -- calls ---------------------------------------------------------------------
+
+
+def call(
+    http: httpx.Client,
+    base: str,
+    name: str,
+    arguments: dict[str, Any] | None = None,
+    caps: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> mw.Answer:
+    """A 2026-07-28 `tools/call`; the caller declares nothing unless `caps` says so."""
+    return mw.tool_call(
+        http, base, name, arguments, caps=NO_CAPS if caps is None else caps, **kwargs
+    )
+
+
+def text_of(answer: mw.Answer) -> str:
+    return "".join(c.get("text", "") for c in answer.result.get("content", []))
+
+
+def sampled(text: str) -> dict[str, Any]:
+    """A client's CreateMessageResult."""
+    return {
+        "role": "assistant",
+        "content": {"type": "text", "text": text},
+        "model": "test-model",
+        "stopReason": "endTurn",
+    }
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- the checks ------------------------------------------------------------------
+
+
+def check_discover_list_and_calls(http: httpx.Client, base: str, how: str) -> None:
+    discover = mw.send(http, base, mw.message_for("server/discover", {}, caps=NO_CAPS))
+    assert discover.status == 200, discover.final
+    info = discover.result["_meta"]["io.modelcontextprotocol/serverInfo"]
+    assert info["name"] == SERVER_NAME
+    assert MODERN in discover.result["supportedVersions"]
+    assert discover.result["resultType"] == "complete"
+    assert discover.result["capabilities"]["tools"] == {"listChanged": True}
+
+    tools = mw.send(http, base, mw.message_for("tools/list", {}, caps=NO_CAPS))
+    assert tools.status == 200, tools.final
+    names = {tool["name"] for tool in tools.result["tools"]}
+    assert {"echo", "get-sum", "get-env"} <= names
+    # Registered by the server only for a client that declared sampling: not this one.
+    assert "trigger-sampling-request" not in names
+
+    echo = call(http, base, "echo", {"message": f"hi over {how}"})
+    assert echo.status == 200 and text_of(echo) == f"Echo: hi over {how}"
+    assert echo.result["resultType"] == "complete"
+    total = call(http, base, "get-sum", {"a": 2, "b": 3})
+    assert text_of(total) == "The sum of 2 and 3 is 5."
+    prompts = mw.send(http, base, mw.message_for("prompts/list", {}, caps=NO_CAPS))
+    assert "simple-prompt" in {p["name"] for p in prompts.result["prompts"]}
+
+
+def check_the_official_modern_client(base: str) -> None:
+    doc = procs.run_modern_client("stdio_servers.py", base + "/mcp", "everything")
+    assert isinstance(doc, dict)
+    assert doc["protocolVersion"] == MODERN and doc["adoptedVia"] == "discover"
+    # This client declared sampling and elicitation: the server registered its tools for them.
+    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
+    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello through the shim"
+    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    # The server asked its client; the gateway turned that into input_required and
+    # the client answered through its own MRTR loop.
+    assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
+    assert "Sampled through the shim." in doc["sampling"]["result"]["content"][0]["text"]
+    elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
+    assert "Alice Example" in elicited
+
+
+def check_unrelated_calls_complete_while_a_call_is_parked(http: httpx.Client, base: str) -> None:
+    args = {"prompt": "Capital of France?"}
+    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
+    assert first.input_required, first.final
+    mw.check_input_required(first)
+    ((key, question),) = first.requests.items()
+    assert question["method"] == "sampling/createMessage"
+    # The upstream call waits for its answer; other calls go on, on other sessions.
+    started = time.monotonic()
+    for n in range(5):
+        echo = call(http, base, "echo", {"message": f"meanwhile {n}"})
+        assert text_of(echo) == f"Echo: meanwhile {n}"
+    assert time.monotonic() - started < 10
+    done = call(
+        http,
+        base,
+        "trigger-sampling-request",
+        args,
+        caps=SAMPLING,
+        input_responses={key: sampled("Paris")},
+        state=first.state,
+    )
+    assert done.status == 200 and done.result["resultType"] == "complete", done.final
+    assert '"Paris"' in text_of(done)
+
+
+def check_two_parked_calls_answered_in_reverse_order(http: httpx.Client, base: str) -> None:
+    prompts = ("first", "second")
+    firsts = [
+        call(http, base, "trigger-sampling-request", {"prompt": p}, caps=SAMPLING) for p in prompts
+    ]
+    for first in firsts:
+        assert first.input_required, first.final
+    for n, (prompt, first) in reversed(list(enumerate(zip(prompts, firsts, strict=True)))):
+        ((key, question),) = first.requests.items()
+        # Each call's own question: the prompt it was called with.
+        assert prompt in question["params"]["messages"][0]["content"]["text"]
+        done = call(
+            http,
+            base,
+            "trigger-sampling-request",
+            {"prompt": prompt},
+            caps=SAMPLING,
+            input_responses={key: sampled(f"answer {n}")},
+            state=first.state,
+        )
+        assert done.result["resultType"] == "complete", done.final
+        assert f"answer {n}" in text_of(done)
+
+
+def check_progress_reaches_its_caller(http: httpx.Client, base: str) -> None:
+    """The server's progress carries the token the gateway put on the request (its
+    own, one per request); the caller gets its own token back."""
+    progress = call(
+        http,
+        base,
+        "trigger-long-running-operation",
+        {"duration": 1, "steps": 3},
+        meta={"progressToken": "my-token"},
+    )
+    notes = [m for m in progress.messages if m.get("method") == "notifications/progress"]
+    assert progress.content_type == "text/event-stream"
+    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert all(n["params"]["progressToken"] == "my-token" for n in notes)
+    assert "completed" in text_of(progress).lower()
+    # No token, no progress.
+    plain = call(http, base, "trigger-long-running-operation", {"duration": 0.3, "steps": 2})
+    assert [m for m in plain.messages if m.get("method")] == []
+    assert "completed" in text_of(plain).lower()
+
+
+def assert_simulated_log_line(data: object) -> None:
+    # One of eight random levels: "Debug-level message", ..., "Alert level-message".
+    assert isinstance(data, str) and re.match(r"\w+[- ]level[- ]message", data), data
+
+
+def check_logs_of_a_call_reach_its_caller(http: httpx.Client, base: str) -> None:
+    """`toggle-simulated-logging` sends one log line at once, during the call (then
+    one every 5 s, until toggled off). Nothing on the shared stream ties it to the
+    call but being the one call in flight; the caller asked for logs (logLevel,
+    2026-07-28 per-request `_meta`), so it gets it."""
+    on = call(http, base, "toggle-simulated-logging", meta={wire.META_LOG_LEVEL: "debug"})
+    try:
+        assert "Started simulated" in text_of(on), on.final
+        lines = [m for m in on.messages if m.get("method") == "notifications/message"]
+        assert len(lines) == 1, on.messages
+        assert_simulated_log_line(lines[0]["params"]["data"])
+    finally:
+        off = call(http, base, "toggle-simulated-logging")
+    # A caller that asked for no logs gets none.
+    assert "Stopped simulated" in text_of(off), off.final
+    assert [m for m in off.messages if m.get("method")] == []
+
+
+SUBSCRIBED_URI = "demo://resource/static/document/features.md"
+
+
+class Frames:
+    """The JSON-RPC messages of an open SSE answer (a listen stream), one at a time."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200, response.status_code
+        self._lines = response.iter_lines()
+        self.seen: list[dict[str, Any]] = []
+
+    def next(self) -> dict[str, Any]:
+        for line in self._lines:
+            if line.startswith("data:"):
+                frame: dict[str, Any] = json.loads(line[5:])
+                self.seen.append(frame)
+                return frame
+        raise AssertionError(f"the listen stream ended; saw {self.seen}")
+
+
+@contextlib.contextmanager
+def listening(http: httpx.Client, base: str, uri: str) -> Iterator[tuple[Frames, Any]]:
+    """subscriptions/listen for updates of `uri`, acknowledged; yields its frames and
+    the listen request's id."""
+    listen = wire.body("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
+    with http.stream(
+        "POST", base + "/mcp", content=json.dumps(listen).encode(), headers=wire.headers_for(listen)
+    ) as response:
+        frames = Frames(response)
+        ack = frames.next()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"]["resourceSubscriptions"] == [uri]
+        yield frames, listen["id"]
+
+
+def check_an_update_arrives(http: httpx.Client, base: str, frames: Frames, listen_id: Any) -> None:
+    """server-everything's `toggle-subscriber-updates` sends an update for each URI
+    its session subscribed at once (then every 5 s, until toggled off)."""
+    toggled = call(http, base, "toggle-subscriber-updates")
+    try:
+        assert toggled.status == 200, toggled.final
+        update = frames.next()
+        assert update["method"] == "notifications/resources/updated"
+        assert update["params"]["uri"] == SUBSCRIBED_URI
+        subscription = update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+        assert subscription == listen_id
+    finally:
+        call(http, base, "toggle-subscriber-updates")  # and off again
+
+
+def check_a_resource_subscription(http: httpx.Client, base: str) -> None:
+    """subscriptions/listen: `resources/subscribe` sent upstream, and the server's
+    `notifications/resources/updated` (tied to no call) delivered on the listen
+    stream, tagged with the listen request's id."""
+    with listening(http, base, SUBSCRIBED_URI) as (frames, listen_id):
+        check_an_update_arrives(http, base, frames, listen_id)
+
+
+def check_an_unprompted_roots_request_is_answered(
+    http: httpx.Client, base: str, server_stderr: Callable[[], Iterable[str]]
+) -> None:
+    """server-everything asks a client that declared roots for them 350 ms after
+    `initialized`, outside any call. Nobody can answer for the client then: the
+    gateway refuses it at once (-32601, the listener's default answer), so the
+    server is not left waiting, and says so on its stderr."""
+    answer = call(http, base, "echo", {"message": "with roots"}, caps={"roots": {}})
+    assert text_of(answer) == "Echo: with roots"
+
+    def refused() -> bool:
+        return any(
+            "Failed to request roots from client" in line and "no client call is waiting" in line
+            for line in server_stderr()
+        )
+
+    wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
+
+
+def check_a_legacy_client(http: httpx.Client, base: str) -> None:
+    """The mcp 1.x client (2025-11-25, a session of its own upstream): the server's
+    requests reach its callbacks, its progress and log lines its handlers."""
+    doc = procs.run_legacy_client("everything.py", base + "/mcp", "2025-11-25")
+    assert isinstance(doc, dict), doc
+    assert doc["initialize"]["serverInfo"]["name"] == SERVER_NAME
+    assert doc["initialize"]["protocolVersion"] == "2025-11-25"
+    assert doc["has_session_id"] is True
+    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
+    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello, legacy"
+    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 40 and 2 is 42."
+    assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
+    assert "Sampled by a legacy client." in doc["sampling"]["result"]["content"][0]["text"]
+    elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
+    assert "Ada Legacy" in elicited
+    assert doc["progress"] == [1, 2, 3]
+    assert "completed" in doc["long"]["result"]["content"][0]["text"].lower()
+    assert "result" in doc["set_level"], doc["set_level"]
+    assert "Started simulated" in doc["logging_on"]["result"]["content"][0]["text"]
+    assert "Stopped simulated" in doc["logging_off"]["result"]["content"][0]["text"]
+    assert len(doc["logs"]) == 1, doc["logs"]
+    assert_simulated_log_line(doc["logs"][0])
+    assert doc["ping"] == {"result": {}}
+
+
+def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str) -> None:
+    """A legacy client cancels its call with notifications/cancelled; the server,
+    as it should (2025-11-25 basic/utilities/cancellation: receivers "SHOULD NOT
+    send a response for the cancelled request"), never answers it. Nothing else on
+    the one stream (stdout, the SSE stream) would ever end that call: the gateway ends it when it
+    passes the cancellation on. Otherwise the client's POST stays open until
+    MCP_SHIM_REQUEST_TIMEOUT_S, and the next call is not the only one in flight,
+    so the server's question during it could not be routed to it."""
+    url = base + "/mcp"
+    version = "2025-11-25"
+    with httpx.Client(timeout=20.0) as client:
+        session, _ = legacy.initialize(client, url, version, capabilities={"sampling": {}})
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            pending = pool.submit(
+                legacy.call,
+                client,
+                url,
+                session,
+                version,
+                "tools/call",
+                {"name": "trigger-long-running-operation", "arguments": {"duration": 30}},
+                "slow-1",
+            )
+            time.sleep(1.0)
+            note = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": "slow-1", "reason": "user pressed stop"},
+            }
+            sent = client.post(url, json=note, headers=legacy.headers(session, version))
+            assert sent.status_code == 202, sent.text
+            ended = pending.result(timeout=30)
+            assert time.monotonic() - started < 10
+        (message,) = legacy.messages(ended)
+        assert message["id"] == "slow-1" and "result" not in message
+        # The next call asks the client (sampling): its question reaches it, on
+        # the call's own answer stream.
+        ask = {
+            "jsonrpc": "2.0",
+            "id": "ask-1",
+            "method": "tools/call",
+            "params": {"name": "trigger-sampling-request", "arguments": {"prompt": "Hi?"}},
+        }
+        with client.stream(
+            "POST", url, json=ask, headers=legacy.headers(session, version)
+        ) as response:
+            frames = Frames(response)
+            question = frames.next()
+            assert question["method"] == "sampling/createMessage", question
+            reply = {"jsonrpc": "2.0", "id": question["id"], "result": sampled("Hello.")}
+            answered = client.post(url, json=reply, headers=legacy.headers(session, version))
+            assert answered.status_code == 202, answered.text
+            done = frames.next()
+        assert done["id"] == "ask-1" and "Hello." in done["result"]["content"][0]["text"]
+        client.delete(url, headers=legacy.headers(session, version))
+
+
+# The checks that take (http, base): every transport's test file runs them all.
+CHECKS: list[Callable[[httpx.Client, str], None]] = [
+    check_unrelated_calls_complete_while_a_call_is_parked,
+    check_two_parked_calls_answered_in_reverse_order,
+    check_progress_reaches_its_caller,
+    check_logs_of_a_call_reach_its_caller,
+    check_a_resource_subscription,
+    check_a_legacy_client,
+    check_a_legacy_clients_cancelled_call_ends,
+]
+
+
+def check_id(check: Callable[..., None]) -> str:
+    return check.__name__.removeprefix("check_")
+
+
+def call_in_background(
+    base: str, name: str, arguments: dict[str, Any], **kwargs: Any
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """A call run in a thread of its own; the dict gets its `answer` and how long it
+    `took` (seconds) once the thread ends."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        with httpx.Client(timeout=60.0) as client:
+            started = time.monotonic()
+            outcome["answer"] = call(client, base, name, arguments, **kwargs)
+            outcome["took"] = time.monotonic() - started
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker, outcome
