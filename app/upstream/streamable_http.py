@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+import functools
+import http.cookiejar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -70,22 +72,63 @@ def _library_errors(what: str) -> Iterator[None]:
         raise UpstreamError(f"a header value for {what} is not printable ASCII") from None
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that keeps nothing. The client is shared by every caller and
+    upstream session: a jar would send a `Set-Cookie` meant for one caller's
+    session with every other caller's requests. An upstream's cookies are its
+    answer to one caller; the gateway holds no credentials of its own."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
+
+
+class UpstreamClient(httpx.AsyncClient):
+    """httpx's client (the API of the rare paths: GET streams, DELETE, metadata,
+    the modern pass-through), holding its transport for the hot path: a
+    session's POSTs go to `transport` directly (`StreamableHttpSession._post`),
+    skipping the client's per-call layers (URL and header merging, auth,
+    redirects, cookies, the response's stream binding), which cost about a
+    fifth of the gateway's CPU per call (bench/README.md)."""
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport, connect_timeout_s: float) -> None:
+        super().__init__(
+            transport=transport,
+            timeout=httpx.Timeout(connect_timeout_s, read=None),
+            trust_env=False,
+            cookies=_NoCookies(),
+        )
+        self.transport = transport
+
+
 def build_client(
     *, connect_timeout_s: float, max_connections: int, transport: str = "aiohttp"
-) -> httpx.AsyncClient:
+) -> UpstreamClient:
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
-    chosen: httpx.AsyncBaseTransport = (
-        AiohttpTransport(limits=limits, trust_env=False)
-        if transport == "aiohttp"
-        else httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    )
-    return httpx.AsyncClient(
-        transport=chosen,
-        timeout=httpx.Timeout(connect_timeout_s, read=None),
-        trust_env=False,
-    )
+    chosen: httpx.AsyncBaseTransport
+    if transport == "aiohttp":
+        aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False)
+
+        def session() -> aiohttp.ClientSession:
+            # As httpx-aiohttp builds it, but with no cookie jar (_NoCookies says why).
+            return aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=max_connections,
+                    keepalive_timeout=limits.keepalive_expiry,
+                    ssl=aiohttp_transport.ssl_context,
+                ),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+
+        aiohttp_transport.client = session
+        chosen = aiohttp_transport
+    else:
+        chosen = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+    return UpstreamClient(transport=chosen, connect_timeout_s=connect_timeout_s)
 
 
 async def _refuse_challenge(response: httpx.Response, what: str) -> None:
@@ -206,6 +249,11 @@ class StreamableHttpSession:
         request_timeout_s: float,
     ) -> None:
         self._client = client
+        self._send: Callable[[httpx.Request], Awaitable[httpx.Response]] = (
+            client.transport.handle_async_request
+            if isinstance(client, UpstreamClient)
+            else functools.partial(client.send, stream=True)  # a plain client (unit tests)
+        )
         # Parsed once: httpx would parse a str URL again on every request
         # (3.5% of the gateway's CPU in the c8 profile, bench/README.md).
         self._url = httpx.URL(url)
@@ -218,18 +266,24 @@ class StreamableHttpSession:
         if version.features.protocol_version_header:
             base[VERSION_HEADER] = version.name
         self._headers = base
+        # What `build_request` would merge on every call, merged once: the
+        # client's own headers (User-Agent, Accept-Encoding...) under ours.
+        self._post_headers = {**client.headers, **base}
+        self._post_extensions = {"timeout": self._timeout.as_dict()}
 
     async def _post(self, message: Message, what: str) -> httpx.Response:
         content = jsonio.dumps(message)
+        trace = tracing.outgoing_headers()
         with _library_errors(what):
-            request = self._client.build_request(
+            request = httpx.Request(
                 "POST",
                 self._url,
                 content=content,
-                headers={**self._headers, **tracing.outgoing_headers()},
-                timeout=self._timeout,
+                headers={**self._post_headers, **trace} if trace else self._post_headers,
+                extensions=self._post_extensions,
             )
-            response = await self._client.send(request, stream=True)
+            response = await self._send(request)
+            response.request = request
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
             raise SessionExpired("upstream no longer knows the session")

@@ -96,8 +96,15 @@ class _SseParser:
 
 
 class RecordingProxy:
-    def __init__(self, upstream_url: str) -> None:
+    def __init__(
+        self,
+        upstream_url: str,
+        extra_response_headers: Callable[[Record], dict[str, str]] | None = None,
+    ) -> None:
         self.upstream_url = upstream_url
+        # Headers added to an answer (a Set-Cookie, say), chosen per exchange:
+        # what an upstream (or a balancer in front of it) might add.
+        self._extra_response_headers = extra_response_headers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.records: list[Record] = []
@@ -198,10 +205,10 @@ class RecordingProxy:
         try:
             record.status = upstream.status
             record.response_headers = {k.lower(): v for k, v in upstream.headers.items()}
-            response = web.StreamResponse(
-                status=upstream.status,
-                headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP},
-            )
+            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+            if self._extra_response_headers is not None:
+                headers.update(self._extra_response_headers(record))
+            response = web.StreamResponse(status=upstream.status, headers=headers)
             await response.prepare(request)
             sse = record.content_type == "text/event-stream"
             parser = _SseParser(record.messages.append)
