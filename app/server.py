@@ -172,6 +172,7 @@ def create_app(settings: Settings) -> GatewayApp:
     allowed_hosts = [h.lower() for h in settings.allowed_hosts]
     public_url = str(settings.public_url) if settings.public_url is not None else None
     app_metrics = metrics.Metrics()
+    timeline = settings.log_level == "debug"  # each call's steps, logged (metrics.CallTiming)
 
     def gateway_url(request: Request) -> str | None:
         return _gateway_mcp_url(
@@ -440,7 +441,7 @@ def create_app(settings: Settings) -> GatewayApp:
     # Not a FastAPI route: GatewayApp serves it (see there why).
     async def mcp_post(request: Request) -> Response:
         started = time.perf_counter()
-        timing = metrics.start_call()
+        timing = metrics.start_call(timeline)
         request_id: str = request.state.request_id
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
@@ -473,6 +474,7 @@ def create_app(settings: Settings) -> GatewayApp:
         body = await _body_or_refusal(request)
         if isinstance(body, Response):
             return body
+        metrics.mark("body_read")
 
         claim = legacy.claims(body, request.headers)
         if claim is not None:
@@ -513,6 +515,7 @@ def create_app(settings: Settings) -> GatewayApp:
         def done(status: int, ending: str | None) -> None:
             outcome = ending or state.outcome
             duration_s = time.perf_counter() - started
+            duration_ms = round(duration_s * 1000, 2)
             log.info(
                 "call",
                 method=parsed.method,
@@ -520,11 +523,15 @@ def create_app(settings: Settings) -> GatewayApp:
                 upstream_version=state.upstream_version,
                 outcome=outcome,
                 status=status,
-                duration_ms=round(duration_s * 1000, 2),
+                duration_ms=duration_ms,
             )
             app_metrics.call_done(
                 parsed.method, parsed.version, outcome, status, duration_s, timing.upstream_s
             )
+            if timing.marks is not None:
+                # After the answer was written and the upstream exchange closed
+                # (drained): where the call's time went (bench/README.md, the tail).
+                log.debug("call_timeline", **timing.timeline(started), done_ms=duration_ms)
 
         def translated() -> CallAnswer:
             return CallAnswer(

@@ -324,6 +324,10 @@ def start_paths(
             argv = [sys.executable, str(BENCH / "gc_probe.py")] if probe else []
             if "BENCH_PROTO_RAW" in env:  # bench/proto_raw_route.py: no FastAPI layers
                 argv = [sys.executable, str(BENCH / "proto_raw_route.py")]
+            if "BENCH_TREE" in env:  # the gateway of another source tree (git archive REV)
+                tree = env["BENCH_TREE"]
+                run = f"import sys; sys.path.insert(0, {tree!r}); from app.cli import main; main()"
+                argv = [sys.executable, "-c", run]
             shim = stack.enter_context(
                 procs.running(
                     argv or [sys.executable, "-m", "app.cli"],

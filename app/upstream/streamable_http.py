@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import http.cookiejar
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
@@ -17,9 +16,10 @@ from typing import Any
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 from httpx_sse import EventSource, SSEError
 
-from app import jsonio, tracing
+from app import jsonio, metrics, tracing
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
@@ -85,22 +85,83 @@ class _NoCookies(http.cookiejar.CookieJar):
         return None
 
 
+Post = Callable[[bytes, Mapping[str, str]], Awaitable[httpx.Response]]
+
+
 class UpstreamClient(httpx.AsyncClient):
     """httpx's client (the API of the rare paths: GET streams, DELETE, metadata,
-    the modern pass-through), holding its transport for the hot path: a
-    session's POSTs go to `transport` directly (`StreamableHttpSession._post`),
-    skipping the client's per-call layers (URL and header merging, auth,
-    redirects, cookies, the response's stream binding), which cost about a
-    fifth of the gateway's CPU per call (bench/README.md)."""
+    the modern pass-through), and `poster`, the hot path: a session's POSTs.
 
-    def __init__(self, *, transport: httpx.AsyncBaseTransport, connect_timeout_s: float) -> None:
+    On the aiohttp transport a POST goes to the aiohttp session itself, with
+    the session's headers merged and its timeouts built once; the answer is
+    read through an `httpx.Response` around aiohttp's, as the transport would
+    give it (same parsing, SSE included; same exceptions, mapped by
+    httpx-aiohttp). httpx's per-call layers (`build_request`'s URL and header
+    merging, the `httpx.Request`, auth, redirects, cookies, the response's
+    stream binding, the header conversion back to aiohttp's) cost 220 us of
+    the 310 us a POST cost the gateway's process (bench/upstream_post.py,
+    bench/README.md)."""
+
+    def __init__(
+        self,
+        *,
+        transport: httpx.AsyncBaseTransport,
+        connect_timeout_s: float,
+        aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
+    ) -> None:
         super().__init__(
             transport=transport,
             timeout=httpx.Timeout(connect_timeout_s, read=None),
             trust_env=False,
             cookies=_NoCookies(),
         )
-        self.transport = transport
+        self._aiohttp_session = aiohttp_session
+
+    def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
+        """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
+        merged = {**self.headers, **headers}  # what build_request would merge, once
+        if self._aiohttp_session is None:
+            return _httpx_poster(self, url, merged, timeout)
+        session = self._aiohttp_session
+        target = str(url)
+        client_timeout = aiohttp.ClientTimeout(
+            sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
+        )
+
+        async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+            with map_aiohttp_exceptions():
+                answer = await session().request(
+                    "POST",
+                    target,
+                    data=content,
+                    headers={**merged, **extra} if extra else merged,
+                    timeout=client_timeout,
+                    allow_redirects=False,
+                    auto_decompress=False,
+                )
+            return httpx.Response(
+                answer.status, headers=answer.raw_headers, stream=AiohttpResponseStream(answer)
+            )
+
+        return post
+
+
+def _httpx_poster(
+    client: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str], timeout: httpx.Timeout
+) -> Post:
+    """httpx's own way (its transport, or a plain client): `build_request` and `send`."""
+
+    async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+        request = client.build_request(
+            "POST",
+            url,
+            content=content,
+            headers={**headers, **extra} if extra else headers,
+            timeout=timeout,
+        )
+        return await client.send(request, stream=True)
+
+    return post
 
 
 def build_client(
@@ -109,13 +170,19 @@ def build_client(
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
-    chosen: httpx.AsyncBaseTransport
-    if transport == "aiohttp":
-        aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False)
+    if transport != "aiohttp":
+        return UpstreamClient(
+            transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
+            connect_timeout_s=connect_timeout_s,
+        )
+    aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False)
 
-        def session() -> aiohttp.ClientSession:
-            # As httpx-aiohttp builds it, but with no cookie jar (_NoCookies says why).
-            return aiohttp.ClientSession(
+    def session() -> aiohttp.ClientSession:
+        # Made on first use (aiohttp wants a running loop), shared by the
+        # transport (which closes it) and the hot path. As httpx-aiohttp builds
+        # it, but with no cookie jar (_NoCookies says why).
+        if not isinstance(aiohttp_transport.client, aiohttp.ClientSession):
+            aiohttp_transport.client = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=max_connections,
                     keepalive_timeout=limits.keepalive_expiry,
@@ -123,12 +190,12 @@ def build_client(
                 ),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
+        return aiohttp_transport.client
 
-        aiohttp_transport.client = session
-        chosen = aiohttp_transport
-    else:
-        chosen = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    return UpstreamClient(transport=chosen, connect_timeout_s=connect_timeout_s)
+    aiohttp_transport.client = session
+    return UpstreamClient(
+        transport=aiohttp_transport, connect_timeout_s=connect_timeout_s, aiohttp_session=session
+    )
 
 
 async def _refuse_challenge(response: httpx.Response, what: str) -> None:
@@ -249,11 +316,6 @@ class StreamableHttpSession:
         request_timeout_s: float,
     ) -> None:
         self._client = client
-        self._send: Callable[[httpx.Request], Awaitable[httpx.Response]] = (
-            client.transport.handle_async_request
-            if isinstance(client, UpstreamClient)
-            else functools.partial(client.send, stream=True)  # a plain client (unit tests)
-        )
         # Parsed once: httpx would parse a str URL again on every request
         # (3.5% of the gateway's CPU in the c8 profile, bench/README.md).
         self._url = httpx.URL(url)
@@ -266,24 +328,17 @@ class StreamableHttpSession:
         if version.features.protocol_version_header:
             base[VERSION_HEADER] = version.name
         self._headers = base
-        # What `build_request` would merge on every call, merged once: the
-        # client's own headers (User-Agent, Accept-Encoding...) under ours.
-        self._post_headers = {**client.headers, **base}
-        self._post_extensions = {"timeout": self._timeout.as_dict()}
+        self._send = (
+            client.poster(self._url, base, self._timeout)
+            if isinstance(client, UpstreamClient)
+            else _httpx_poster(client, self._url, base, self._timeout)  # a plain client (tests)
+        )
 
     async def _post(self, message: Message, what: str) -> httpx.Response:
         content = jsonio.dumps(message)
-        trace = tracing.outgoing_headers()
         with _library_errors(what):
-            request = httpx.Request(
-                "POST",
-                self._url,
-                content=content,
-                headers={**self._post_headers, **trace} if trace else self._post_headers,
-                extensions=self._post_extensions,
-            )
-            response = await self._send(request)
-            response.request = request
+            response = await self._send(content, tracing.outgoing_headers())
+        metrics.mark("answer_head")
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
             raise SessionExpired("upstream no longer knows the session")
