@@ -7,15 +7,18 @@ the processes themselves are started with tests/procs.py, as in the tests.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from os import listdir, sysconf
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
+import aiohttp
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,3 +174,145 @@ def latency_summary(latencies: list[float], total: int, elapsed: float) -> dict[
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
     }
+
+
+# -- closed-loop clients -------------------------------------------------------
+
+LEGACY = "2025-11-25"
+
+
+def modern_call(
+    i: int, tool: str = "echo", arguments: dict[str, Any] | None = None, caps: Any = None
+) -> tuple[bytes, dict[str, str]]:
+    """A 2026-07-28 `tools/call` and its headers."""
+    msg = {
+        "jsonrpc": "2.0",
+        "id": i,
+        "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": {"text": "hi"} if arguments is None else arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": caps or {},
+            },
+        },
+    }
+    headers = {
+        "accept": ACCEPT,
+        "content-type": "application/json",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": "tools/call",
+        "mcp-name": tool,
+    }
+    return orjson.dumps(msg), headers
+
+
+def legacy_call(i: int, tool: str = "echo", arguments: dict[str, Any] | None = None) -> bytes:
+    """A legacy `tools/call` (sent with a session's headers)."""
+    params = {"name": tool, "arguments": {"text": "hi"} if arguments is None else arguments}
+    return orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params})
+
+
+async def legacy_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """Initialize a legacy session as a legacy client would: its headers for later calls."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": LEGACY,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    }
+    headers = {"accept": ACCEPT, "content-type": "application/json"}
+    async with http.post(url, data=orjson.dumps(init), headers=headers) as r:
+        sid = r.headers["mcp-session-id"]
+        await r.read()
+    session = {**headers, "mcp-session-id": sid, "mcp-protocol-version": LEGACY}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, data=orjson.dumps(note), headers=session) as r:
+        await r.read()
+    return session
+
+
+# (call number, worker number) -> body and headers; a legacy target's headers
+# are added to its session's.
+CallMaker = Callable[[int, int], tuple[bytes, dict[str, str]]]
+
+
+async def closed_loop(
+    url: str, total: int, concurrency: int, make: CallMaker, *, legacy: bool = False
+) -> dict[str, float]:
+    """`total` calls from `concurrency` clients, each sending its next call when
+    the last one is answered; every answer must be a result."""
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        session = await legacy_session(http, url) if legacy else {}
+        latencies: list[float] = []
+        counter = iter(range(1, total + 1))
+
+        async def worker(n: int) -> None:
+            for i in counter:
+                body, headers = make(i, n)
+                t0 = time.perf_counter()
+                async with http.post(url, data=body, headers={**session, **headers}) as r:
+                    msg = answer(await r.read(), r.headers.get("content-type", ""))
+                latencies.append(time.perf_counter() - t0)
+                if "result" not in msg:
+                    raise RuntimeError(f"call failed: {msg}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(n) for n in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return latency_summary(latencies, total, elapsed)
+
+
+# -- interleaved rounds ---------------------------------------------------------
+
+Drive = Callable[[int], Awaitable[dict[str, float]]]
+
+
+async def interleaved(
+    targets: list[tuple[str, Drive, Callable[[], list[int]], Callable[[], list[int]]]],
+    total: int,
+    rounds: int,
+    warmup: int,
+) -> dict[str, list[dict[str, float]]]:
+    """Each target (name, drive, gateway pids, upstream pids) run `rounds`
+    times, targets interleaved in each round so that drift on the shared
+    machine hits all alike; each run after a warm-up, with the CPU time per
+    call of the gateway's and the upstream's processes (pids read after the
+    warm-up: processes a gateway starts on demand are counted)."""
+    results: dict[str, list[dict[str, float]]] = {t[0]: [] for t in targets}
+    for _ in range(rounds):
+        for name, drive, gateway_pids, upstream_pids in targets:
+            await drive(min(warmup, total))
+            gw, up = gateway_pids(), upstream_pids()
+            gw0, up0 = cpu_seconds(*gw), cpu_seconds(*up)
+            run = await drive(total)
+            run["gateway_cpu_ms"] = (cpu_seconds(*gw) - gw0) * 1000 / total if gw else 0.0
+            run["upstream_cpu_ms"] = (cpu_seconds(*up) - up0) * 1000 / total
+            run["processes"] = len(up)
+            results[name].append(run)
+    return results
+
+
+def print_best(
+    title: str, results: dict[str, list[dict[str, float]]], first: str = "target"
+) -> None:
+    """The best run (req/s) of each target, one line each."""
+    width = max(len(first), *(len(name) for name in results))
+    print(title)
+    print(
+        f"{first:<{width}} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'gw CPU ms/req':>14} {'upstream CPU ms/req':>20}"
+    )
+    for name, runs in results.items():
+        best = max(runs, key=lambda r: r["rps"])
+        gw = f"{best['gateway_cpu_ms']:.3f}" if best["gateway_cpu_ms"] else "-"
+        print(
+            f"{name:<{width}} {best['rps']:>7.0f} {best['p50_ms']:>7.2f} {best['p99_ms']:>7.2f} "
+            f"{gw:>14} {best['upstream_cpu_ms']:>20.3f}"
+        )

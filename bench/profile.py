@@ -28,7 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.wrk import MODERN_CALL, MODERN_HEADERS, cpu_seconds, rss_mb  # noqa: E402
+from bench.common import cpu_seconds, rss_mb  # noqa: E402
+from bench.wrk import MODERN_CALL, MODERN_HEADERS  # noqa: E402
 from tests import procs  # noqa: E402
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -155,7 +156,7 @@ def main() -> None:
         ) as shim,
     ):
         wrk(2).communicate()  # warm-up: sessions, connections, caches
-        cpu0, up0 = cpu_seconds([shim.pid]), cpu_seconds([up.pid])
+        cpu0, up0 = cpu_seconds(shim.pid), cpu_seconds(up.pid)
         load = wrk(args.seconds)
         spy = None
         raw = out / f"profile-{tag}.txt"
@@ -168,9 +169,9 @@ def main() -> None:
                 stderr=subprocess.DEVNULL,
             )
         time.sleep(args.seconds / 2)
-        rss = rss_mb([shim.pid])
+        rss = rss_mb(shim.pid)
         stdout, _ = load.communicate()
-        cpu, up_cpu = cpu_seconds([shim.pid]) - cpu0, cpu_seconds([up.pid]) - up0
+        cpu, up_cpu = cpu_seconds(shim.pid) - cpu0, cpu_seconds(up.pid) - up0
         if spy is not None:
             spy.wait()
     line = next(x for x in stdout.decode().splitlines() if x.startswith("BENCH "))

@@ -36,11 +36,8 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
-
 from app.upstream.streamable_http import build_client
+from bench import common
 
 HEADERS = {
     "accept": "application/json, text/event-stream",

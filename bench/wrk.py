@@ -30,8 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests import procs  # noqa: E402 - the repository root is on sys.path only now
+from bench import common  # noqa: E402 - the repository root is on sys.path only now
+from tests import procs  # noqa: E402
 
 BENCH = ROOT / "bench"
 ACCEPT = "application/json, text/event-stream"
@@ -71,54 +71,6 @@ MODERN_HEADERS = {
     "Mcp-Method": "tools/call",
     "Mcp-Name": "echo",
 }
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _tree(pid: int) -> list[int]:
-    """pid and its descendants (nginx's workers, a multi-worker gateway's)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(parents.get(p, []))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        with _gone_is_zero():
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / _TICKS
-
-
-def rss_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        with _gone_is_zero():
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
-    return total / 1e6
-
-
-@contextmanager
-def _gone_is_zero() -> Iterator[None]:
-    try:
-        yield
-    except (OSError, IndexError, ValueError):
-        pass
 
 
 @dataclass
@@ -197,13 +149,13 @@ def run_wrk(
         str(BENCH / "call.lua"),
         path.url,
     ]
-    pids = _tree(path.pid) if path.pid else []
-    cpu0 = cpu_seconds(pids)
+    pids = common.tree(path.pid) if path.pid else []
+    cpu0 = common.cpu_seconds(*pids)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(seconds / 2)
-    rss = rss_mb(pids)
+    rss = common.rss_mb(*pids)
     out, _ = proc.communicate(timeout=seconds + 60)
-    cpu = cpu_seconds(pids) - cpu0
+    cpu = common.cpu_seconds(*pids) - cpu0
     line = next((x for x in out.decode().splitlines() if x.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed on {path.name}:\n{out.decode()}")
@@ -437,7 +389,7 @@ def main() -> None:
             if not p.modern:
                 p.headers = legacy_session(p.url)
             preflight(p)
-            p.rss_idle = rss_mb(_tree(p.pid)) if p.pid else 0.0
+            p.rss_idle = common.rss_mb(*common.tree(p.pid)) if p.pid else 0.0
         for p in paths:
             run_wrk(p, 8, args.warmup, bodies)
         for n in range(args.passes):
