@@ -80,6 +80,8 @@ class Route:
     upstream: str  # "legacy" or "fast"
     modern: bool
     pid: int | None  # the hop's process (None: direct)
+    upstream_pid: int = 0  # the upstream's process: its CPU per call on this path
+    same_id: bool = False  # every request with id 1 (bench/call.lua)
     headers: dict[str, str] = field(default_factory=dict)
     rss_idle: float = 0.0
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
@@ -136,6 +138,7 @@ def run_wrk(
         **os.environ,
         "BENCH_BODY": str(bodies[path.modern]),
         "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in path.headers.items()),
+        "BENCH_SAME_ID": "1" if path.same_id else "0",
     }
     argv = [
         "wrk",
@@ -150,12 +153,13 @@ def run_wrk(
         path.url,
     ]
     pids = common.tree(path.pid) if path.pid else []
-    cpu0 = common.cpu_seconds(*pids)
+    cpu0, up0 = common.cpu_seconds(*pids), common.cpu_seconds(path.upstream_pid)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(seconds / 2)
     rss = common.rss_mb(*pids)
     out, _ = proc.communicate(timeout=seconds + 60)
     cpu = common.cpu_seconds(*pids) - cpu0
+    up_cpu = common.cpu_seconds(path.upstream_pid) - up0
     line = next((x for x in out.decode().splitlines() if x.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed on {path.name}:\n{out.decode()}")
@@ -169,6 +173,7 @@ def run_wrk(
         "p50_ms": summary["p50_us"] / 1000,
         "p99_ms": summary["p99_us"] / 1000,
         "cpu_us": cpu * 1e6 / calls if pids else 0.0,
+        "upstream_cpu_us": up_cpu * 1e6 / calls,
         "rss_mb": rss,
         "calls": calls,
     }
@@ -223,6 +228,7 @@ def start_paths(
 ) -> list[Route]:
     paths: list[Route] = []
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-")))
+    ups: dict[str, int] = {}
     for kind in upstreams:
         port = procs.free_port()
         url = f"http://127.0.0.1:{port}/mcp"
@@ -232,10 +238,16 @@ def start_paths(
         else:
             argv = [sys.executable, str(BENCH / "fast_upstream.py")]
             label = "fast upstream (JSON, ~10 us)"
-        stack.enter_context(
+        up = stack.enter_context(
             procs.running([*argv, "--port", str(port)], url, log_path=logs / f"up-{kind}.log")
         )
+        ups[kind] = up.pid
         paths.append(Route(f"{label} direct", url, kind, False, None))
+        if kind == "legacy":
+            # What earlier runs measured: the mcp 1.x server does less per call
+            # when every request has the same id (bench/README.md, the tail).
+            same = Route("  direct, id 1 on every request", url, kind, False, None, same_id=True)
+            paths.append(same)
 
         nport = procs.free_port()
         nginx = stack.enter_context(
@@ -298,6 +310,8 @@ def start_paths(
                     dict(MODERN_HEADERS),
                 )
             )
+    for route in paths:
+        route.upstream_pid = ups[route.upstream]
     return paths
 
 
@@ -309,7 +323,7 @@ def _fmt_rps(rps: float, ref: float | None) -> str:
 
 def table(paths: list[Route], concurrencies: list[int]) -> str:
     head = ["path"] + [f"c{c} req/s" for c in concurrencies]
-    head += ["hop CPU/call us", f"p50 c{concurrencies[0]} ms"] + [
+    head += ["hop CPU/call us", "upstream CPU/call us", f"p50 c{concurrencies[0]} ms"] + [
         f"p99 c{c} ms" for c in concurrencies[1:]
     ]
     head += ["RSS MB idle/load"]
@@ -317,15 +331,17 @@ def table(paths: list[Route], concurrencies: list[int]) -> str:
     direct: dict[tuple[str, int], float] = {}
     for p in paths:
         best = {c: max(p.runs[c], key=lambda r: r["rps"]) for c in concurrencies}
-        if p.pid is None:
+        if p.pid is None and not p.same_id:
             for c in concurrencies:
                 direct[(p.upstream, c)] = best[c]["rps"]
         row = [p.name]
         for c in concurrencies:
-            ref = None if p.pid is None else direct.get((p.upstream, c))
+            ref = None if p.pid is None and not p.same_id else direct.get((p.upstream, c))
             row.append(_fmt_rps(best[c]["rps"], ref))
         cpu = [r["cpu_us"] for c in concurrencies for r in p.runs[c]]
         row.append("-" if p.pid is None else f"{min(cpu):.0f}-{max(cpu):.0f}")
+        up = [r["upstream_cpu_us"] for c in concurrencies for r in p.runs[c]]
+        row.append(f"{min(up):.0f}-{max(up):.0f}")
         row.append(f"{best[concurrencies[0]]['p50_ms']:.2f}")
         row += [f"{best[c]['p99_ms']:.1f}" for c in concurrencies[1:]]
         load = max(r["rss_mb"] for c in concurrencies for r in p.runs[c])
