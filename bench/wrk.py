@@ -80,11 +80,11 @@ class Route:
     upstream: str  # "legacy" or "fast"
     modern: bool
     pid: int | None  # the hop's process (None: direct)
-    upstream_pid: int = 0  # the upstream's process: its CPU per call on this path
-    same_id: bool = False  # every request with id 1 (bench/call.lua)
     headers: dict[str, str] = field(default_factory=dict)
     rss_idle: float = 0.0
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+    upstream_pid: int = 0  # the upstream's process: its CPU per call on this path
+    same_id: bool = False  # every request with id 1 (bench/call.lua)
 
 
 def _sse_or_json(response: httpx.Response) -> Any:
@@ -286,8 +286,6 @@ def start_paths(
             # BENCH_GC_* settings are bench/gc_probe.py's: prototypes of GC tuning.
             probe = any(name.startswith("BENCH_GC_") for name in env)
             argv = [sys.executable, str(BENCH / "gc_probe.py")] if probe else []
-            if "BENCH_PROTO_RAW" in env:  # bench/proto_raw_route.py: no FastAPI layers
-                argv = [sys.executable, str(BENCH / "proto_raw_route.py")]
             if "BENCH_TREE" in env:  # the gateway of another source tree (git archive REV)
                 tree = env["BENCH_TREE"]
                 run = f"import sys; sys.path.insert(0, {tree!r}); from app.cli import main; main()"
