@@ -154,11 +154,10 @@ class CallTiming:
         self.marks: list[tuple[str, float]] | None = [] if timeline else None
 
     def timeline(self, started: float) -> dict[str, float]:
-        """Each mark's time since `started`, in ms (a repeated mark: its first time)."""
-        out: dict[str, float] = {}
-        for name, at in self.marks or ():
-            out.setdefault(name + "_ms", round((at - started) * 1000, 3))
-        return out
+        """Each mark's time since `started`, in ms. A repeated mark counts its
+        last time: the call's own request, not the session's opening before it
+        (`initialize` has an answer head too), nor an MRTR bridge's earlier rounds."""
+        return {name + "_ms": round((at - started) * 1000, 3) for name, at in self.marks or ()}
 
 
 _timing: contextvars.ContextVar[CallTiming | None] = contextvars.ContextVar(
