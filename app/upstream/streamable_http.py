@@ -127,8 +127,14 @@ class UpstreamClient(httpx.AsyncClient):
         client_timeout = aiohttp.ClientTimeout(
             sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
         )
+        # httpx refuses what is not ASCII (UnicodeEncodeError, turned into our
+        # error in `_library_errors`); aiohttp would send it as UTF-8. The
+        # session's headers are checked once, the same way for both.
+        unsendable = not all(_printable_ascii(v) for v in merged.values())
 
         async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+            if unsendable:
+                raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
             with map_aiohttp_exceptions():
                 answer = await session().request(
                     "POST",
@@ -144,6 +150,11 @@ class UpstreamClient(httpx.AsyncClient):
             )
 
         return post
+
+
+def _printable_ascii(value: str) -> bool:
+    # RFC 9110 field values: visible ASCII, spaces and tabs (obs-text aside).
+    return value.isascii() and all(c == "\t" or " " <= c <= "~" for c in value)
 
 
 def _httpx_poster(
