@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from app import jsonio
+from app import jsonio, metrics
 from app.gateway import Outgoing
 
 Scope = dict[str, Any]
@@ -128,6 +128,10 @@ class CallAnswer(Response):
             self._on_done(self._status, ending)
 
     async def _serve(self, send: Send) -> None:
+        await self._answer(send)
+        metrics.mark("answer_written")
+
+    async def _answer(self, send: Send) -> None:
         first = await anext(self._events)
         while first.keepalive and not self._sse_ok:
             first = await anext(self._events)

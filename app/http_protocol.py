@@ -100,6 +100,48 @@ def _raw_response(status: int, rejection: Rejection) -> bytes:
     )
 
 
+class _HeadWithBody:
+    """The transport as a request's cycle sees it: the response head is held
+    until the body's first write and goes out with it, one send instead of two
+    (uvicorn writes the head as soon as the application starts its answer).
+    A syscall is the biggest single cost of a call here (bench/README.md);
+    the head is flushed alone at the end of the loop iteration when no body
+    followed at once (a stream waiting for its first event), or at close."""
+
+    __slots__ = ("_head_next", "_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        # One cycle, one response: its first write (but a 100 Continue) is the
+        # whole head, as uvicorn writes it.
+        self._head_next = True
+
+    def write(self, data: bytes) -> None:
+        if self._head_next and not data.startswith(b"HTTP/1.1 100 "):
+            self._head_next = False
+            self._held = data
+            self._loop.call_soon(self.flush)
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            data, self._held = self._held, None
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """Use `protocol_class(limits)`: uvicorn builds protocols from a class."""
 
@@ -188,6 +230,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._cancel_read()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # this request's cycle
+            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         self._arm_read(self._body_timed_out, self.limits.read_timeout_s)
 
     def on_message_complete(self) -> None:

@@ -139,13 +139,25 @@ def status_label(status: int) -> str:
 
 class CallTiming:
     """When the gateway last sent something upstream for this call, and how long
-    the upstream took to answer it (None: it never answered)."""
+    the upstream took to answer it (None: it never answered).
 
-    __slots__ = ("sent", "upstream_s")
+    With `timeline` (log level debug), also when each step of the call
+    happened (`mark`): the route logs them as one `call_timeline` line, which
+    is how the tail of a call is taken apart (bench/README.md). Off, a mark
+    costs one attribute test."""
 
-    def __init__(self) -> None:
+    __slots__ = ("marks", "sent", "upstream_s")
+
+    def __init__(self, timeline: bool = False) -> None:
         self.sent: float | None = None
         self.upstream_s: float | None = None
+        self.marks: list[tuple[str, float]] | None = [] if timeline else None
+
+    def timeline(self, started: float) -> dict[str, float]:
+        """Each mark's time since `started`, in ms. A repeated mark counts its
+        last time: the call's own request, not the session's opening before it
+        (`initialize` has an answer head too), nor an MRTR bridge's earlier rounds."""
+        return {name + "_ms": round((at - started) * 1000, 3) for name, at in self.marks or ()}
 
 
 _timing: contextvars.ContextVar[CallTiming | None] = contextvars.ContextVar(
@@ -153,11 +165,18 @@ _timing: contextvars.ContextVar[CallTiming | None] = contextvars.ContextVar(
 )
 
 
-def start_call() -> CallTiming:
+def start_call(timeline: bool = False) -> CallTiming:
     """A fresh timing holder for the request running in this context."""
-    timing = CallTiming()
+    timing = CallTiming(timeline)
     _timing.set(timing)
     return timing
+
+
+def mark(step: str) -> None:
+    """A step of the call's timeline (only recorded at log level debug)."""
+    timing = _timing.get()
+    if timing is not None and timing.marks is not None:
+        timing.marks.append((step, time.perf_counter()))
 
 
 def upstream_sent() -> None:
@@ -165,13 +184,18 @@ def upstream_sent() -> None:
     timing = _timing.get()
     if timing is not None:
         timing.sent = time.perf_counter()
+        if timing.marks is not None:
+            timing.marks.append(("upstream_sent", timing.sent))
 
 
 def upstream_answered() -> None:
     """The upstream's response to the call just arrived."""
     timing = _timing.get()
     if timing is not None and timing.sent is not None:
-        timing.upstream_s = time.perf_counter() - timing.sent
+        now = time.perf_counter()
+        timing.upstream_s = now - timing.sent
+        if timing.marks is not None:
+            timing.marks.append(("answer_read", now))
 
 
 # -- gauges read at scrape time ---------------------------------------------------

@@ -7,7 +7,7 @@ import gc
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
@@ -130,12 +130,49 @@ def _accepts(accept: str) -> tuple[bool, bool]:
     )
 
 
-def create_app(settings: Settings) -> FastAPI:
+class GatewayApp(FastAPI):
+    """The FastAPI application, with `POST /mcp` dispatched around it.
+
+    Every call of every client is a `POST /mcp`; FastAPI's middleware stack,
+    routing, dependency solving and exception wrappers cost about a fifth of
+    the gateway's CPU per call and gave it nothing on that route (profile and
+    measurements: bench/README.md, "Where the time goes"). So that one route
+    runs behind `RequestIdMiddleware` alone, with the same route function and
+    the same answers; everything else (health, metrics, the legacy GET and
+    DELETE, HTTP+SSE, 404s and 405s, lifespan) goes through FastAPI. An
+    exception escaping the route reaches uvicorn as it did through Starlette's
+    `ServerErrorMiddleware`, which re-raised it: logged, and a plain 500 if
+    nothing was sent yet."""
+
+    _post: ASGIApp | None = None
+
+    def serve_post(self, route: Callable[[Request], Awaitable[Response]]) -> None:
+        async def post(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await route(Request(scope, receive))
+            await response(scope, receive, send)
+
+        self._post = RequestIdMiddleware(post)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self._post is not None
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] == "/mcp"
+        ):
+            scope["app"] = self  # `request.app`, as Starlette sets it
+            await self._post(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings) -> GatewayApp:
     offered = get_version(settings.upstream_protocol_version)
     assert offered is not None  # validated in Settings
     allowed_hosts = [h.lower() for h in settings.allowed_hosts]
     public_url = str(settings.public_url) if settings.public_url is not None else None
     app_metrics = metrics.Metrics()
+    timeline = settings.log_level == "debug"  # each call's steps, logged (metrics.CallTiming)
 
     def gateway_url(request: Request) -> str | None:
         return _gateway_mcp_url(
@@ -242,7 +279,7 @@ def create_app(settings: Settings) -> FastAPI:
             await transport.aclose()
             log.info("gateway_stopped")
 
-    app = FastAPI(
+    app = GatewayApp(
         title="mcp-shim",
         lifespan=lifespan,
         docs_url=None,
@@ -401,10 +438,10 @@ def create_app(settings: Settings) -> FastAPI:
         app_metrics.rejected(None, 405)
         return Response(status_code=405, headers={"allow": "POST"})
 
-    @app.post("/mcp")
+    # Not a FastAPI route: GatewayApp serves it (see there why).
     async def mcp_post(request: Request) -> Response:
         started = time.perf_counter()
-        timing = metrics.start_call()
+        timing = metrics.start_call(timeline)
         request_id: str = request.state.request_id
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
@@ -437,6 +474,7 @@ def create_app(settings: Settings) -> FastAPI:
         body = await _body_or_refusal(request)
         if isinstance(body, Response):
             return body
+        metrics.mark("body_read")
 
         claim = legacy.claims(body, request.headers)
         if claim is not None:
@@ -477,6 +515,7 @@ def create_app(settings: Settings) -> FastAPI:
         def done(status: int, ending: str | None) -> None:
             outcome = ending or state.outcome
             duration_s = time.perf_counter() - started
+            duration_ms = round(duration_s * 1000, 2)
             log.info(
                 "call",
                 method=parsed.method,
@@ -484,11 +523,15 @@ def create_app(settings: Settings) -> FastAPI:
                 upstream_version=state.upstream_version,
                 outcome=outcome,
                 status=status,
-                duration_ms=round(duration_s * 1000, 2),
+                duration_ms=duration_ms,
             )
             app_metrics.call_done(
                 parsed.method, parsed.version, outcome, status, duration_s, timing.upstream_s
             )
+            if timing.marks is not None:
+                # After the answer was written and the upstream exchange closed
+                # (drained): where the call's time went (bench/README.md, the tail).
+                log.debug("call_timeline", **timing.timeline(started), done_ms=duration_ms)
 
         def translated() -> CallAnswer:
             return CallAnswer(
@@ -525,6 +568,7 @@ def create_app(settings: Settings) -> FastAPI:
 
         return translated()
 
+    app.serve_post(mcp_post)
     app.state.shutdown_grace_s = settings.shutdown_grace_s
     return app
 

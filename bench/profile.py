@@ -28,7 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.wrk import MODERN_CALL, MODERN_HEADERS, cpu_seconds, rss_mb  # noqa: E402
+from bench.common import cpu_seconds, rss_mb  # noqa: E402
+from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -109,11 +110,19 @@ def main() -> None:
     )
     parser.add_argument("--functions", action="store_true", help="also inclusive per function")
     parser.add_argument("--tag", default="", help="suffix of the files kept in results/bench")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="wrk straight to the upstream (a legacy session), for comparison with the gateway",
+    )
+    parser.add_argument(
+        "--spy-upstream", action="store_true", help="profile the upstream, not the gateway"
+    )
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = ROOT / "results" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"{args.upstream}-c{args.concurrency}{args.tag}"
+    tag = f"{args.upstream}-c{args.concurrency}{'-direct' if args.direct else ''}{args.tag}"
     body = out / "modern-call.json"
     body.write_bytes(json.dumps(MODERN_CALL).encode())
     gc_report = out / f"gc-{tag}.json"
@@ -154,23 +163,31 @@ def main() -> None:
             shim_argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=out / "p-shim.log"
         ) as shim,
     ):
+        if args.direct:  # the same call, as a legacy client sends it, on a session of its own
+            url = upstream
+            legacy = out / "legacy-call.json"
+            legacy.write_bytes(json.dumps(LEGACY_CALL).encode())
+            wrk_env["BENCH_BODY"] = str(legacy)
+            session = legacy_session(upstream)
+            wrk_env["BENCH_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in session.items())
         wrk(2).communicate()  # warm-up: sessions, connections, caches
-        cpu0, up0 = cpu_seconds([shim.pid]), cpu_seconds([up.pid])
+        cpu0, up0 = cpu_seconds(shim.pid), cpu_seconds(up.pid)
         load = wrk(args.seconds)
         spy = None
         raw = out / f"profile-{tag}.txt"
         if not args.no_profile:
             spy_argv = [pyspy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(raw)]
-            spy_argv += ["-d", str(args.seconds - 1), "-p", str(shim.pid)]
+            spied = up.pid if args.spy_upstream else shim.pid
+            spy_argv += ["-d", str(args.seconds - 1), "-p", str(spied)]
             spy = subprocess.Popen(
                 spy_argv,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
         time.sleep(args.seconds / 2)
-        rss = rss_mb([shim.pid])
+        rss = rss_mb(shim.pid)
         stdout, _ = load.communicate()
-        cpu, up_cpu = cpu_seconds([shim.pid]) - cpu0, cpu_seconds([up.pid]) - up0
+        cpu, up_cpu = cpu_seconds(shim.pid) - cpu0, cpu_seconds(up.pid) - up0
         if spy is not None:
             spy.wait()
     line = next(x for x in stdout.decode().splitlines() if x.startswith("BENCH "))

@@ -30,8 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests import procs  # noqa: E402 - the repository root is on sys.path only now
+from bench import common  # noqa: E402 - the repository root is on sys.path only now
+from tests import procs  # noqa: E402
 
 BENCH = ROOT / "bench"
 ACCEPT = "application/json, text/event-stream"
@@ -72,54 +72,6 @@ MODERN_HEADERS = {
     "Mcp-Name": "echo",
 }
 
-_TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _tree(pid: int) -> list[int]:
-    """pid and its descendants (nginx's workers, a multi-worker gateway's)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(parents.get(p, []))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        with _gone_is_zero():
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / _TICKS
-
-
-def rss_mb(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        with _gone_is_zero():
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
-    return total / 1e6
-
-
-@contextmanager
-def _gone_is_zero() -> Iterator[None]:
-    try:
-        yield
-    except (OSError, IndexError, ValueError):
-        pass
-
 
 @dataclass
 class Route:
@@ -131,6 +83,8 @@ class Route:
     headers: dict[str, str] = field(default_factory=dict)
     rss_idle: float = 0.0
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+    upstream_pid: int = 0  # the upstream's process: its CPU per call on this path
+    same_id: bool = False  # every request with id 1 (bench/call.lua)
 
 
 def _sse_or_json(response: httpx.Response) -> Any:
@@ -184,6 +138,7 @@ def run_wrk(
         **os.environ,
         "BENCH_BODY": str(bodies[path.modern]),
         "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in path.headers.items()),
+        "BENCH_SAME_ID": "1" if path.same_id else "0",
     }
     argv = [
         "wrk",
@@ -197,13 +152,14 @@ def run_wrk(
         str(BENCH / "call.lua"),
         path.url,
     ]
-    pids = _tree(path.pid) if path.pid else []
-    cpu0 = cpu_seconds(pids)
+    pids = common.tree(path.pid) if path.pid else []
+    cpu0, up0 = common.cpu_seconds(*pids), common.cpu_seconds(path.upstream_pid)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(seconds / 2)
-    rss = rss_mb(pids)
+    rss = common.rss_mb(*pids)
     out, _ = proc.communicate(timeout=seconds + 60)
-    cpu = cpu_seconds(pids) - cpu0
+    cpu = common.cpu_seconds(*pids) - cpu0
+    up_cpu = common.cpu_seconds(path.upstream_pid) - up0
     line = next((x for x in out.decode().splitlines() if x.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed on {path.name}:\n{out.decode()}")
@@ -217,6 +173,7 @@ def run_wrk(
         "p50_ms": summary["p50_us"] / 1000,
         "p99_ms": summary["p99_us"] / 1000,
         "cpu_us": cpu * 1e6 / calls if pids else 0.0,
+        "upstream_cpu_us": up_cpu * 1e6 / calls,
         "rss_mb": rss,
         "calls": calls,
     }
@@ -271,6 +228,7 @@ def start_paths(
 ) -> list[Route]:
     paths: list[Route] = []
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-")))
+    ups: dict[str, int] = {}
     for kind in upstreams:
         port = procs.free_port()
         url = f"http://127.0.0.1:{port}/mcp"
@@ -280,10 +238,16 @@ def start_paths(
         else:
             argv = [sys.executable, str(BENCH / "fast_upstream.py")]
             label = "fast upstream (JSON, ~10 us)"
-        stack.enter_context(
+        up = stack.enter_context(
             procs.running([*argv, "--port", str(port)], url, log_path=logs / f"up-{kind}.log")
         )
+        ups[kind] = up.pid
         paths.append(Route(f"{label} direct", url, kind, False, None))
+        if kind == "legacy":
+            # What earlier runs measured: the mcp 1.x server does less per call
+            # when every request has the same id (bench/README.md, the tail).
+            same = Route("  direct, id 1 on every request", url, kind, False, None, same_id=True)
+            paths.append(same)
 
         nport = procs.free_port()
         nginx = stack.enter_context(
@@ -322,8 +286,10 @@ def start_paths(
             # BENCH_GC_* settings are bench/gc_probe.py's: prototypes of GC tuning.
             probe = any(name.startswith("BENCH_GC_") for name in env)
             argv = [sys.executable, str(BENCH / "gc_probe.py")] if probe else []
-            if "BENCH_PROTO_RAW" in env:  # bench/proto_raw_route.py: no FastAPI layers
-                argv = [sys.executable, str(BENCH / "proto_raw_route.py")]
+            if "BENCH_TREE" in env:  # the gateway of another source tree (git archive REV)
+                tree = env["BENCH_TREE"]
+                run = f"import sys; sys.path.insert(0, {tree!r}); from app.cli import main; main()"
+                argv = [sys.executable, "-c", run]
             shim = stack.enter_context(
                 procs.running(
                     argv or [sys.executable, "-m", "app.cli"],
@@ -342,6 +308,8 @@ def start_paths(
                     dict(MODERN_HEADERS),
                 )
             )
+    for route in paths:
+        route.upstream_pid = ups[route.upstream]
     return paths
 
 
@@ -353,7 +321,7 @@ def _fmt_rps(rps: float, ref: float | None) -> str:
 
 def table(paths: list[Route], concurrencies: list[int]) -> str:
     head = ["path"] + [f"c{c} req/s" for c in concurrencies]
-    head += ["hop CPU/call us", f"p50 c{concurrencies[0]} ms"] + [
+    head += ["hop CPU/call us", "upstream CPU/call us", f"p50 c{concurrencies[0]} ms"] + [
         f"p99 c{c} ms" for c in concurrencies[1:]
     ]
     head += ["RSS MB idle/load"]
@@ -361,15 +329,17 @@ def table(paths: list[Route], concurrencies: list[int]) -> str:
     direct: dict[tuple[str, int], float] = {}
     for p in paths:
         best = {c: max(p.runs[c], key=lambda r: r["rps"]) for c in concurrencies}
-        if p.pid is None:
+        if p.pid is None and not p.same_id:
             for c in concurrencies:
                 direct[(p.upstream, c)] = best[c]["rps"]
         row = [p.name]
         for c in concurrencies:
-            ref = None if p.pid is None else direct.get((p.upstream, c))
+            ref = None if p.pid is None and not p.same_id else direct.get((p.upstream, c))
             row.append(_fmt_rps(best[c]["rps"], ref))
         cpu = [r["cpu_us"] for c in concurrencies for r in p.runs[c]]
         row.append("-" if p.pid is None else f"{min(cpu):.0f}-{max(cpu):.0f}")
+        up = [r["upstream_cpu_us"] for c in concurrencies for r in p.runs[c]]
+        row.append(f"{min(up):.0f}-{max(up):.0f}")
         row.append(f"{best[concurrencies[0]]['p50_ms']:.2f}")
         row += [f"{best[c]['p99_ms']:.1f}" for c in concurrencies[1:]]
         load = max(r["rss_mb"] for c in concurrencies for r in p.runs[c])
@@ -433,7 +403,7 @@ def main() -> None:
             if not p.modern:
                 p.headers = legacy_session(p.url)
             preflight(p)
-            p.rss_idle = rss_mb(_tree(p.pid)) if p.pid else 0.0
+            p.rss_idle = common.rss_mb(*common.tree(p.pid)) if p.pid else 0.0
         for p in paths:
             run_wrk(p, 8, args.warmup, bodies)
         for n in range(args.passes):

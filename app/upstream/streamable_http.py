@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+import http.cookiejar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 from httpx_sse import EventSource, SSEError
 
-from app import jsonio, tracing
+from app import jsonio, metrics, tracing
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
@@ -70,21 +72,140 @@ def _library_errors(what: str) -> Iterator[None]:
         raise UpstreamError(f"a header value for {what} is not printable ASCII") from None
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that keeps nothing. The client is shared by every caller and
+    upstream session: a jar would send a `Set-Cookie` meant for one caller's
+    session with every other caller's requests. An upstream's cookies are its
+    answer to one caller; the gateway holds no credentials of its own."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
+
+
+Post = Callable[[bytes, Mapping[str, str]], Awaitable[httpx.Response]]
+
+
+class UpstreamClient(httpx.AsyncClient):
+    """httpx's client (the API of the rare paths: GET streams, DELETE, metadata,
+    the modern pass-through), and `poster`, the hot path: a session's POSTs.
+
+    On the aiohttp transport a POST goes to the aiohttp session itself, with
+    the session's headers merged and its timeouts built once; the answer is
+    read through an `httpx.Response` around aiohttp's, as the transport would
+    give it (same parsing, SSE included; same exceptions, mapped by
+    httpx-aiohttp). httpx's per-call layers (`build_request`'s URL and header
+    merging, the `httpx.Request`, auth, redirects, cookies, the response's
+    stream binding, the header conversion back to aiohttp's) cost 220 us of
+    the 310 us a POST cost the gateway's process (bench/upstream_post.py,
+    bench/README.md)."""
+
+    def __init__(
+        self,
+        *,
+        transport: httpx.AsyncBaseTransport,
+        connect_timeout_s: float,
+        aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
+    ) -> None:
+        super().__init__(
+            transport=transport,
+            timeout=httpx.Timeout(connect_timeout_s, read=None),
+            trust_env=False,
+            cookies=_NoCookies(),
+        )
+        self._aiohttp_session = aiohttp_session
+
+    def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
+        """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
+        merged = {**self.headers, **headers}  # what build_request would merge, once
+        if self._aiohttp_session is None:
+            return _httpx_poster(self, url, merged, timeout)
+        session = self._aiohttp_session
+        target = str(url)
+        client_timeout = aiohttp.ClientTimeout(
+            sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
+        )
+        # httpx refuses what is not ASCII (UnicodeEncodeError, turned into our
+        # error in `_library_errors`); aiohttp would send it as UTF-8. The
+        # session's headers are checked once, the same way for both.
+        unsendable = not all(_printable_ascii(v) for v in merged.values())
+
+        async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+            if unsendable:
+                raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
+            with map_aiohttp_exceptions():
+                answer = await session().request(
+                    "POST",
+                    target,
+                    data=content,
+                    headers={**merged, **extra} if extra else merged,
+                    timeout=client_timeout,
+                    allow_redirects=False,
+                    auto_decompress=False,
+                )
+            return httpx.Response(
+                answer.status, headers=answer.raw_headers, stream=AiohttpResponseStream(answer)
+            )
+
+        return post
+
+
+def _printable_ascii(value: str) -> bool:
+    # RFC 9110 field values: visible ASCII, spaces and tabs (obs-text aside).
+    return value.isascii() and all(c == "\t" or " " <= c <= "~" for c in value)
+
+
+def _httpx_poster(
+    client: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str], timeout: httpx.Timeout
+) -> Post:
+    """httpx's own way (its transport, or a plain client): `build_request` and `send`."""
+
+    async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+        request = client.build_request(
+            "POST",
+            url,
+            content=content,
+            headers={**headers, **extra} if extra else headers,
+            timeout=timeout,
+        )
+        return await client.send(request, stream=True)
+
+    return post
+
+
 def build_client(
     *, connect_timeout_s: float, max_connections: int, transport: str = "aiohttp"
-) -> httpx.AsyncClient:
+) -> UpstreamClient:
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )
-    chosen: httpx.AsyncBaseTransport = (
-        AiohttpTransport(limits=limits, trust_env=False)
-        if transport == "aiohttp"
-        else httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
-    )
-    return httpx.AsyncClient(
-        transport=chosen,
-        timeout=httpx.Timeout(connect_timeout_s, read=None),
-        trust_env=False,
+    if transport != "aiohttp":
+        return UpstreamClient(
+            transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
+            connect_timeout_s=connect_timeout_s,
+        )
+    aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False)
+
+    def session() -> aiohttp.ClientSession:
+        # Made on first use (aiohttp wants a running loop), shared by the
+        # transport (which closes it) and the hot path. As httpx-aiohttp builds
+        # it, but with no cookie jar (_NoCookies says why).
+        if not isinstance(aiohttp_transport.client, aiohttp.ClientSession):
+            aiohttp_transport.client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=max_connections,
+                    keepalive_timeout=limits.keepalive_expiry,
+                    ssl=aiohttp_transport.ssl_context,
+                ),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return aiohttp_transport.client
+
+    aiohttp_transport.client = session
+    return UpstreamClient(
+        transport=aiohttp_transport, connect_timeout_s=connect_timeout_s, aiohttp_session=session
     )
 
 
@@ -218,18 +339,17 @@ class StreamableHttpSession:
         if version.features.protocol_version_header:
             base[VERSION_HEADER] = version.name
         self._headers = base
+        self._send = (
+            client.poster(self._url, base, self._timeout)
+            if isinstance(client, UpstreamClient)
+            else _httpx_poster(client, self._url, base, self._timeout)  # a plain client (tests)
+        )
 
     async def _post(self, message: Message, what: str) -> httpx.Response:
         content = jsonio.dumps(message)
         with _library_errors(what):
-            request = self._client.build_request(
-                "POST",
-                self._url,
-                content=content,
-                headers={**self._headers, **tracing.outgoing_headers()},
-                timeout=self._timeout,
-            )
-            response = await self._client.send(request, stream=True)
+            response = await self._send(content, tracing.outgoing_headers())
+        metrics.mark("answer_head")
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
             raise SessionExpired("upstream no longer knows the session")

@@ -106,8 +106,17 @@ class RecordingProxy:
     which resolves against the proxy's origin); `url` is then the proxy's address
     of `upstream_url`. Otherwise only /mcp, to `upstream_url` itself."""
 
-    def __init__(self, upstream_url: str, *, every_path: bool = False) -> None:
+    def __init__(
+        self,
+        upstream_url: str,
+        extra_response_headers: Callable[[Record], dict[str, str]] | None = None,
+        *,
+        every_path: bool = False,
+    ) -> None:
         self.upstream_url = upstream_url
+        # Headers added to an answer (a Set-Cookie, say), chosen per exchange:
+        # what an upstream (or a balancer in front of it) might add.
+        self._extra_response_headers = extra_response_headers
         self.port = free_port()
         self._every_path = every_path
         parts = urlsplit(upstream_url)
@@ -213,10 +222,10 @@ class RecordingProxy:
         try:
             record.status = upstream.status
             record.response_headers = {k.lower(): v for k, v in upstream.headers.items()}
-            response = web.StreamResponse(
-                status=upstream.status,
-                headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP},
-            )
+            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+            if self._extra_response_headers is not None:
+                headers.update(self._extra_response_headers(record))
+            response = web.StreamResponse(status=upstream.status, headers=headers)
             await response.prepare(request)
             sse = record.content_type == "text/event-stream"
             parser = _SseParser(record.messages.append)
