@@ -8,7 +8,9 @@ its own upstream session, translation both ways); only the way back differs:
 each POST is answered 202 and what it produces goes on the channel's stream.
 
 The channel lives as long as its `GET /sse`: when the client goes away its
-session ends on both sides.
+session ends on both sides. Its id names the replica holding it, sealed like a
+session id (app/replicas.py): a POST that reaches another replica is relayed
+there as it came.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import secrets
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import structlog
 from starlette.responses import Response
@@ -27,9 +29,16 @@ from starlette.responses import Response
 from app import jsonio
 from app.answer import sse_event
 from app.front import legacy as front
-from app.legacy.front import LegacyFront, guarded, refuse, session_not_found
+from app.legacy.front import (
+    LegacyFront,
+    guarded,
+    owner_unreachable,
+    refuse,
+    session_not_found,
+)
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
+from app.replicas import HOP_HEADER, header_items
 from app.upstream.base import Message
 from app.upstream.pool import credential_hash
 
@@ -88,7 +97,8 @@ class HttpSseFront:
                     status=503,
                 )
             )
-        channel = Channel(secrets.token_urlsafe(32), credential_hash(headers.get("authorization")))
+        credentials = credential_hash(headers.get("authorization"))
+        channel = Channel(self._sessions.ids.mint(credentials), credentials)
         self._channels[channel.id] = channel
         log.info("sse_channel_opened", channels=len(self._channels))
         return _ChannelStream(self, channel, self._write_timeout_s)
@@ -139,6 +149,10 @@ class HttpSseFront:
         if unfit is not None:
             return refuse(unfit)
         channel = self._channels.get(channel_id or "")
+        if channel is None:
+            relayed = self._relayed(channel_id, body, headers)
+            if relayed is not None:
+                return relayed
         if channel is None or not hmac.compare_digest(
             channel.credentials, credential_hash(headers.get("authorization"))
         ):
@@ -163,6 +177,28 @@ class HttpSseFront:
             if refusal is not None:
                 return refuse(refusal)
         return Response(status_code=202)
+
+    def _relayed(
+        self, channel_id: str | None, body: bytes, headers: Mapping[str, str]
+    ) -> Response | None:
+        if self._legacy.relay is None or channel_id is None:
+            return None
+        owner = self._sessions.ids.elsewhere(
+            channel_id, credential_hash(headers.get("authorization")), HOP_HEADER in headers
+        )
+        if owner is None:
+            return None
+        return self._legacy.relay.answer(
+            owner,
+            "POST",
+            f"{MESSAGES_PATH}?{urlencode({'session_id': channel_id})}",
+            header_items(headers),
+            body,
+            what="sse_channel",
+            long_lived=False,
+            unreachable=lambda: refuse(owner_unreachable()),
+            write_timeout_s=self._write_timeout_s,
+        )
 
     async def _one(
         self, channel: Channel, member: front.LegacyMessage, authorization: str | None
