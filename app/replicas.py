@@ -146,7 +146,14 @@ class ReplicaRelay:
     def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
         self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
         self._connect_timeout_s = connect_timeout_s
-        self._client = httpx.AsyncClient(timeout=self._timeout, trust_env=False)
+        # No bound of its own on connections: each relayed GET stream holds one for
+        # as long as its client does (httpx's default of 100 would make the 101st
+        # wait); what bounds them is the clients' connections (MCP_SHIM_MAX_CONNECTIONS).
+        self._client = httpx.AsyncClient(
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            trust_env=False,
+        )
 
     async def send(
         self,
