@@ -252,8 +252,9 @@ class LegacyFront:
         owned: str = "legacy_session",
         request_id: RequestId | None = None,
     ) -> Response | None:
-        """The owner's answer, when the id names another replica (app/replicas.py);
-        None: serve it here (which answers 404 for an id that is not here)."""
+        """The owner's answer, when the id (a session's, an HTTP+SSE channel's) names
+        another replica (app/replicas.py); None: serve it here (which answers 404
+        for an id that is not here)."""
         if self.relay is None:
             return None
         owner = self._sessions.elsewhere(

@@ -29,16 +29,9 @@ from starlette.responses import Response
 from app import jsonio
 from app.answer import sse_event
 from app.front import legacy as front
-from app.legacy.front import (
-    LegacyFront,
-    guarded,
-    owner_unreachable,
-    refuse,
-    session_not_found,
-)
+from app.legacy.front import LegacyFront, guarded, refuse, session_not_found
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
-from app.replicas import HOP_HEADER, header_items
 from app.upstream.base import Message
 from app.upstream.pool import credential_hash
 
@@ -149,8 +142,16 @@ class HttpSseFront:
         if unfit is not None:
             return refuse(unfit)
         channel = self._channels.get(channel_id or "")
-        if channel is None:
-            relayed = self._relayed(channel_id, body, headers)
+        if channel is None and channel_id is not None:
+            # Opened on another replica (its id says which): relayed there.
+            relayed = self._legacy.relayed(
+                "POST",
+                f"{MESSAGES_PATH}?{urlencode({'session_id': channel_id})}",
+                channel_id,
+                headers,
+                body,
+                owned="sse_channel",
+            )
             if relayed is not None:
                 return relayed
         if channel is None or not hmac.compare_digest(
@@ -177,28 +178,6 @@ class HttpSseFront:
             if refusal is not None:
                 return refuse(refusal)
         return Response(status_code=202)
-
-    def _relayed(
-        self, channel_id: str | None, body: bytes, headers: Mapping[str, str]
-    ) -> Response | None:
-        if self._legacy.relay is None or channel_id is None:
-            return None
-        owner = self._sessions.ids.elsewhere(
-            channel_id, credential_hash(headers.get("authorization")), HOP_HEADER in headers
-        )
-        if owner is None:
-            return None
-        return self._legacy.relay.answer(
-            owner,
-            "POST",
-            f"{MESSAGES_PATH}?{urlencode({'session_id': channel_id})}",
-            header_items(headers),
-            body,
-            what="sse_channel",
-            long_lived=False,
-            unreachable=lambda: refuse(owner_unreachable()),
-            write_timeout_s=self._write_timeout_s,
-        )
 
     async def _one(
         self, channel: Channel, member: front.LegacyMessage, authorization: str | None
