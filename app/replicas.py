@@ -249,7 +249,8 @@ class Relayed(Response):
         assert main is not None
         disconnected, watcher = watch_disconnect(receive, main)
         answer: httpx.Response | None = None
-        status, outcome = 0, "relayed"
+        # Not a call outcome of app/metrics.py: this says how the relay itself ended.
+        status, ending = 0, "relayed"
         try:
             try:
                 answer = await self._relay.send(
@@ -263,7 +264,7 @@ class Relayed(Response):
                     http_method=t.method,
                     error=str(exc),
                 )
-                outcome = "owner_unreachable"
+                ending = "owner_unreachable"
                 fallback = self._unreachable()
                 status = fallback.status_code
                 await fallback(scope, receive, send)  # type: ignore[arg-type]
@@ -285,16 +286,16 @@ class Relayed(Response):
             except httpx.HTTPError as exc:
                 # The owner broke off mid-answer: end ours the same way (a client
                 # of a resumable stream comes back with Last-Event-ID).
-                outcome = "owner_broke_off:" + type(exc).__name__
+                ending = "owner_broke_off:" + type(exc).__name__
             except TimeoutError:
-                outcome = "client_stalled"
+                ending = "client_stalled"
                 return
             await send({"type": "http.response.body", "body": b""})
         except asyncio.CancelledError:
             if not disconnected.is_set():
                 raise
             main.uncancel()
-            outcome = "client_disconnected"
+            ending = "client_disconnected"
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -308,7 +309,7 @@ class Relayed(Response):
                 owned=t.what,
                 http_method=t.method,
                 status=status,
-                outcome=outcome,
+                ending=ending,
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
             )
 
