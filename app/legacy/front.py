@@ -30,6 +30,7 @@ from app.front import legacy as front
 from app.gateway import Outgoing
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
+from app.replicas import HOP_HEADER, ReplicaRelay, header_items
 from app.upstream.base import Exchange, Message
 from app.upstream.errors import (
     SessionExpired,
@@ -118,12 +119,33 @@ def _request_id(args: tuple[Any, ...]) -> RequestId | None:
     return None
 
 
+def _opens_session(body: Any) -> bool:
+    """An `initialize` (alone or in a batch) is served here, whatever id it carries."""
+    if isinstance(body, list):
+        return front.holds_initialize(body)
+    return isinstance(body, dict) and body.get("method") == "initialize"
+
+
 def session_not_found(request_id: RequestId | None = None) -> Rejection:
     # 2025-11-25 streamable-http "Session Management": a request with a session
     # id the server does not know MUST get 404; the client then initialises again.
     return Rejection(
         INVALID_REQUEST,
         "Session not found: it expired or was ended; send initialize to start a new one",
+        request_id,
+        status=404,
+    )
+
+
+def owner_unreachable(request_id: RequestId | None = None) -> Rejection:
+    # The session lives in another replica's memory and that replica does not
+    # answer: for this client the session is gone, and the 2025-11-25
+    # streamable-http answer to a session the server does not have is 404,
+    # upon which the client initialises again (app/replicas.py).
+    return Rejection(
+        INVALID_REQUEST,
+        "Session not found: the gateway replica holding it cannot be reached; send "
+        "initialize to start a new one",
         request_id,
         status=404,
     )
@@ -148,9 +170,12 @@ class LegacyFront:
         write_timeout_s: float,
         max_json_depth: int = jsonio.DEFAULT_MAX_DEPTH,
         auth_relay: AuthRelay | None = None,
+        relay: ReplicaRelay | None = None,
     ) -> None:
         self.max_json_depth = max_json_depth
         self.auth_relay = auth_relay
+        # Toward the replica owning a session that is not here (app/replicas.py).
+        self.relay = relay
         self._sessions = sessions
         # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
         self._offered = offered
@@ -175,6 +200,17 @@ class LegacyFront:
         unfit = front.check_received(claim, headers, self.max_json_depth)
         if unfit is not None:
             return refuse(unfit)
+        if not _opens_session(claim.body):
+            relayed = self.relayed(
+                "POST",
+                "/mcp",
+                claim.session_id,
+                headers,
+                claim.raw,
+                request_id=front.readable_id(claim.body),
+            )
+            if relayed is not None:
+                return relayed
         if isinstance(claim.body, list):
             return await self._batch(claim, headers, sse_ok=sse_ok, json_ok=json_ok)
         message = front.check_message(claim.body)
@@ -202,6 +238,40 @@ class LegacyFront:
             json_ok,
             request_id=message.id,
             gateway_url=gateway_url,
+        )
+
+    def relayed(
+        self,
+        method: str,
+        target: str,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        body: bytes = b"",
+        *,
+        long_lived: bool = False,
+        owned: str = "legacy_session",
+        request_id: RequestId | None = None,
+    ) -> Response | None:
+        """The owner's answer, when the id (a session's, an HTTP+SSE channel's) names
+        another replica (app/replicas.py); None: serve it here (which answers 404
+        for an id that is not here)."""
+        if self.relay is None:
+            return None
+        owner = self._sessions.elsewhere(
+            session_id, headers.get("authorization"), HOP_HEADER in headers
+        )
+        if owner is None:
+            return None
+        return self.relay.answer(
+            owner,
+            method,
+            target,
+            header_items(headers),
+            body,
+            what=owned,
+            long_lived=long_lived,
+            unreachable=lambda: refuse(owner_unreachable(request_id)),
+            write_timeout_s=self._write_timeout_s,
         )
 
     def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
@@ -485,7 +555,11 @@ class LegacyFront:
         unfit = front.check_header_values(headers)
         if unfit is not None:
             return refuse(unfit)
-        session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
+        session_id = headers.get(front.SESSION_HEADER)
+        relayed = self.relayed("GET", "/mcp", session_id, headers, long_lived=True)
+        if relayed is not None:
+            return relayed
+        session = self._find(session_id, headers.get("authorization"))
         if session is None:
             return refuse(session_not_found())
         if not sse_ok:
@@ -560,7 +634,11 @@ class LegacyFront:
         unfit = front.check_header_values(headers)
         if unfit is not None:
             return refuse(unfit)
-        session = self._find(headers.get(front.SESSION_HEADER), headers.get("authorization"))
+        session_id = headers.get(front.SESSION_HEADER)
+        relayed = self.relayed("DELETE", "/mcp", session_id, headers)
+        if relayed is not None:
+            return relayed
+        session = self._find(session_id, headers.get("authorization"))
         if session is None:
             return refuse(session_not_found())
         await self._sessions.end(session, "client_deleted")

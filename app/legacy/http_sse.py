@@ -8,7 +8,9 @@ its own upstream session, translation both ways); only the way back differs:
 each POST is answered 202 and what it produces goes on the channel's stream.
 
 The channel lives as long as its `GET /sse`: when the client goes away its
-session ends on both sides.
+session ends on both sides. Its id names the replica holding it, sealed like a
+session id (app/replicas.py): a POST that reaches another replica is relayed
+there as it came.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import secrets
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import structlog
 from starlette.responses import Response
@@ -88,7 +90,8 @@ class HttpSseFront:
                     status=503,
                 )
             )
-        channel = Channel(secrets.token_urlsafe(32), credential_hash(headers.get("authorization")))
+        credentials = credential_hash(headers.get("authorization"))
+        channel = Channel(self._sessions.ids.mint(credentials), credentials)
         self._channels[channel.id] = channel
         log.info("sse_channel_opened", channels=len(self._channels))
         return _ChannelStream(self, channel, self._write_timeout_s)
@@ -139,6 +142,18 @@ class HttpSseFront:
         if unfit is not None:
             return refuse(unfit)
         channel = self._channels.get(channel_id or "")
+        if channel is None and channel_id is not None:
+            # Opened on another replica (its id says which): relayed there.
+            relayed = self._legacy.relayed(
+                "POST",
+                f"{MESSAGES_PATH}?{urlencode({'session_id': channel_id})}",
+                channel_id,
+                headers,
+                body,
+                owned="sse_channel",
+            )
+            if relayed is not None:
+                return relayed
         if channel is None or not hmac.compare_digest(
             channel.credentials, credential_hash(headers.get("authorization"))
         ):

@@ -9,8 +9,11 @@ client's JSON-RPC ids can be the upstream session's ids unchanged: the
 identity is the id mapping, and it keeps cancellation, progress tokens and
 `Last-Event-ID` resumption exact.
 
-The id is 256 random bits, bound to the SHA-256 of the caller's
-`Authorization`: presented with another credential it is unknown (404).
+The id holds 256 random bits and names the replica that owns the session,
+sealed (`OwnedIds`, app/replicas.py); it is bound to the SHA-256 of the
+caller's `Authorization`: presented with another credential it is unknown
+(404). A request carrying an id another replica owns is relayed there as it
+came (`LegacyFront`, `HttpSseFront`).
 When the upstream forgets its session the client's session ends too (404,
 the client initialises again): never a silent new upstream session under a
 client that holds state on the old one.
@@ -21,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from app.replicas import OwnedIds
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
 from translators.registry import Version
 
@@ -73,8 +76,9 @@ def _bounded_put(table: dict[Any, str], key: Any, method: str) -> None:
 
 
 class LegacySessions:
-    def __init__(self, pool: SessionPool, *, idle_s: float) -> None:
+    def __init__(self, pool: SessionPool, *, idle_s: float, ids: OwnedIds) -> None:
         self._pool = pool
+        self.ids = ids
         self._idle_s = idle_s
         self._sessions: dict[str, LegacySession] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -95,9 +99,8 @@ class LegacySessions:
     ) -> LegacySession:
         key = self._pool.key_for(upstream_caps, offered, authorization)
         upstream = await self._pool.open_owned(key, authorization, client_info)
-        session = LegacySession(
-            secrets.token_urlsafe(32), credential_hash(authorization), client_version, upstream
-        )
+        credentials = credential_hash(authorization)
+        session = LegacySession(self.ids.mint(credentials), credentials, client_version, upstream)
         self._sessions[session.id] = session
         log.info(
             "legacy_session_opened",
@@ -115,6 +118,14 @@ class LegacySessions:
             log.warning("legacy_session_refused", reason="credential_mismatch")
             return None
         return session
+
+    def elsewhere(
+        self, session_id: str | None, authorization: str | None, hopped: bool
+    ) -> str | None:
+        """The replica owning a session that is not here, if it is to be relayed there."""
+        if session_id is None or session_id in self._sessions:
+            return None
+        return self.ids.elsewhere(session_id, credential_hash(authorization), hopped)
 
     @contextlib.asynccontextmanager
     async def lease(self, session: LegacySession) -> AsyncIterator[LegacySession]:

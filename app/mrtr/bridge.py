@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import secrets
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -43,8 +42,9 @@ from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.parked import ParkedRegistry, RegistryFull
 from app.mrtr.results import Frame
-from app.mrtr.state import Claims, Sealer, caller_digest, generate_key, params_digest
+from app.mrtr.state import Claims, Sealer, caller_digest, params_digest
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, Rejection
+from app.replicas import Replicas, reachable
 from app.upstream.base import Exchange, Message
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.listener import default_answer
@@ -325,7 +325,7 @@ class Bridge:
     async def _forward(self, turn: Turn, claims: Claims) -> AsyncGenerator[Frame, None]:
         # Only a replica that advertised a URL can be reached; a request that
         # already hopped once is never sent on (no loops, whatever the config).
-        if turn.hop or "://" not in claims.replica:
+        if turn.hop or not reachable(claims.replica):
             yield _refusal(
                 turn,
                 "Invalid params: requestState is no longer valid here; send the request "
@@ -611,39 +611,22 @@ class Bridge:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 2.0)
         await self._lanes.aclose()
-        await self._forwarder.aclose()
 
 
-def build_bridge(settings: Settings, pool: SessionPool) -> Bridge:
-    """The bridge as configured by `MCP_SHIM_*` (app/config.py), its lanes started."""
-    keys = settings.state_keys()
-    if keys is None:
-        keys = [generate_key()]
-        log.warning(
-            "mrtr_state_key_generated",
-            consequence="requestState cannot be opened after a restart or by another replica; "
-            "set MCP_SHIM_STATE_KEY (the same on every replica)",
-        )
-    advertised = str(settings.advertise_url).rstrip("/") if settings.advertise_url else None
-    if advertised is not None and settings.state_key is None:
-        log.warning(
-            "mrtr_advertise_without_key",
-            consequence="other replicas cannot open this replica's requestState",
-        )
+def build_bridge(settings: Settings, pool: SessionPool, replicas: Replicas) -> Bridge:
+    """The bridge as configured by `MCP_SHIM_*` (app/config.py), its lanes started;
+    its seal, name and relay are the replicas' (app/replicas.py)."""
     lanes = Lanes(pool, idle_s=settings.session_idle_s, listen_wait_s=settings.connect_timeout_s)
     lanes.start()
     return Bridge(
         lanes=lanes,
-        sealer=Sealer(keys),
-        forwarder=ReplicaForwarder(
-            connect_timeout_s=settings.connect_timeout_s,
-            request_timeout_s=settings.request_timeout_s,
-        ),
+        sealer=replicas.sealer,
+        forwarder=ReplicaForwarder(replicas.relay),
         settings=BridgeSettings(
             ttl_s=settings.mrtr_ttl_s,
             quiet_s=settings.mrtr_quiet_ms / 1000,
             gather_max_s=settings.mrtr_gather_max_ms / 1000,
-            replica=advertised or f"local:{secrets.token_hex(8)}",
+            replica=replicas.me,
         ),
         max_parked=settings.max_parked,
     )

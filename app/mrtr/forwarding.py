@@ -8,13 +8,16 @@ receiving replica sends the retry there, as it came, and streams the answer
 back. The target comes only from a state this deployment sealed, never from
 the client, and a forwarded request carries `Mcp-Shim-Hop` so it is never
 forwarded again (a misconfigured advertise URL cannot make a loop).
+
+The hop itself is app/replicas.py's `ReplicaRelay`, the one relay legacy
+sessions use too; this module re-derives the request from the validated call
+and reads the owner's answer as frames for the bridge.
 """
 
 from __future__ import annotations
 
 import base64
 from collections.abc import AsyncGenerator
-from typing import Final
 
 import httpx
 import structlog
@@ -24,10 +27,11 @@ from app import jsonio
 from app.front.modern import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
 from app.rejections import INTERNAL_ERROR, Rejection
+from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay
 
 log = structlog.get_logger("mcp_shim.mrtr.forwarding")
 
-HOP_HEADER: Final = "mcp-shim-hop"
+__all__ = ["HOP_HEADER", "ReplicaForwarder", "hop_headers", "mirrored"]
 
 
 def mirrored(value: str) -> str:
@@ -59,26 +63,22 @@ def hop_headers(call: ModernCall, authorization: str | None) -> dict[str, str]:
 
 
 class ReplicaForwarder:
-    def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
-            trust_env=False,
-        )
+    def __init__(self, relay: ReplicaRelay) -> None:
+        self._relay = relay
 
     async def forward(
         self, call: ModernCall, authorization: str | None, replica: str
     ) -> AsyncGenerator[Frame, None]:
-        url = replica.rstrip("/") + "/mcp"
-        request = self._client.build_request(
-            "POST",
-            url,
-            content=jsonio.dumps(call.message),
-            headers=hop_headers(call, authorization),
-        )
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
+            response = await self._relay.send(
+                replica,
+                "POST",
+                "/mcp",
+                hop_headers(call, authorization).items(),
+                jsonio.dumps(call.message),
+            )
+        except RelayFailed as exc:
+            log.warning("mrtr_forward_failed", replica=replica, error=str(exc))
             yield _unreachable(call)
             return
         try:
@@ -108,9 +108,6 @@ class ReplicaForwarder:
             yield _unreachable(call)
         finally:
             await response.aclose()
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
 
 def _unreachable(call: ModernCall) -> Frame:

@@ -158,11 +158,7 @@ class Sealer:
         self._keys = [(key_id(k), AESGCM(k)) for k in keys]
 
     def seal(self, claims: Claims) -> str:
-        kid, aead = self._keys[0]
-        prefix = bytes([VERSION]) + kid
-        nonce = os.urandom(NONCE_LEN)
-        sealed = aead.encrypt(nonce, jsonio.dumps(claims.to_json()), prefix)
-        return _b64url(prefix + nonce + sealed)
+        return self.seal_bytes(jsonio.dumps(claims.to_json()))
 
     def open(self, token: object) -> Claims | None:
         """The claims, or None for anything that is not a state we sealed, unaltered.
@@ -170,6 +166,25 @@ class Sealer:
         Expiry and binding are the caller's checks (it knows the clock and the
         request); one None for every failure keeps attackers guessing.
         """
+        plain = self.open_bytes(token)
+        if plain is None:
+            return None
+        try:
+            return Claims.from_json(jsonio.loads(plain))
+        except jsonio.JSONDecodeError:
+            return None
+
+    def seal_bytes(self, plain: bytes, purpose: bytes = b"") -> str:
+        """`plain` sealed; `purpose` is authenticated too, so a token sealed for one
+        use (a session id, app/replicas.py) never opens as another (a requestState)."""
+        kid, aead = self._keys[0]
+        prefix = bytes([VERSION]) + kid
+        nonce = os.urandom(NONCE_LEN)
+        sealed = aead.encrypt(nonce, plain, prefix + purpose)
+        return _b64url(prefix + nonce + sealed)
+
+    def open_bytes(self, token: object, purpose: bytes = b"") -> bytes | None:
+        """What `seal_bytes` sealed for `purpose`, or None."""
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             return None
         raw = _unb64url(token)
@@ -183,11 +198,7 @@ class Sealer:
             if candidate != kid:
                 continue
             try:
-                plain = aead.decrypt(nonce, sealed, prefix)
+                return aead.decrypt(nonce, sealed, prefix + purpose)
             except InvalidTag:
                 continue
-            try:
-                return Claims.from_json(jsonio.loads(plain))
-            except jsonio.JSONDecodeError:
-                return None
         return None

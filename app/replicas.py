@@ -1,0 +1,366 @@
+"""Many replicas (or worker processes): who owns a piece of state, and the one
+relay that reaches the owner.
+
+State that lives in one process's memory has an *owner*, named by the base URL
+it advertises (`MCP_SHIM_ADVERTISE_URL`, `settings.advertise_url`, and nothing
+else: a process without one is reachable by nobody and names itself
+`local:<random>`). What the client holds names the owner under a seal
+(AES-GCM with `MCP_SHIM_STATE_KEY`, shared by every replica), so a client can
+neither forge an owner nor steer a request to an address of its choosing:
+
+- a parked MRTR call: the sealed `requestState` (app/mrtr/state.py);
+- a legacy client's session: the gateway's `Mcp-Session-Id` (`OwnedIds`),
+  and an HTTP+SSE channel's `session_id`, the same way.
+
+A request that reaches a replica other than the owner is sent there by
+`ReplicaRelay` (the MRTR retry by app/mrtr/forwarding.py on top of it, a legacy
+session's request as it came with `Relayed`) and the owner's answer is streamed
+back. The relayed request carries `Mcp-Shim-Hop`; a replica never relays a
+request that carries it, so a misconfigured advertise URL cannot make a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+import structlog
+from starlette.responses import Response
+
+from app import jsonio
+from app.config import Settings
+from app.mrtr.state import Sealer, caller_digest, generate_key
+
+log = structlog.get_logger("mcp_shim.replicas")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+
+HOP_HEADER: Final = "mcp-shim-hop"
+# Authenticated with every owned id: an id never opens as a requestState or back.
+_ID_PURPOSE: Final = b"mcp-shim owned id v1"
+# Never relayed in either direction: per connection (RFC 9110 7.6.1), recomputed
+# by the HTTP layer, or set by the relaying replica itself.
+_NOT_RELAYED: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "content-length",
+        "date",
+        "server",
+        "x-request-id",
+        HOP_HEADER,
+    }
+)
+
+
+def reachable(replica: str) -> bool:
+    """An owner other replicas can reach: an advertised URL, not a `local:` id."""
+    return "://" in replica
+
+
+class OwnedIds:
+    """Ids (a legacy session's, an HTTP+SSE channel's) that name the replica
+    owning them. 256 random bits, this replica's advertised URL and the caller's
+    credential digest, sealed: the id is as unguessable as before, opaque to
+    the client (pod addresses are not shown), and only this deployment's key
+    can make one that names an owner."""
+
+    def __init__(self, sealer: Sealer, me: str) -> None:
+        self._sealer = sealer
+        self.me = me
+
+    def mint(self, credentials: str) -> str:
+        plain = {"s": secrets.token_urlsafe(32), "r": self.me, "c": caller_digest(credentials)}
+        return self._sealer.seal_bytes(jsonio.dumps(plain), _ID_PURPOSE)
+
+    def owner(self, token: str, credentials: str) -> str | None:
+        """The replica an id of ours names, if it was minted for these credentials."""
+        plain = self._sealer.open_bytes(token, _ID_PURPOSE)
+        if plain is None:
+            return None
+        try:
+            data = jsonio.loads(plain)
+        except jsonio.JSONDecodeError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("r"), str):
+            return None
+        if data.get("c") != caller_digest(credentials):
+            return None
+        owner: str = data["r"]
+        return owner
+
+    def elsewhere(self, token: str | None, credentials: str, hopped: bool) -> str | None:
+        """The other replica a request carrying this id must be relayed to, or None
+        (no id, not ours, ours, unreachable, or relayed here already: the
+        caller answers as for an unknown id, and logs why)."""
+        if token is None:
+            return None
+        owner = self.owner(token, credentials)
+        if owner is None or owner == self.me:
+            return None
+        if hopped or not reachable(owner):
+            log.warning(
+                "replica_relay_refused",
+                reason="hop" if hopped else "owner_not_advertised",
+                replica=owner[:200],
+                me=self.me[:200],
+            )
+            return None
+        return owner
+
+
+class RelayFailed(Exception):
+    """The owner replica could not be reached (or broke off before answering)."""
+
+
+def relayed_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A request's headers as the owner gets them: as they came (Host, Authorization,
+    Mcp-Session-Id, Last-Event-ID...), minus per-connection ones, plus the hop mark
+    and this request's id (the owner's log lines carry the same one)."""
+    out = [(k, v) for k, v in headers if k.lower() not in _NOT_RELAYED]
+    out.append((HOP_HEADER, "1"))
+    request_id = structlog.contextvars.get_contextvars().get("request_id")
+    if isinstance(request_id, str):
+        out.append(("x-request-id", request_id))
+    return out
+
+
+class ReplicaRelay:
+    """One HTTP client toward the other replicas, for every kind of owned state."""
+
+    def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
+        self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
+        self._connect_timeout_s = connect_timeout_s
+        # No bound of its own on connections: each relayed GET stream holds one for
+        # as long as its client does (httpx's default of 100 would make the 101st
+        # wait); what bounds them is the clients' connections (MCP_SHIM_MAX_CONNECTIONS).
+        self._client = httpx.AsyncClient(
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            trust_env=False,
+        )
+
+    async def send(
+        self,
+        replica: str,
+        method: str,
+        target: str,
+        headers: Iterable[tuple[str, str]],
+        body: bytes = b"",
+        *,
+        long_lived: bool = False,
+    ) -> httpx.Response:
+        """The owner's answer, headers read, body still to stream (the caller closes it)."""
+        request = self._client.build_request(
+            method,
+            replica.rstrip("/") + target,
+            content=body or None,
+            headers=relayed_headers(headers),
+        )
+        if long_lived:
+            # A GET stream lasts as long as the client keeps it; the owner's own
+            # keepalives and its upstream's timeouts bound it, not ours.
+            request.extensions["timeout"] = httpx.Timeout(
+                None, connect=self._connect_timeout_s
+            ).as_dict()
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise RelayFailed(type(exc).__name__) from None
+
+    def answer(
+        self,
+        replica: str,
+        method: str,
+        target: str,
+        headers: Iterable[tuple[str, str]],
+        body: bytes = b"",
+        *,
+        what: str,
+        long_lived: bool,
+        unreachable: Callable[[], Response],
+        write_timeout_s: float,
+    ) -> Response:
+        """The owner's answer to a request relayed as it came, as our response."""
+        return Relayed(
+            self,
+            _Target(replica, method, target, list(headers), body, what, long_lived),
+            unreachable=unreachable,
+            write_timeout_s=write_timeout_s,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    replica: str
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    what: str  # what is owned there, for the log: legacy_session, sse_channel
+    long_lived: bool
+
+
+class Relayed(Response):
+    """Streams the owner's answer (status, headers, body chunk by chunk) to the
+    client; the client going away closes the relayed request, which the owner
+    sees as its client going away."""
+
+    def __init__(
+        self,
+        relay: ReplicaRelay,
+        target: _Target,
+        *,
+        unreachable: Callable[[], Response],
+        write_timeout_s: float,
+    ) -> None:
+        super().__init__(status_code=200)
+        self._relay = relay
+        self._target = target
+        self._unreachable = unreachable
+        self._write_timeout_s = write_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        # Here, not at the top: app.answer imports the gateway, which imports the
+        # MRTR forwarding built on this module.
+        from app.answer import watch_disconnect
+
+        t = self._target
+        started = time.perf_counter()
+        main = asyncio.current_task()
+        assert main is not None
+        disconnected, watcher = watch_disconnect(receive, main)
+        answer: httpx.Response | None = None
+        # Not a call outcome of app/metrics.py: this says how the relay itself ended.
+        status, ending = 0, "relayed"
+        try:
+            try:
+                answer = await self._relay.send(
+                    t.replica, t.method, t.target, t.headers, t.body, long_lived=t.long_lived
+                )
+            except RelayFailed as exc:
+                log.warning(
+                    "replica_relay_failed",
+                    replica=t.replica[:200],
+                    owned=t.what,
+                    http_method=t.method,
+                    error=str(exc),
+                )
+                ending = "owner_unreachable"
+                fallback = self._unreachable()
+                status = fallback.status_code
+                await fallback(scope, receive, send)  # type: ignore[arg-type]
+                return
+            status = answer.status_code
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": _answer_headers(answer.headers.multi_items()),
+                }
+            )
+            try:
+                async for chunk in answer.aiter_raw():
+                    if not chunk:
+                        continue
+                    async with asyncio.timeout(self._write_timeout_s):
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as exc:
+                # The owner broke off mid-answer: end ours the same way (a client
+                # of a resumable stream comes back with Last-Event-ID).
+                ending = "owner_broke_off:" + type(exc).__name__
+            except TimeoutError:
+                ending = "client_stalled"
+                return
+            await send({"type": "http.response.body", "body": b""})
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise
+            main.uncancel()
+            ending = "client_disconnected"
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            if answer is not None:
+                with contextlib.suppress(Exception):
+                    await answer.aclose()
+            log.info(
+                "replica_relayed",
+                replica=t.replica[:200],
+                owned=t.what,
+                http_method=t.method,
+                status=status,
+                ending=ending,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+
+def _answer_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [
+        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        for k, v in headers
+        if k.lower() not in _NOT_RELAYED
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    """This process among the replicas: its name, its seal, its relay."""
+
+    me: str  # advertised base URL, or local:<random> (reachable by nobody)
+    sealer: Sealer  # MCP_SHIM_STATE_KEY: requestState and owned ids
+    relay: ReplicaRelay
+    ids: OwnedIds
+
+    async def aclose(self) -> None:
+        await self.relay.aclose()
+
+
+def build_replicas(settings: Settings) -> Replicas:
+    keys = settings.state_keys()
+    if keys is None:
+        keys = [generate_key()]
+        log.warning(
+            "mrtr_state_key_generated",
+            consequence="requestState and session ids cannot be opened after a restart or by "
+            "another replica; set MCP_SHIM_STATE_KEY (the same on every replica)",
+        )
+    advertised = str(settings.advertise_url).rstrip("/") if settings.advertise_url else None
+    if advertised is not None and settings.state_key is None:
+        log.warning(
+            "mrtr_advertise_without_key",
+            consequence="other replicas cannot open this replica's requestState or session ids",
+        )
+    sealer = Sealer(keys)
+    me = advertised or f"local:{secrets.token_hex(8)}"
+    relay = ReplicaRelay(
+        connect_timeout_s=settings.connect_timeout_s,
+        request_timeout_s=settings.request_timeout_s,
+    )
+    return Replicas(me=me, sealer=sealer, relay=relay, ids=OwnedIds(sealer, me))
+
+
+def header_items(headers: Mapping[str, str] | Any) -> list[tuple[str, str]]:
+    """Every header line of a Starlette `Headers` (repeated ones too), or a mapping's items."""
+    multi = getattr(headers, "multi_items", None)
+    items: list[tuple[str, str]] = list(multi() if multi is not None else headers.items())
+    return items
