@@ -14,7 +14,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
-from app import logs, metrics, probe
+from app import logs, metrics, probe, workers
 from app.config import Settings, SettingsError, load_settings
 from app.http_protocol import ConnectionLimits, protocol_class
 from app.server import create_app, drain
@@ -159,6 +159,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     # A subcommand from the start, so that others (a `probe`) can join it.
     commands.add_parser("serve", help="run the gateway (the default when no command is given)")
+    # Internal: a worker process of MCP_SHIM_WORKERS > 1, started by the supervisor
+    # (app/workers.py). No `help`: not listed.
+    worker = commands.add_parser("worker")
+    worker.add_argument("--index", type=int, required=True)
+    worker.add_argument("--listen-fd", type=int, required=True)
+    worker.add_argument("--internal-fd", type=int, required=True)
     probe.add_arguments(
         commands.add_parser(
             "probe",
@@ -172,18 +178,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.command == "probe":
-        sys.exit(probe.main(args))
-    try:
-        settings = load_settings()
-        check_listen_address(settings)
-        metrics.check_port(settings.host, settings.metrics_port)
-    except SettingsError as exc:
-        print(f"mcp-shim: {exc}", file=sys.stderr)
-        sys.exit(2)
-    logs.configure(settings.log_level)
+def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> None:
+    """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
+    listening sockets (a worker's: the shared port and its internal listener)."""
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -205,12 +202,51 @@ def main(argv: list[str] | None = None) -> None:
     server = GracefulServer(config, app)
     app.state.metrics.watch_server(server.server_state)  # open connections, requests served
     try:
-        server.run()
+        server.run(sockets=sockets)
     except KeyboardInterrupt:
         # uvicorn re-raises Ctrl-C after its graceful shutdown; nothing is wrong.
         sys.exit(130)
     if not server.started:
         sys.exit(3)  # uvicorn's STARTUP_FAILURE, as uvicorn.run does
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """One of MCP_SHIM_WORKERS processes, started by the supervisor (app/workers.py)
+    with the shared listening socket and its own internal one."""
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"mcp-shim worker {args.index}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logs.configure(settings.log_level, worker=args.index)
+    sockets = [socket.socket(fileno=args.listen_fd), socket.socket(fileno=args.internal_fd)]
+    serve(settings, sockets)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.command == "probe":
+        sys.exit(probe.main(args))
+    if args.command == "worker":
+        run_worker(args)
+        return
+    try:
+        settings = load_settings()
+        check_listen_address(settings)
+        metrics.check_port(settings.host, settings.metrics_port)
+    except SettingsError as exc:
+        print(f"mcp-shim: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logs.configure(settings.log_level)
+    count = workers.worker_count(settings)
+    if count > 1:
+        try:
+            sys.exit(workers.supervise(settings, count))
+        except SettingsError as exc:
+            print(f"mcp-shim: {exc}", file=sys.stderr)
+            sys.exit(2)
+    # One worker: this process serves, with no supervisor and no extra hop.
+    serve(settings)
 
 
 if __name__ == "__main__":
