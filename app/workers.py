@@ -58,7 +58,8 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from app.config import Settings, SettingsError
+from app import logs
+from app.config import Settings, SettingsError, load_settings
 
 log = structlog.get_logger("mcp_shim.workers")
 
@@ -484,3 +485,23 @@ def supervise(settings: Settings, count: int) -> int:
         for worker in workers:
             worker.internal.close()
         listener.close()
+
+
+def main() -> None:
+    """The supervisor's process (app/cli.py execs it when MCP_SHIM_WORKERS > 1)."""
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"mcp-shim: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logs.configure(settings.log_level)
+    try:
+        code = supervise(settings, worker_count(settings))
+    except SettingsError as exc:
+        print(f"mcp-shim: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

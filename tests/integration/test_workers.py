@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app import workers
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
@@ -286,6 +287,20 @@ def test_a_supervisor_killed_outright_leaves_no_worker(stdio_workers: Workers) -
     mw.wait_until(lambda: not alive(tree), timeout=30, what="every descendant to end")
     stopped = [line for line in lines(stdio_workers.log) if line["event"] == "gateway_stopped"]
     assert len(stopped) == 2
+
+
+def test_unset_the_count_follows_the_usable_cpus(legacy_url: str, logs_dir: Path) -> None:
+    log = logs_dir / "workers-default.log"
+    env = {"MCP_SHIM_WORKERS": "", "MCP_SHIM_WORKER_PORT_BASE": "0"}  # empty: unset
+    expected = workers.available_cpus(quota=workers.cgroup_cpu_quota())
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        if expected == 1:
+            assert "workers_starting" not in [line["event"] for line in lines(log)]
+            return
+        up = _up(base, proc, log, expected)
+        assert sorted(up.internal()) == list(range(expected))
+        starting = [line for line in lines(log) if line["event"] == "workers_starting"]
+        assert starting[0]["workers"] == expected
 
 
 def test_one_worker_is_the_single_process_path(legacy_url: str, logs_dir: Path) -> None:
