@@ -14,10 +14,13 @@ from importlib import metadata
 import structlog
 import uvicorn
 from fastapi import FastAPI
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import logs, metrics, probe, workers
+from app import jsonio, logs, metrics, probe, workers
 from app.config import Settings, SettingsError, load_settings
 from app.http_protocol import ConnectionLimits, protocol_class
+from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
 
 
@@ -166,6 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     worker.add_argument("--index", type=int, required=True)
     worker.add_argument("--listen-fd", type=int, required=True)
     worker.add_argument("--internal-fd", type=int, required=True)
+    worker.add_argument("--metrics-internal-only", action="store_true")
     probe.add_arguments(
         commands.add_parser(
             "probe",
@@ -179,12 +183,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def serve(settings: Settings, sockets: list[socket.socket] | None = None) -> None:
+class NotOnMainPort:
+    """ASGI: `/metrics` refused (the app's own 404) on the shared port. A worker whose
+    supervisor serves MCP_SHIM_METRICS_PORT runs without that setting, so its app
+    has the route; the supervisor reads it on the worker's internal listener, and
+    the port that publishes /mcp must not publish the metrics with it."""
+
+    def __init__(self, app: ASGIApp, port: int) -> None:
+        self.app = app
+        self._port = port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server")
+        if (
+            scope["type"] == "http"
+            and scope["path"] == "/metrics"
+            and server is not None
+            and server[1] == self._port
+        ):
+            rejection = Rejection(
+                INVALID_REQUEST, "Not found: the MCP endpoint is POST /mcp", status=404
+            )
+            answer = Response(
+                jsonio.dumps(rejection.to_message()), status_code=404, media_type="application/json"
+            )
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def serve(
+    settings: Settings,
+    sockets: list[socket.socket] | None = None,
+    *,
+    metrics_internal_only: bool = False,
+) -> None:
     """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
     listening sockets (a worker's: the shared port and its internal listener)."""
     app = create_app(settings)
+    served: ASGIApp = NotOnMainPort(app, settings.port) if metrics_internal_only else app
     config = uvicorn.Config(
-        app,
+        served,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -221,7 +260,7 @@ def run_worker(args: argparse.Namespace) -> None:
         sys.exit(2)
     logs.configure(settings.log_level, worker=args.index)
     sockets = [socket.socket(fileno=args.listen_fd), socket.socket(fileno=args.internal_fd)]
-    serve(settings, sockets)
+    serve(settings, sockets, metrics_internal_only=args.metrics_internal_only)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -321,6 +321,8 @@ class Supervisor:
             "--internal-fd",
             str(worker.internal.fileno()),
         ]
+        if self._settings.metrics_port is not None:
+            argv.append("--metrics-internal-only")  # this supervisor serves that port
         parent = os.getpid()
         proc = subprocess.Popen(
             argv,

@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from app import workers
+from app.metrics import parse_exposition
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
@@ -78,6 +79,7 @@ class Workers:
     base: str  # the shared port
     proc: subprocess.Popen[bytes]  # the supervisor
     log: Path
+    metrics: str = ""  # MCP_SHIM_METRICS_PORT's URL, when set
 
     def internal(self) -> dict[int, str]:
         return {index: line["advertise"] for index, line in started(self.log).items()}
@@ -97,9 +99,15 @@ def _up(base: str, proc: subprocess.Popen[bytes], log: Path, count: int) -> Work
 @pytest.fixture(scope="module")
 def two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
     log = logs_dir / "workers-gateway.log"
-    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_WORKER_PORT_BASE": "0"}
+    env = {
+        "MCP_SHIM_WORKERS": "2",
+        "MCP_SHIM_WORKER_PORT_BASE": "0",
+        "MCP_SHIM_METRICS_PORT": str(procs.free_port()),
+    }
     with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
-        yield _up(base, proc, log, 2)
+        workers = _up(base, proc, log, 2)
+        workers.metrics = f"http://127.0.0.1:{env['MCP_SHIM_METRICS_PORT']}/metrics"
+        yield workers
 
 
 def run_rounds(http: httpx.Client, targets: Iterator[str], mark: str) -> mw.Answer:
@@ -163,6 +171,27 @@ def test_retries_through_the_shared_port_land_anywhere_and_complete(
     assert sum(forwarded(two.log).values()) > before, "every request reached the same worker"
     for mark in marks:
         assert mw.marker_count(legacy_url, mark) == 1
+
+
+def test_the_metrics_port_serves_every_worker_and_the_main_port_none(two: Workers) -> None:
+    with httpx.Client(timeout=30.0) as http:
+        for url in two.internal().values():
+            answer = mw.tool_call(http, url, "echo", {"text": "counted"}, caps={})
+            assert answer.status == 200, answer.final
+    samples = list(parse_exposition(httpx.get(two.metrics, timeout=10.0).text))
+    scraped = {labels["worker"]: v for n, labels, v in samples if n == "mcp_shim_worker_scrape_ok"}
+    assert scraped == {"0": 1.0, "1": 1.0}
+    calls: dict[str, float] = {}
+    for name, labels, value in samples:
+        if name == "mcp_shim_calls_total" and labels["method"] == "tools/call":
+            calls[labels["worker"]] = calls.get(labels["worker"], 0.0) + value
+    assert calls.get("0", 0) >= 1 and calls.get("1", 0) >= 1, calls
+    memory = {labels["worker"] for n, labels, _ in samples if n == "process_resident_memory_bytes"}
+    assert memory == {"0", "1"}
+    # The port that publishes /mcp does not publish the metrics (a new connection
+    # each time: whichever worker accepts it).
+    for _ in range(6):
+        assert httpx.get(two.base + "/metrics", timeout=5.0).status_code == 404
 
 
 def test_a_killed_worker_is_restarted_on_its_own_url(two: Workers, legacy_url: str) -> None:
