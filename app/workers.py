@@ -47,7 +47,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -74,6 +74,7 @@ STABLE_S: Final = 60.0
 SHUTDOWN_EXTRA_S: Final = 20.0
 _SIGNALS: Final = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 _WILDCARD: Final = {"", "0.0.0.0", "::", "[::]"}
+_NAMES: Final = {int(sig): sig.name for sig in signal.Signals}
 
 
 # -- how many -------------------------------------------------------------------
@@ -287,7 +288,6 @@ class Worker:
     started: float = 0.0
     failures: int = 0
     restart_at: float | None = None
-    history: list[int] = field(default_factory=list)  # pids, oldest first
 
 
 class Supervisor:
@@ -324,19 +324,24 @@ class Supervisor:
         if self._settings.metrics_port is not None:
             argv.append("--metrics-internal-only")  # this supervisor serves that port
         parent = os.getpid()
-        proc = subprocess.Popen(
-            argv,
-            env=worker_environment(self._environ, worker.advertise, self._state_key),
-            pass_fds=(self._listener.fileno(), worker.internal.fileno()),
-            # Its own process group: a terminal's Ctrl-C reaches the supervisor
-            # only, which stops the workers once, gracefully.
-            process_group=0,
-            preexec_fn=lambda: _child_setup(parent),
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=worker_environment(self._environ, worker.advertise, self._state_key),
+                pass_fds=(self._listener.fileno(), worker.internal.fileno()),
+                # Its own process group: a terminal's Ctrl-C reaches the supervisor
+                # only, which stops the workers once, gracefully.
+                process_group=0,
+                preexec_fn=lambda: _child_setup(parent),
+            )
+        except OSError as exc:  # out of processes or memory: try again later
+            worker.started = time.monotonic()
+            fields = {"worker": worker.index, "error": exc.strerror}
+            self._schedule_restart(worker, "worker_start_failed", fields)
+            return
         worker.proc = proc
         worker.started = time.monotonic()
         worker.restart_at = None
-        worker.history.append(proc.pid)
         self._by_pid[proc.pid] = worker
         log.info("worker_started", worker=worker.index, pid=proc.pid, advertise=worker.advertise)
 
@@ -360,17 +365,20 @@ class Supervisor:
             uptime = time.monotonic() - worker.started
             fields: dict[str, Any] = {"worker": worker.index, "pid": pid, "exit_code": code}
             if code < 0:
-                fields["signal"] = signal.Signals(-code).name
+                fields["signal"] = _NAMES.get(-code, str(-code))
             fields["uptime_s"] = round(uptime, 1)
             if self._stopping is not None:
                 log.info("worker_exited", **fields)
                 continue
-            if uptime >= STABLE_S:
-                worker.failures = 0
-            delay = min(RESTART_MAX_S, RESTART_FIRST_S * 2**worker.failures)
-            worker.failures += 1
-            worker.restart_at = time.monotonic() + delay
-            log.warning("worker_exited", **fields, restart_in_s=delay)
+            self._schedule_restart(worker, "worker_exited", fields)
+
+    def _schedule_restart(self, worker: Worker, event: str, fields: dict[str, Any]) -> None:
+        if time.monotonic() - worker.started >= STABLE_S:
+            worker.failures = 0
+        delay = min(RESTART_MAX_S, RESTART_FIRST_S * 2**worker.failures)
+        worker.failures += 1
+        worker.restart_at = time.monotonic() + delay
+        log.warning(event, **fields, restart_in_s=delay)
 
     def _stop(self, signo: signal.Signals) -> None:
         alive = self._alive()
