@@ -293,11 +293,27 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
                 proc.wait()
 
 
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    return {k.decode(): v.decode(errors="replace") for k, _, v in pairs}
+
+
 def test_sigterm_stops_every_worker_and_its_servers(stdio_workers: Workers) -> None:
     tree = descendants(stdio_workers.proc.pid)
     workers = set(stdio_workers.pids().values())
     assert workers <= tree
-    assert len(tree - workers) >= 2, "each worker runs its stdio server"
+    servers = tree - workers
+    assert len(servers) >= 2, "each worker runs its stdio server"
+    # The key the supervisor generated: the same in every worker, in no stdio
+    # server's environment, never in the log.
+    keys = {environ(pid)["MCP_SHIM_STATE_KEY"] for pid in workers}
+    assert len(keys) == 1
+    key = keys.pop()
+    assert "MCP_SHIM_STATE_KEY" not in environ(stdio_workers.proc.pid)
+    for pid in servers:
+        assert not [k for k in environ(pid) if k.startswith("MCP_SHIM_")], pid
+    assert key not in stdio_workers.log.read_text()
     stdio_workers.proc.send_signal(signal.SIGTERM)
     assert stdio_workers.proc.wait(30) == 0
     mw.wait_until(lambda: not alive(tree), timeout=10, what="every descendant to end")
@@ -316,6 +332,20 @@ def test_a_supervisor_killed_outright_leaves_no_worker(stdio_workers: Workers) -
     mw.wait_until(lambda: not alive(tree), timeout=30, what="every descendant to end")
     stopped = [line for line in lines(stdio_workers.log) if line["event"] == "gateway_stopped"]
     assert len(stopped) == 2
+
+
+def test_sigint_stops_them_too_with_ctrl_c_s_exit_code(legacy_url: str, logs_dir: Path) -> None:
+    log = logs_dir / "workers-sigint.log"
+    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_WORKER_PORT_BASE": "0"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        _up(base, proc, log, 2)
+        tree = descendants(proc.pid)
+        assert len(tree) == 2
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+        mw.wait_until(lambda: not alive(tree), timeout=10, what="both workers to end")
+    stopping = [line for line in lines(log) if line["event"] == "workers_stopping"]
+    assert stopping[0]["signal"] == "SIGINT"
 
 
 def test_unset_the_count_follows_the_usable_cpus(legacy_url: str, logs_dir: Path) -> None:

@@ -3,10 +3,13 @@ what each gets in its environment, and the merged /metrics of all of them."""
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from app import workers
@@ -145,7 +148,7 @@ class _Fixed(Collector):
     def __init__(self, texts: list[tuple[int, str]]) -> None:
         self._texts = texts
 
-    def collect(self) -> list[workers.Metric]:
+    def collect(self) -> list[Metric]:
         return workers.merge_expositions(self._texts)
 
 
@@ -161,3 +164,20 @@ def test_every_workers_metrics_come_out_once_per_family_with_a_worker_label() ->
     assert samples[("mcp_shim_calls_total", "1")] == 5
     assert samples[("mcp_shim_mrtr_parked", "0")] == 1
     assert samples[("mcp_shim_mrtr_parked", "1")] == 0
+
+
+def test_restarts_back_off_while_a_worker_keeps_failing() -> None:
+    with socket.socket() as sock:
+        worker = workers.Worker(0, sock, "http://127.0.0.1:1", "http://127.0.0.1:1")
+        supervisor = workers.Supervisor(settings(), sock, [worker], {}, None)
+
+        def delay(ran_s: float) -> float:
+            worker.started = time.monotonic() - ran_s
+            before = time.monotonic()
+            supervisor._schedule_restart(worker, "worker_exited", {"worker": 0})
+            assert worker.restart_at is not None
+            return round(worker.restart_at - before, 1)
+
+        delays = [delay(1.0) for _ in range(9)]
+        assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+        assert delay(workers.STABLE_S) == 0.5  # it ran long enough: start over
