@@ -61,7 +61,7 @@ class Settings(BaseSettings):
         ge=0,
         le=65535,
         description="with several workers, worker i also listens on this port + i (the "
-        "address in its MCP_SHIM_ADVERTISE_URL); 0: any free port; unset: MCP_SHIM_PORT + 1",
+        "address in its MCP_SHIM_ADVERTISE_URL); unset or 0: any free ports",
     )
 
     upstream_protocol_version: str = Field(

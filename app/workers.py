@@ -10,15 +10,15 @@ small supervisor (no event loop, no app) that:
   socket), no other process can join the port, and a busy worker, not
   sitting in `epoll_wait`, leaves the next connection to an idle one, where
   the port hash would keep feeding it its share;
-- gives each worker an internal listener of its own (`MCP_SHIM_WORKER_PORT_BASE`
-  + i), also bound here and kept across the worker's restarts, and an advertise
-  URL naming it. A worker is then a replica like any other: state living in
-  one process (a parked MRTR call; a legacy client's session) names its owner
-  by `MCP_SHIM_ADVERTISE_URL`, and a request reaching another worker is relayed
-  there by the replicas' own mechanism (app/mrtr/forwarding.py), whichever
-  worker the kernel picked. A TCP port rather than a unix socket: the same URL
-  must be reachable from the other pods of a deployment, not only from the
-  sibling workers;
+- gives each worker an internal listener of its own (any free port, or
+  `MCP_SHIM_WORKER_PORT_BASE` + i), also bound here and kept across the
+  worker's restarts, and an advertise URL naming it. A worker is then a
+  replica like any other: state living in one process (a parked MRTR call; a
+  legacy client's session) names its owner by `MCP_SHIM_ADVERTISE_URL`, and a
+  request reaching another worker is relayed there by the replicas' own
+  mechanism (app/mrtr/forwarding.py), whichever worker the kernel picked. A
+  TCP port rather than a unix socket: the same URL must be reachable from the
+  other pods of a deployment, not only from the sibling workers;
 - with no `MCP_SHIM_STATE_KEY`, generates one key for all workers (their
   environment only; never logged; stdio servers get a minimal environment);
 - restarts a worker that exits (a log line with its exit code, then a delay
@@ -138,10 +138,10 @@ def worker_addresses(settings: Settings, count: int) -> list[WorkerAddress]:
     """Internal listeners: on MCP_SHIM_HOST when other replicas must reach them
     (MCP_SHIM_ADVERTISE_URL set), else on loopback, where only siblings do."""
     base = settings.worker_port_base
-    if base is None:
-        base = settings.port + 1
     host = settings.host if settings.advertise_url is not None else "127.0.0.1"
-    if base == 0:
+    if not base:
+        # Any free ports: the URLs carry them, and they die with the gateway like
+        # the state they lead to. A fixed base is for firewalls and NetworkPolicies.
         return [WorkerAddress(i, host, 0) for i in range(count)]
     ports = range(base, base + count)
     if ports[-1] > 65535:

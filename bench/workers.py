@@ -81,7 +81,6 @@ def main() -> None:
                 "MCP_SHIM_HOST": "127.0.0.1",
                 "MCP_SHIM_LOG_LEVEL": "info",  # as deployed: one JSON line per call
                 "MCP_SHIM_WORKERS": str(count),
-                "MCP_SHIM_WORKER_PORT_BASE": "0",
             }
             shim = stack.enter_context(
                 procs.running(

@@ -101,7 +101,6 @@ def two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
     log = logs_dir / "workers-gateway.log"
     env = {
         "MCP_SHIM_WORKERS": "2",
-        "MCP_SHIM_WORKER_PORT_BASE": "0",
         "MCP_SHIM_METRICS_PORT": str(procs.free_port()),
     }
     with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
@@ -271,7 +270,6 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
         "MCP_SHIM_UPSTREAM_COMMAND": command,
         "MCP_SHIM_PORT": str(port),
         "MCP_SHIM_WORKERS": "2",
-        "MCP_SHIM_WORKER_PORT_BASE": "0",
     }
     env.pop("MCP_SHIM_UPSTREAM_URL", None)
     with open(log, "wb") as out:
@@ -336,7 +334,7 @@ def test_a_supervisor_killed_outright_leaves_no_worker(stdio_workers: Workers) -
 
 def test_sigint_stops_them_too_with_ctrl_c_s_exit_code(legacy_url: str, logs_dir: Path) -> None:
     log = logs_dir / "workers-sigint.log"
-    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_WORKER_PORT_BASE": "0"}
+    env = {"MCP_SHIM_WORKERS": "2"}
     with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
         _up(base, proc, log, 2)
         tree = descendants(proc.pid)
@@ -350,7 +348,7 @@ def test_sigint_stops_them_too_with_ctrl_c_s_exit_code(legacy_url: str, logs_dir
 
 def test_unset_the_count_follows_the_usable_cpus(legacy_url: str, logs_dir: Path) -> None:
     log = logs_dir / "workers-default.log"
-    env = {"MCP_SHIM_WORKERS": "", "MCP_SHIM_WORKER_PORT_BASE": "0"}  # empty: unset
+    env = {"MCP_SHIM_WORKERS": ""}  # empty: unset
     expected = workers.available_cpus(quota=workers.cgroup_cpu_quota())
     with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
         if expected == 1:

@@ -79,13 +79,15 @@ def test_an_explicit_count_wins_and_zero_is_refused(monkeypatch: pytest.MonkeyPa
     assert load_settings().workers is None
 
 
-def test_worker_ports_follow_the_port_on_loopback_by_default() -> None:
+def test_worker_ports_are_any_free_ones_on_loopback_by_default() -> None:
     found = workers.worker_addresses(settings(port=8080, host="0.0.0.0"), 3)
     assert [(a.index, a.bind_host, a.port) for a in found] == [
-        (0, "127.0.0.1", 8081),
-        (1, "127.0.0.1", 8082),
-        (2, "127.0.0.1", 8083),
+        (0, "127.0.0.1", 0),
+        (1, "127.0.0.1", 0),
+        (2, "127.0.0.1", 0),
     ]
+    based = workers.worker_addresses(settings(port=8080, worker_port_base=8081), 3)
+    assert [a.port for a in based] == [8081, 8082, 8083]
 
 
 def test_with_an_advertise_url_the_workers_listen_where_other_replicas_reach_them() -> None:
@@ -102,7 +104,7 @@ def test_with_an_advertise_url_the_workers_listen_where_other_replicas_reach_the
 
 def test_worker_ports_must_not_take_the_gateway_or_metrics_port() -> None:
     with pytest.raises(SettingsError, match="MCP_SHIM_METRICS_PORT"):
-        workers.worker_addresses(settings(port=8080, metrics_port=8082), 2)
+        workers.worker_addresses(settings(port=8080, metrics_port=8082, worker_port_base=8081), 2)
     with pytest.raises(SettingsError, match="MCP_SHIM_PORT"):
         workers.worker_addresses(settings(port=8080, worker_port_base=8079), 2)
     with pytest.raises(SettingsError, match="beyond 65535"):
