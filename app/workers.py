@@ -387,6 +387,12 @@ class Supervisor:
             self._kill_at = time.monotonic() + self._settings.shutdown_grace_s + SHUTDOWN_EXTRA_S
             log.info("workers_stopping", signal=signo.name, workers=len(alive))
             forward = signal.SIGTERM
+            # Our copies of the sockets would keep them open after every worker
+            # closed its own: new connections would queue with nobody to accept
+            # them, where a single process refuses them at once.
+            self._listener.close()
+            for worker in self._workers:
+                worker.internal.close()
         else:
             # A second signal: uvicorn's own "force exit" for a second SIGINT.
             log.warning("workers_forced", signal=signo.name, workers=len(alive))

@@ -20,6 +20,8 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -344,6 +346,39 @@ def test_sigint_stops_them_too_with_ctrl_c_s_exit_code(legacy_url: str, logs_dir
         mw.wait_until(lambda: not alive(tree), timeout=10, what="both workers to end")
     stopping = [line for line in lines(log) if line["event"] == "workers_stopping"]
     assert stopping[0]["signal"] == "SIGINT"
+
+
+def test_stopping_refuses_new_connections_and_finishes_calls_in_flight(
+    legacy_url: str, logs_dir: Path
+) -> None:
+    log = logs_dir / "workers-stopping.log"
+    env = {"MCP_SHIM_WORKERS": "2"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        up = _up(base, proc, log, 2)
+        answers: list[mw.Answer] = []
+
+        def slow_call() -> None:
+            with httpx.Client(timeout=30.0) as http:
+                args = {"text": "finished", "ms": 3000, "steps": 3}
+                answers.append(mw.tool_call(http, up.internal()[0], "slow_echo", args, caps={}))
+
+        caller = threading.Thread(target=slow_call)
+        caller.start()
+        time.sleep(1.0)  # the call is in flight on worker 0
+        proc.send_signal(signal.SIGTERM)
+        mw.wait_until(
+            lambda: len([x for x in lines(log) if x["event"] == "gateway_stopped"]) == 1,
+            timeout=15,
+            what="worker 1 to stop while worker 0 finishes its call",
+        )
+        # Like one process, the stopping gateway refuses new connections at once
+        # rather than queueing them on a socket nobody accepts from any more.
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(base + "/healthz", timeout=3.0)
+        caller.join(30)
+        assert proc.wait(30) == 0
+    assert answers and answers[0].status == 200
+    assert answers[0].result["content"][0]["text"] == "finished"
 
 
 def test_unset_the_count_follows_the_usable_cpus(legacy_url: str, logs_dir: Path) -> None:
