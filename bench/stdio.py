@@ -163,6 +163,7 @@ def main() -> None:
         "MCP_SHIM_UPSTREAM_COMMAND": command,
         "MCP_SHIM_PORT": str(port),
         "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_WORKERS": "1",  # one process: bench/workers.py measures more
         "MCP_SHIM_LOG_LEVEL": "info",
         "MCP_SHIM_STDIO_MAX_PROCESSES": "8",
     }
