@@ -14,6 +14,7 @@ advertise URL (app/workers.py).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shlex
@@ -278,6 +279,7 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli"], env=env, stdout=out, stderr=out, cwd=procs.ROOT
         )
+        tree: set[int] = set()
         try:
             base = f"http://127.0.0.1:{port}"
             procs.wait_until_up(base + "/healthz", proc)
@@ -286,11 +288,16 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
                 for url in workers.internal().values():
                     answer = mw.tool_call(http, url, "echo", {"text": "hi"}, caps={})
                     assert answer.status == 200, answer.final
+            tree = descendants(proc.pid)
             yield workers
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            # Whatever a failed test left behind (orphans are the defect tested).
+            for pid in alive(tree):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def environ(pid: int) -> dict[str, str]:
