@@ -240,6 +240,14 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def started_at(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot), None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def descendants(root: int) -> set[int]:
     parents: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -279,7 +287,7 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli"], env=env, stdout=out, stderr=out, cwd=procs.ROOT
         )
-        tree: set[int] = set()
+        tree: dict[int, str | None] = {}
         try:
             base = f"http://127.0.0.1:{port}"
             procs.wait_until_up(base + "/healthz", proc)
@@ -288,16 +296,18 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
                 for url in workers.internal().values():
                     answer = mw.tool_call(http, url, "echo", {"text": "hi"}, caps={})
                     assert answer.status == 200, answer.final
-            tree = descendants(proc.pid)
+            tree = {pid: started_at(pid) for pid in descendants(proc.pid)}
             yield workers
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            # Whatever a failed test left behind (orphans are the defect tested).
-            for pid in alive(tree):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            # Whatever a failed test left behind (orphans are the defect tested):
+            # the same processes only, by start time, never a reused pid.
+            for pid, start in tree.items():
+                if start is not None and started_at(pid) == start:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
 
 
 def environ(pid: int) -> dict[str, str]:
