@@ -8,9 +8,11 @@ Rows: the fast upstream direct (a legacy session), then mcp-shim with each
 worker count (2026-07-28 requests), all started here on free loopback ports.
 wrk and the cells are bench/wrk.py's (closed loop, `-t1`, `tools/call echo`,
 passes alternating the row order, the better pass shown); CPU per call is the
-gateway's whole process tree (supervisor and workers). "busiest worker" is the
-share of the workers' CPU the busiest one used at the highest concurrency: 1/N
-is an even spread, 100% means one worker did everything.
+gateway's whole process tree (supervisor and workers). "cores used" is calls/s
+times CPU per call, the most of any cell: what the machine gave the gateway
+(a row cannot scale past it). "busiest worker" is the share of the workers' CPU
+the busiest one used at the highest concurrency: 1/N is an even spread, 100%
+means one worker did everything.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> None:
     bodies[True].write_bytes(orjson.dumps(MODERN_CALL))
     load0 = os.getloadavg()
     busiest: dict[str, float] = {}
+    cores: dict[str, float] = {}  # CPU the gateway got: calls/s x CPU per call
     with ExitStack() as stack:
         port = procs.free_port()
         url = f"http://127.0.0.1:{port}/mcp"
@@ -110,6 +113,9 @@ def main() -> None:
                     result = run_wrk(p, c, args.seconds, bodies)
                     p.runs.setdefault(c, []).append(result)
                     used = [cpu_seconds([q]) - before[q] for q in children]
+                    cores[p.name] = max(
+                        cores.get(p.name, 0.0), result["rps"] * result["cpu_us"] / 1e6
+                    )
                     if c == top and len(used) > 1 and sum(used) > 0:
                         busiest[p.name] = max(busiest.get(p.name, 0.0), max(used) / sum(used))
                     print(
@@ -127,8 +133,12 @@ def main() -> None:
         f"{len(os.sched_getaffinity(0))} usable"
     )
     print(table(paths, concurrencies))
-    for name, share in busiest.items():
-        print(f"{name.strip()}: busiest worker {share:.0%} of the workers' CPU at c{top}")
+    for name, most in cores.items():
+        share = f"; busiest worker {busiest[name]:.0%} of the workers' CPU at c{top}"
+        print(
+            f"{name.strip()}: at most {most:.2f} cores used in a cell"
+            + (share if name in busiest else "")
+        )
 
 
 if __name__ == "__main__":
