@@ -19,6 +19,7 @@ import itertools
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -425,3 +426,28 @@ def test_one_worker_is_the_single_process_path(legacy_url: str, logs_dir: Path) 
         assert "workers_starting" not in events
         assert all("worker" not in line for line in lines(log))
         assert answer.result["content"][0]["text"] == "one"
+
+
+def test_a_worker_port_in_use_stops_start_up_naming_the_setting(legacy_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            "MCP_SHIM_UPSTREAM_URL": legacy_url,
+            "MCP_SHIM_PORT": str(procs.free_port()),
+            "MCP_SHIM_WORKERS": "2",
+            "MCP_SHIM_WORKER_PORT_BASE": str(busy),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=procs.ROOT,
+        )
+    assert done.returncode == 2, done.stderr
+    assert "MCP_SHIM_WORKER_PORT_BASE: cannot listen on 127.0.0.1:" in done.stderr
+    assert "Traceback" not in done.stderr
