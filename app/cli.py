@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import os
 import resource
 import socket
 import sys
@@ -13,10 +14,13 @@ from importlib import metadata
 import structlog
 import uvicorn
 from fastapi import FastAPI
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import logs, metrics, probe
+from app import jsonio, logs, metrics, probe, workers
 from app.config import Settings, SettingsError, load_settings
 from app.http_protocol import ConnectionLimits, protocol_class
+from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
 
 
@@ -159,6 +163,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     # A subcommand from the start, so that others (a `probe`) can join it.
     commands.add_parser("serve", help="run the gateway (the default when no command is given)")
+    # Internal: a worker process of MCP_SHIM_WORKERS > 1, started by the supervisor
+    # (app/workers.py). No `help`: not listed.
+    worker = commands.add_parser("worker")
+    worker.add_argument("--index", type=int, required=True)
+    worker.add_argument("--listen-fd", type=int, required=True)
+    worker.add_argument("--internal-fd", type=int, required=True)
+    worker.add_argument("--metrics-internal-only", action="store_true")
     probe.add_arguments(
         commands.add_parser(
             "probe",
@@ -172,21 +183,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.command == "probe":
-        sys.exit(probe.main(args))
-    try:
-        settings = load_settings()
-        check_listen_address(settings)
-        metrics.check_port(settings.host, settings.metrics_port)
-    except SettingsError as exc:
-        print(f"mcp-shim: {exc}", file=sys.stderr)
-        sys.exit(2)
-    logs.configure(settings.log_level)
+class NotOnMainPort:
+    """ASGI: `/metrics` refused (the app's own 404) on the shared port. A worker whose
+    supervisor serves MCP_SHIM_METRICS_PORT runs without that setting, so its app
+    has the route; the supervisor reads it on the worker's internal listener, and
+    the port that publishes /mcp must not publish the metrics with it."""
+
+    def __init__(self, app: ASGIApp, port: int) -> None:
+        self.app = app
+        self._port = port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server")
+        if (
+            scope["type"] == "http"
+            and scope["path"] == "/metrics"
+            and server is not None
+            and server[1] == self._port
+        ):
+            rejection = Rejection(
+                INVALID_REQUEST, "Not found: the MCP endpoint is POST /mcp", status=404
+            )
+            answer = Response(
+                jsonio.dumps(rejection.to_message()), status_code=404, media_type="application/json"
+            )
+            await answer(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def serve(
+    settings: Settings,
+    sockets: list[socket.socket] | None = None,
+    *,
+    metrics_internal_only: bool = False,
+) -> None:
+    """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
+    listening sockets (a worker's: the shared port and its internal listener)."""
     app = create_app(settings)
+    served: ASGIApp = NotOnMainPort(app, settings.port) if metrics_internal_only else app
     config = uvicorn.Config(
-        app,
+        served,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -205,12 +242,50 @@ def main(argv: list[str] | None = None) -> None:
     server = GracefulServer(config, app)
     app.state.metrics.watch_server(server.server_state)  # open connections, requests served
     try:
-        server.run()
+        server.run(sockets=sockets)
     except KeyboardInterrupt:
         # uvicorn re-raises Ctrl-C after its graceful shutdown; nothing is wrong.
         sys.exit(130)
     if not server.started:
         sys.exit(3)  # uvicorn's STARTUP_FAILURE, as uvicorn.run does
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """One of MCP_SHIM_WORKERS processes, started by the supervisor (app/workers.py)
+    with the shared listening socket and its own internal one."""
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"mcp-shim worker {args.index}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logs.configure(settings.log_level, worker=args.index)
+    sockets = [socket.socket(fileno=args.listen_fd), socket.socket(fileno=args.internal_fd)]
+    serve(settings, sockets, metrics_internal_only=args.metrics_internal_only)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.command == "probe":
+        sys.exit(probe.main(args))
+    if args.command == "worker":
+        run_worker(args)
+        return
+    try:
+        settings = load_settings()
+        check_listen_address(settings)
+        metrics.check_port(settings.host, settings.metrics_port)
+    except SettingsError as exc:
+        print(f"mcp-shim: {exc}", file=sys.stderr)
+        sys.exit(2)
+    logs.configure(settings.log_level)
+    if workers.worker_count(settings) > 1:
+        # The supervisor in a fresh interpreter that imports only what it needs
+        # (38 MB of RSS instead of this one's 70: the app's modules are the
+        # workers'). Same process id, so it may be PID 1 of a container.
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "app.workers"])
+    # One worker: this process serves, with no supervisor and no extra hop.
+    serve(settings)
 
 
 if __name__ == "__main__":

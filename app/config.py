@@ -48,6 +48,21 @@ class Settings(BaseSettings):
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Gateway processes on `port` (app/workers.py); unset: the CPUs this process may use.
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="gateway processes sharing MCP_SHIM_PORT; unset: the CPUs the container "
+        "may use (affinity and cgroup CPU quota, whichever is smaller)",
+    )
+    worker_port_base: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="with several workers, worker i also listens on this port + i (the "
+        "address in its MCP_SHIM_ADVERTISE_URL); unset or 0: any free ports",
+    )
 
     upstream_protocol_version: str = Field(
         default="2025-11-25", description="version offered to the upstream at initialize"
@@ -216,7 +231,7 @@ class Settings(BaseSettings):
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("metrics_port", mode="before")
+    @field_validator("metrics_port", "workers", "worker_port_base", mode="before")
     @classmethod
     def _unset_if_empty(cls, value: object) -> object:
         # `MCP_SHIM_METRICS_PORT=` (an empty value in a compose file) means unset.

@@ -44,13 +44,23 @@ def bound_fields(_logger: object, _name: str, event: MutableMapping[str, Any]) -
     return event
 
 
-def configure(level: str) -> None:
+def configure(level: str, *, worker: int | None = None) -> None:
+    """`worker`: the index of one of MCP_SHIM_WORKERS processes, on each of its lines."""
+    tagged: list[Any] = []
+    if worker is not None:
+
+        def tag(_logger: object, _name: str, event: MutableMapping[str, Any]) -> Any:
+            event["worker"] = worker
+            return event
+
+        tagged.append(tag)
     # Libraries log through the standard library (uvicorn's server errors,
     # asyncio's unhandled ones): render those as the same JSON lines.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
+                *tagged,
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
                 # A record's exc_info arrives as a tuple; without this it is
@@ -79,6 +89,7 @@ def configure(level: str) -> None:
         named.propagate = True
     structlog.configure(
         processors=[
+            *tagged,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -100,11 +100,13 @@ def results_dir() -> Path:
 
 
 def gateway_env(upstream_url: str | None, port: int, **extra: str) -> dict[str, str]:
-    """A gateway's environment, at log level info as deployed (one line per call)."""
+    """A gateway's environment: one process, at log level info as deployed (one line
+    per call)."""
     env = {
         "MCP_SHIM_PORT": str(port),
         "MCP_SHIM_HOST": "127.0.0.1",
         "MCP_SHIM_LOG_LEVEL": "info",
+        "MCP_SHIM_WORKERS": "1",  # one process: bench/workers.py measures more
         **extra,
     }
     if upstream_url is not None:

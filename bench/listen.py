@@ -271,6 +271,7 @@ def main() -> None:
         "MCP_SHIM_UPSTREAM_URL": upstream,
         "MCP_SHIM_PORT": str(gateway_port),
         "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_WORKERS": "1",  # one process: bench/workers.py measures more
         "MCP_SHIM_LOG_LEVEL": "warning",
     }
     with (

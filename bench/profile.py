@@ -136,6 +136,7 @@ def main() -> None:
         "MCP_SHIM_UPSTREAM_URL": upstream,
         "MCP_SHIM_PORT": str(port),
         "MCP_SHIM_HOST": "127.0.0.1",
+        "MCP_SHIM_WORKERS": "1",  # py-spy follows one process
         "MCP_SHIM_LOG_LEVEL": "info",
         **dict(item.split("=", 1) for item in args.shim_env),
     }

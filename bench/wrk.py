@@ -279,6 +279,7 @@ def start_paths(
                 "MCP_SHIM_UPSTREAM_URL": url,
                 "MCP_SHIM_PORT": str(sport),
                 "MCP_SHIM_HOST": "127.0.0.1",
+                "MCP_SHIM_WORKERS": "1",  # one process (a --variant may set more)
                 "MCP_SHIM_LOG_LEVEL": "info",  # as deployed: one JSON line per call
                 **shim_env,
                 **extra,

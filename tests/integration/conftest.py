@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import procs
+
+# Every gateway these tests start is one process (the single-process path, with
+# its process counts and per-process state), whatever the machine's CPU count,
+# unless a test sets MCP_SHIM_WORKERS itself (tests/integration/test_workers.py).
+os.environ.setdefault("MCP_SHIM_WORKERS", "1")
 
 
 @pytest.fixture(scope="session")

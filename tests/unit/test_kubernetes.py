@@ -5,6 +5,7 @@ peers can reach, probes on the gateway's health endpoints."""
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from app import workers
 from app.config import Settings
 from app.front.security import check_host
 from app.mrtr.state import parse_keys
@@ -86,6 +88,15 @@ def _downward(entry: dict[str, Any]) -> str | None:
     return source.get("fieldPath")
 
 
+def _resource(ref: dict[str, Any]) -> str:
+    """A resourceFieldRef as the kubelet fills it: CPU in whole cores, rounded up."""
+    assert ref["containerName"] == _container()["name"]
+    assert ref["resource"] == "limits.cpu" and str(ref.get("divisor", "1")) == "1"
+    cpu = str(_container()["resources"]["limits"]["cpu"])
+    cores = int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+    return str(math.ceil(cores))
+
+
 def _expanded_env(pod_ip: str, namespace: str, key: str) -> dict[str, str]:
     """The environment one pod gets: downward API values and the Secret filled in."""
     pod_fields = {"status.podIP": pod_ip, "metadata.namespace": namespace}
@@ -93,6 +104,8 @@ def _expanded_env(pod_ip: str, namespace: str, key: str) -> dict[str, str]:
     for entry in _env():
         if (path := _downward(entry)) is not None:
             env[entry["name"]] = pod_fields[path]
+        elif (resource := entry.get("valueFrom", {}).get("resourceFieldRef")) is not None:
+            env[entry["name"]] = _resource(resource)
         elif "secretKeyRef" in entry.get("valueFrom", {}):
             env[entry["name"]] = key
         else:
@@ -160,3 +173,25 @@ def test_runs_as_non_root_on_a_read_only_root() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert {"requests", "limits"} <= container["resources"].keys()
+
+
+def test_one_worker_per_cpu_of_the_limit_each_reachable_from_other_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for entry in _env():
+        monkeypatch.delenv(entry["name"], raising=False)
+    for name, value in _expanded_env("10.1.2.3", "tools", "A" * 43).items():
+        monkeypatch.setenv(name, value)
+    settings = Settings()  # type: ignore[call-arg]
+    count = workers.worker_count(settings)
+    assert count == 2  # limits.cpu "2"
+    addresses = workers.worker_addresses(settings, count)
+    declared = {p["containerPort"] for p in _container()["ports"]}
+    for address in addresses:
+        # Bound on every interface, declared, advertised with this pod's IP, and
+        # accepted as Host when another pod's worker relays a request to it.
+        assert address.bind_host == "0.0.0.0"
+        assert address.port in declared
+        url = workers.advertise_url(settings, address.port)
+        assert url == f"http://10.1.2.3:{address.port}"
+        assert check_host(url.removeprefix("http://"), settings.allowed_hosts) is None
