@@ -37,6 +37,7 @@ from app import workers
 from app.metrics import parse_exposition
 from tests import procs
 from tests.integration import mrtr_wire as mw
+from tests.integration import test_replicas as replicas
 from tests.integration import wire
 
 ROUNDS = ["round_1", "round_2", "round_3"]
@@ -174,6 +175,34 @@ def test_retries_through_the_shared_port_land_anywhere_and_complete(
     assert sum(forwarded(two.log).values()) > before, "every request reached the same worker"
     for mark in marks:
         assert mw.marker_count(legacy_url, mark) == 1
+
+
+def test_a_legacy_session_is_served_on_every_worker_by_its_owner(
+    two: Workers, legacy_url: str
+) -> None:
+    # A legacy client's session lives in the worker that opened it; its id names
+    # that worker's advertise URL (app/replicas.py), so a request reaching the
+    # other worker is relayed there: one upstream session, each call once.
+    urls = two.internal()
+    with httpx.Client(timeout=30.0) as http:
+        session_id = replicas.initialize(http, urls[0])
+        marks = [marker() for _ in range(4)]
+        seen = [
+            replicas.result_of(replicas.whoami(http, urls[i % 2], session_id, mark))
+            for i, mark in enumerate(marks)
+        ]
+        assert len({s["sessionId"] for s in seen}) == 1
+        assert [mw.marker_count(legacy_url, m) for m in marks] == [1] * 4
+        relayed = [
+            line
+            for line in lines(two.log)
+            if line["event"] == "replica_relayed" and line["owned"] == "legacy_session"
+        ]
+        assert [line["worker"] for line in relayed] == [1, 1], relayed
+        deleted = http.delete(urls[1] + "/mcp", headers=replicas.headers(session_id))
+        assert deleted.status_code == 200, deleted.text
+        gone = replicas.whoami(http, urls[0], session_id, marker())
+        assert gone.status_code == 404, gone.text
 
 
 def test_the_metrics_port_serves_every_worker_and_the_main_port_none(two: Workers) -> None:
