@@ -60,10 +60,17 @@ def hop_headers(call: ModernCall, authorization: str | None) -> dict[str, str]:
 
 class ReplicaForwarder:
     def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(request_timeout_s, connect=connect_timeout_s),
-            trust_env=False,
-        )
+        self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        # Made by the first hop, not at start: httpx's own transport loads a CA
+        # bundle (about 4 MB of RSS) and httpcore, and a gateway without
+        # replicas never forwards (bench/README.md, "Memory").
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self._timeout, trust_env=False)
+        return self._http
 
     async def forward(
         self, call: ModernCall, authorization: str | None, replica: str
@@ -110,7 +117,8 @@ class ReplicaForwarder:
             await response.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._http is not None:
+            await self._http.aclose()
 
 
 def _unreachable(call: ModernCall) -> Frame:
