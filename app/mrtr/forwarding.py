@@ -66,7 +66,7 @@ class ReplicaForwarder:
     @property
     def _client(self) -> httpx.AsyncClient:
         # Made by the first hop, not at start: httpx's own transport loads a CA
-        # bundle (about 4 MB of RSS) and httpcore, and a gateway without
+        # bundle and httpcore (about 3 MB of RSS), and a gateway without
         # replicas never forwards (bench/README.md, "Memory").
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self._timeout, trust_env=False)

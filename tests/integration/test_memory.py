@@ -4,7 +4,7 @@ bench/README.md ("Memory") measures where the idle RSS comes from. Three
 libraries served only rare paths yet were loaded at every start: the
 `cryptography` extension (requestState sealing, about 7 MB), httpx's own
 transport with its CA bundle and httpcore (the replica forwarder's client,
-about 4 MB) and `pydantic.v1` (FastAPI checked a declared path parameter
+about 3 MB) and `pydantic.v1` (FastAPI checked a declared path parameter
 against it, 1.5 MB). They are now loaded by the first call that needs them.
 """
 
