@@ -146,14 +146,24 @@ class ReplicaRelay:
     def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
         self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
         self._connect_timeout_s = connect_timeout_s
-        # No bound of its own on connections: each relayed GET stream holds one for
-        # as long as its client does (httpx's default of 100 would make the 101st
-        # wait); what bounds them is the clients' connections (MCP_SHIM_MAX_CONNECTIONS).
-        self._client = httpx.AsyncClient(
-            timeout=self._timeout,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            trust_env=False,
-        )
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        # Made by the first relay, not at start: httpx's own transport loads a CA
+        # bundle and httpcore (about 3 MB of RSS), and a gateway without replicas
+        # or workers never relays (bench/README.md, "Memory").
+        if self._http is None:
+            # No bound of its own on connections: each relayed GET stream holds one
+            # for as long as its client does (httpx's default of 100 would make the
+            # 101st wait); what bounds them is the clients' connections
+            # (MCP_SHIM_MAX_CONNECTIONS).
+            self._http = httpx.AsyncClient(
+                timeout=self._timeout,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                trust_env=False,
+            )
+        return self._http
 
     async def send(
         self,
@@ -205,7 +215,8 @@ class ReplicaRelay:
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._http is not None:
+            await self._http.aclose()
 
 
 @dataclass(frozen=True, slots=True)

@@ -334,7 +334,10 @@ def create_app(settings: Settings) -> GatewayApp:
         metadata_paths.add(urlsplit(public_url).path.rstrip("/"))
 
     @app.get(WELL_KNOWN + "{suffix:path}")
-    async def protected_resource_metadata(request: Request, suffix: str) -> Response:
+    async def protected_resource_metadata(request: Request) -> Response:
+        # Read from the path, not declared as a parameter: a declared one makes
+        # FastAPI build a pydantic field, importing pydantic.v1 (1.5 MB of RSS).
+        suffix: str = request.path_params["suffix"]
         if suffix.rstrip("/") not in metadata_paths:
             return JSONResponse({"error": "not_found"}, status_code=404)
         refused = security.check_host(request.headers.get("host"), allowed_hosts)

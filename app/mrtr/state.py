@@ -26,12 +26,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING, Any, Final
 
 from app import jsonio
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 VERSION: Final = 1
 KEY_ID_LEN: Final = 4
@@ -155,7 +155,21 @@ class Sealer:
     def __init__(self, keys: Sequence[bytes]) -> None:
         if not keys:
             raise ValueError("at least one key is needed")
-        self._keys = [(key_id(k), AESGCM(k)) for k in keys]
+        if any(len(k) not in KEY_SIZES for k in keys):
+            raise ValueError(f"a key must be {', '.join(map(str, KEY_SIZES))} bytes long")
+        self._raw = list(keys)
+        self._ciphers: list[tuple[bytes, AESGCM]] | None = None
+
+    def _keys(self) -> list[tuple[bytes, AESGCM]]:
+        if self._ciphers is None:
+            # cryptography (a Rust extension with its own OpenSSL) adds about 7 MB
+            # of RSS once imported; it is imported by the first state sealed or
+            # opened, not at start, as most gateways never park a call
+            # (bench/README.md, "Memory").
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._ciphers = [(key_id(k), AESGCM(k)) for k in self._raw]
+        return self._ciphers
 
     def seal(self, claims: Claims) -> str:
         return self.seal_bytes(jsonio.dumps(claims.to_json()))
@@ -177,7 +191,7 @@ class Sealer:
     def seal_bytes(self, plain: bytes, purpose: bytes = b"") -> str:
         """`plain` sealed; `purpose` is authenticated too, so a token sealed for one
         use (a session id, app/replicas.py) never opens as another (a requestState)."""
-        kid, aead = self._keys[0]
+        kid, aead = self._keys()[0]
         prefix = bytes([VERSION]) + kid
         nonce = os.urandom(NONCE_LEN)
         sealed = aead.encrypt(nonce, plain, prefix + purpose)
@@ -194,7 +208,10 @@ class Sealer:
         kid = prefix[1:]
         nonce = raw[len(prefix) : len(prefix) + NONCE_LEN]
         sealed = raw[len(prefix) + NONCE_LEN :]
-        for candidate, aead in self._keys:
+        keys = self._keys()
+        from cryptography.exceptions import InvalidTag  # already imported by _keys()
+
+        for candidate, aead in keys:
             if candidate != kid:
                 continue
             try:

@@ -160,3 +160,10 @@ def test_parse_keys_explains_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as caught:
         parse_keys(text)
     assert text.strip(" ,") == "" or text.split(",")[0] not in str(caught.value)
+
+
+def test_a_key_of_the_wrong_size_is_refused_when_the_sealer_is_made() -> None:
+    # The cipher objects are made by the first seal or open (cryptography is
+    # imported then, not at start); a bad key must still fail at start-up.
+    with pytest.raises(ValueError, match="16, 24, 32 bytes"):
+        Sealer([generate_key(), b"short"])

@@ -1,0 +1,108 @@
+"""The gateway's idle memory: what start-up and a plain call load (issue 12's RSS target).
+
+bench/README.md ("Memory") measures where the idle RSS comes from. Three
+libraries served only rare paths yet were loaded at every start: the
+`cryptography` extension (requestState sealing, about 7 MB), httpx's own
+transport with its CA bundle and httpcore (the replica forwarder's client,
+about 3 MB) and `pydantic.v1` (FastAPI checked a declared path parameter
+against it, 1.5 MB). They are now loaded by the first call that needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests import procs
+from tests.integration import wire
+
+pytestmark = pytest.mark.peers
+
+RARE = ("cryptography", "pydantic.v1", "httpcore")
+
+# Start-up and one call in a process of its own (sys.modules is per process):
+# the app, its lifespan, one tools/call through it to the real upstream; then
+# one requestState sealed, to show the check sees a library when it is loaded.
+_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import httpx
+    from app.config import load_settings
+    from app.server import create_app
+
+    RARE = {rare!r}
+
+    async def main() -> None:
+        app = create_app(load_settings())
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+                answer = await c.post("/mcp", content=sys.argv[1], headers=json.loads(sys.argv[2]))
+            after_call = [m for m in RARE if m in sys.modules]
+            from app.mrtr.state import Claims, Sealer, generate_key
+            Sealer([generate_key()]).seal(Claims("x", "r", "c", "tools/call", "d", 0, 1))
+            after_seal = [m for m in RARE if m in sys.modules]
+        print(json.dumps({{"status": answer.status_code, "body": answer.json(),
+                          "after_call": after_call, "after_seal": after_seal}}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_start_up_and_a_plain_call_load_no_rarely_used_library(legacy_url: str) -> None:
+    message = wire.body("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+    headers = wire.headers_for(message)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SCRIPT.format(rare=RARE),
+            json.dumps(message),
+            json.dumps(headers),
+        ],
+        env={**os.environ, "MCP_SHIM_UPSTREAM_URL": legacy_url},
+        cwd=procs.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["status"] == 200, report
+    assert report["body"]["result"]["content"][0]["text"] == "hi", report
+    assert report["after_call"] == [], report
+    # The check sees a library once something needs it.
+    assert "cryptography" in report["after_seal"], report
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+# Measured on the development image (Python 3.11, the dev venv, sources not
+# byte-compiled): 68-70 MB now, 78-80 MB with the three libraries loaded at start.
+IDLE_RSS_BOUND_MB = 74
+
+
+def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
+    log = logs_dir / "memory-gateway.log"
+    with (
+        procs.gateway_process(legacy_url, procs.free_port(), log_path=log) as (base, proc),
+        httpx.Client(timeout=30.0) as http,
+    ):
+        message = wire.body("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        answer = wire.post(http, base + "/mcp", message, wire.headers_for(message))
+        assert answer.status_code == 200, answer.text
+        rss = _rss_mb(proc.pid)
+    assert rss <= IDLE_RSS_BOUND_MB, f"idle gateway RSS {rss:.1f} MB (bench/README.md, Memory)"
