@@ -52,23 +52,45 @@ def _frame(out: Outgoing) -> bytes:
     return sse_event(out.message, out.event_id)
 
 
-def watch_disconnect(
-    receive: Receive, main: asyncio.Task[Any]
-) -> tuple[asyncio.Event, asyncio.Task[None]]:
-    """Cancel `main` when the client disconnects (2026-07-28 streamable-http
-    "Cancellation": closing the stream cancels the call); the event says it did.
-    The caller cancels the returned task when its answer is over."""
-    disconnected = asyncio.Event()
+class ClientHeld:
+    """`async with ClientHeld(receive) as held:` runs the body for as long as the
+    client holds the request: its disconnect cancels the body (2026-07-28
+    streamable-http "Cancellation": closing the stream cancels the call), which
+    then ends quietly; `held.disconnected` says it did. Clean-up that must not
+    be cut short by a disconnect goes after the block, where the watcher is gone."""
 
-    async def watch() -> None:
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.disconnected = asyncio.Event()
+        self._main: asyncio.Task[Any] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ClientHeld:
+        self._main = asyncio.current_task()
+        assert self._main is not None
+        self._watcher = asyncio.create_task(self._watch(self._main))
+        return self
+
+    async def _watch(self, main: asyncio.Task[Any]) -> None:
         while True:
-            message = await receive()
+            message = await self._receive()
             if message["type"] == "http.disconnect":
-                disconnected.set()
+                self.disconnected.set()
                 main.cancel()
                 return
 
-    return disconnected, asyncio.create_task(watch())
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        assert self._watcher is not None and self._main is not None
+        self._watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watcher
+        if not self.disconnected.is_set():
+            return False
+        # The watcher's cancel, whether it reached the body or only the await
+        # above, is ours to take back: the request is over, not the server.
+        if self._main.cancelling():
+            self._main.uncancel()
+        return kind is asyncio.CancelledError
 
 
 class ClientStalled(Exception):
@@ -97,20 +119,15 @@ class CallAnswer(Response):
         self._started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
-        main = asyncio.current_task()
-        assert main is not None
-        disconnected, watcher = watch_disconnect(receive, main)
         ending: str | None = None
+        held = ClientHeld(receive)
         try:
-            await self._serve(send)
+            async with held:
+                await self._serve(send)
         except ClientStalled:
             # Ended like a disconnect: the generator's cleanup cancels upstream
             # work; the protocol aborts the connection (app/http_protocol.py).
             ending = "client_stalled"
-        except asyncio.CancelledError:
-            if not disconnected.is_set():
-                raise
-            main.uncancel()
         except Exception:
             # uvicorn logs it and answers 500 if nothing was sent yet; the call
             # line must say so rather than the 200 we had not sent.
@@ -119,11 +136,8 @@ class CallAnswer(Response):
                 self._status = 500
             raise
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
             await self._events.aclose()
-            if ending is None and disconnected.is_set():
+            if ending is None and held.disconnected.is_set():
                 ending = "client_disconnected"
             self._on_done(self._status, ending)
 

@@ -27,7 +27,7 @@ import structlog
 from starlette.responses import Response
 
 from app import auth, jsonio
-from app.answer import Receive, Scope, Send, watch_disconnect
+from app.answer import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, is_modern_error
 from app.upstream.errors import UpstreamError
@@ -79,29 +79,31 @@ class PassThrough(Response):
         self._outcome = "passed_through"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
-        main = asyncio.current_task()
-        assert main is not None
-        disconnected, watcher = watch_disconnect(receive, main)
         answer: ModernResponse | None = None
+        fallback: Response | None = None
+        held = ClientHeld(receive)
         try:
-            answer = await self._upstream.post(
-                self._body, self._forward, long_lived=self._long_lived
-            )
-            peeked: bytes | None = None
-            if answer.status >= 400 and answer.status not in (401, 403):
-                peeked = await answer.read(_ERROR_PEEK_BYTES)
-                doubt = peeked is not None and not modern_error(peeked, self._call_id)
-                if doubt and not self._era.fixed:
-                    credential = self._forward.get("authorization")
-                    era = await self._era.reprobe(credential, seen=self._seen)
-                    if era.name == "legacy":
-                        await answer.aclose()
-                        answer = None
-                        self._outcome = "era_changed"
-                        watcher.cancel()
-                        await (await self._fallback())(scope, receive, send)  # type: ignore[arg-type]
-                        return
-            await self._relay(answer, peeked, send)
+            async with held:
+                answer = await self._upstream.post(
+                    self._body, self._forward, long_lived=self._long_lived
+                )
+                peeked: bytes | None = None
+                if answer.status >= 400 and answer.status not in (401, 403):
+                    peeked = await answer.read(_ERROR_PEEK_BYTES)
+                    doubt = peeked is not None and not modern_error(peeked, self._call_id)
+                    if doubt and not self._era.fixed:
+                        credential = self._forward.get("authorization")
+                        era = await self._era.reprobe(credential, seen=self._seen)
+                        if era.name == "legacy":
+                            await answer.aclose()
+                            answer = None
+                            self._outcome = "era_changed"
+                            fallback = await self._fallback()
+                if answer is not None:
+                    await self._relay(answer, peeked, send)
+            if fallback is not None:
+                # Answered by the legacy path, which watches the client itself.
+                await fallback(scope, receive, send)  # type: ignore[arg-type]
         except UpstreamError as exc:
             self._outcome = "upstream_error"
             rejection = Rejection(
@@ -109,18 +111,11 @@ class PassThrough(Response):
             )
             body = jsonio.dumps(rejection.to_message())
             await self._send_whole(send, rejection.http_status, body)
-        except asyncio.CancelledError:
-            if not disconnected.is_set():
-                raise
-            main.uncancel()
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
             if answer is not None:
                 with contextlib.suppress(Exception):
                     await answer.aclose()
-            self._on_done(self._status, disconnected.is_set(), self._outcome)
+            self._on_done(self._status, held.disconnected.is_set(), self._outcome)
 
     async def _relay(self, answer: ModernResponse, peeked: bytes | None, send: Send) -> None:
         headers = []

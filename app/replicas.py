@@ -252,65 +252,60 @@ class Relayed(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         # Here, not at the top: app.answer imports the gateway, which imports the
         # MRTR forwarding built on this module.
-        from app.answer import watch_disconnect
+        from app.answer import ClientHeld
 
         t = self._target
         started = time.perf_counter()
-        main = asyncio.current_task()
-        assert main is not None
-        disconnected, watcher = watch_disconnect(receive, main)
         answer: httpx.Response | None = None
         # Not a call outcome of app/metrics.py: this says how the relay itself ended.
         status, ending = 0, "relayed"
+        held = ClientHeld(receive)
         try:
-            try:
-                answer = await self._relay.send(
-                    t.replica, t.method, t.target, t.headers, t.body, long_lived=t.long_lived
+            async with held:
+                try:
+                    answer = await self._relay.send(
+                        t.replica, t.method, t.target, t.headers, t.body, long_lived=t.long_lived
+                    )
+                except RelayFailed as exc:
+                    log.warning(
+                        "replica_relay_failed",
+                        replica=t.replica[:200],
+                        owned=t.what,
+                        http_method=t.method,
+                        error=str(exc),
+                    )
+                    ending = "owner_unreachable"
+                    fallback = self._unreachable()
+                    status = fallback.status_code
+                    await fallback(scope, receive, send)  # type: ignore[arg-type]
+                    return
+                status = answer.status_code
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": _answer_headers(answer.headers.multi_items()),
+                    }
                 )
-            except RelayFailed as exc:
-                log.warning(
-                    "replica_relay_failed",
-                    replica=t.replica[:200],
-                    owned=t.what,
-                    http_method=t.method,
-                    error=str(exc),
-                )
-                ending = "owner_unreachable"
-                fallback = self._unreachable()
-                status = fallback.status_code
-                await fallback(scope, receive, send)  # type: ignore[arg-type]
-                return
-            status = answer.status_code
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": _answer_headers(answer.headers.multi_items()),
-                }
-            )
-            try:
-                async for chunk in answer.aiter_raw():
-                    if not chunk:
-                        continue
-                    async with asyncio.timeout(self._write_timeout_s):
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as exc:
-                # The owner broke off mid-answer: end ours the same way (a client
-                # of a resumable stream comes back with Last-Event-ID).
-                ending = "owner_broke_off:" + type(exc).__name__
-            except TimeoutError:
-                ending = "client_stalled"
-                return
-            await send({"type": "http.response.body", "body": b""})
-        except asyncio.CancelledError:
-            if not disconnected.is_set():
-                raise
-            main.uncancel()
-            ending = "client_disconnected"
+                try:
+                    async for chunk in answer.aiter_raw():
+                        if not chunk:
+                            continue
+                        async with asyncio.timeout(self._write_timeout_s):
+                            await send(
+                                {"type": "http.response.body", "body": chunk, "more_body": True}
+                            )
+                except httpx.HTTPError as exc:
+                    # The owner broke off mid-answer: end ours the same way (a client
+                    # of a resumable stream comes back with Last-Event-ID).
+                    ending = "owner_broke_off:" + type(exc).__name__
+                except TimeoutError:
+                    ending = "client_stalled"
+                    return
+                await send({"type": "http.response.body", "body": b""})
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            if held.disconnected.is_set():
+                ending = "client_disconnected"
             if answer is not None:
                 with contextlib.suppress(Exception):
                     await answer.aclose()
