@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -138,6 +138,30 @@ def _upstream_failure(exc: UpstreamError, request_id: RequestId | None) -> Rejec
     )
 
 
+async def _until(
+    messages: AsyncIterator[Message], stop: asyncio.Event
+) -> AsyncGenerator[Message, None]:
+    """`messages` until `stop` is set: each read is raced against it, since
+    closing a stream that another task reads does not wake that read."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(messages))
+            await asyncio.wait((step, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                with contextlib.suppress(BaseException):
+                    await step
+                return
+            try:
+                message = step.result()
+            except StopAsyncIteration:
+                return
+            yield message
+    finally:
+        stopped.cancel()
+
+
 class LegacyFront:
     def __init__(
         self,
@@ -156,6 +180,8 @@ class LegacyFront:
         self._offered = offered
         self._max_batch = max_batch
         self._write_timeout_s = write_timeout_s
+        # The calls in flight that the client may cancel, by (session id, request id).
+        self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
 
     # -- POST /mcp ---------------------------------------------------------
 
@@ -308,6 +334,8 @@ class LegacyFront:
                     await upstream.respond(message)
                 else:
                     await upstream.notify(message)
+                    if item.method == "notifications/cancelled":
+                        self._cancelled(session, item.message)
             except UpstreamAuthChallenge:
                 raise
             except SessionExpired:
@@ -320,6 +348,17 @@ class LegacyFront:
                     failure = Rejection(failure.code, failure.message, status=exc.http_status)
                 return failure
         return None
+
+    def _cancelled(self, session: LegacySession, note: Message) -> None:
+        """The client cancelled one of its calls (forwarded upstream already): its
+        stream ends without an answer. An unknown id is ignored (2025-11-25
+        basic/utilities/cancellation "Error Handling")."""
+        params = note.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        cancel = self._cancels.get((session.id, request_id))
+        if cancel is not None:
+            log.info("legacy_call_cancelled", client_version=session.client_version.name)
+            cancel.set()
 
     # -- a request and what the upstream sends back for it ------------------
 
@@ -387,12 +426,18 @@ class LegacyFront:
             answered = False
             session.remember_request(request.id, request.method)
             sent_event_id: str | None = None
+            cancel = asyncio.Event()
+            call_key = (session.id, request.id)
+            self._cancels[call_key] = cancel
+            relayed = _until(aiter(exchange), cancel)
             try:
-                async for message in exchange:
+                async for message in relayed:
                     if "method" not in message:
                         # The session is this client's alone: its ids are the upstream's.
                         if message.get("id") != request.id:
                             continue
+                        if cancel.is_set():
+                            break  # an upstream's answer to the cancelled call: not relayed
                         answered = True
                         session.open_requests.pop(request.id, None)
                         yield Outgoing(
@@ -410,6 +455,19 @@ class LegacyFront:
                     if out is not None:
                         sent_event_id = exchange.last_event_id
                         yield Outgoing(out, event_id=sent_event_id)
+                if cancel.is_set():
+                    # 2025-11-25 basic/utilities/cancellation: the receiver SHOULD
+                    # "Not send a response for the cancelled request". The stream
+                    # ends empty; a client that takes only JSON needs a body.
+                    session.open_requests.pop(request.id, None)
+                    if streamed:
+                        yield Outgoing({}, keepalive=True)
+                    else:
+                        cancelled = Rejection(
+                            INTERNAL_ERROR, "Request cancelled by the client", request.id
+                        )
+                        yield Outgoing(cancelled.to_message(), True, 200)
+                    return
                 if resumable and exchange.last_event_id is not None:
                     # The upstream closed the stream before answering and gave event
                     # ids (2025-11-25 SSE polling): so does the client's, with the
@@ -433,6 +491,10 @@ class LegacyFront:
                 failure = _upstream_failure(exc, request.id)
                 yield Outgoing(failure.to_message(), True, failure.http_status)
             finally:
+                if self._cancels.get(call_key) is cancel:
+                    del self._cancels[call_key]
+                # Closed here, not by the garbage collector, when the call ends early.
+                await relayed.aclose()
                 # A legacy client's disconnect is not a cancellation (2025-11-25
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=answered)
@@ -635,9 +697,14 @@ class LegacyFront:
         async def pump(request: front.LegacyRequest) -> None:
             # A member that fails still answers, or the stream would wait for it forever.
             calls = self.for_client(self.call(session, request, resumable=False), request.id)
+            answered = False
             async with contextlib.aclosing(calls) as events:
                 async for out in events:
+                    answered = answered or out.final
                     await queue.put(out)
+            if not answered:
+                # Cancelled by the client: no answer, but the member is done.
+                await queue.put(Outgoing({}, True, keepalive=True))
 
         tasks = [asyncio.create_task(pump(r)) for r in requests]
         try:
@@ -647,6 +714,8 @@ class LegacyFront:
                 out = await queue.get()
                 if out.final:
                     answered += 1
+                    if out.keepalive:
+                        continue
                     out = Outgoing(
                         out.message, answered == len(requests), 200, event_id=out.event_id
                     )

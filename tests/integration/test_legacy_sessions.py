@@ -168,9 +168,16 @@ def test_cancellation_from_the_client_reaches_the_upstream(
         with httpx.Client(timeout=10.0) as other:
             sent = other.post(chain.mcp, json=note, headers=headers(session, "2025-11-25"))
         assert sent.status_code == 202
-        pending.result(timeout=30)
+        answer = pending.result(timeout=30)
     after = fixture_stats(client, chain)["toolCancellations"].get("slow_echo", 0)
     assert after == before + 1
+    # 2025-11-25 basic/utilities/cancellation "Behavior Requirements": receivers
+    # of a cancellation SHOULD "Not send a response for the cancelled request".
+    # The mcp 1.x server answers it anyway (an error with code 0); the gateway
+    # ends the call's stream without relaying that answer (or a -32603 of its own).
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert [m for m in messages(answer) if m.get("id") == "slow-1"] == []
     client.delete(chain.mcp, headers=headers(session, "2025-11-25"))
 
 

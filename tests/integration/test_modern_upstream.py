@@ -473,10 +473,16 @@ def test_legacy_cancellation_closes_the_upstream_call(modern_gateway_url: str) -
     started = time.monotonic()
     canceller.start()
     with httpx.Client(timeout=15) as other:
-        other.post(raw.url, json=body, headers=raw.headers)
+        answer = other.post(raw.url, json=body, headers=raw.headers)
     canceller.join()
     assert posted == [202]
     assert time.monotonic() - started < 5
+    # 2025-11-25 basic/utilities/cancellation "Behavior Requirements": receivers
+    # of a cancellation SHOULD "Not send a response for the cancelled request":
+    # the call's stream ends with no response (no -32603 "closed the stream").
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert [m for m in sse_messages(answer.text) if m.get("id") == 21] == []
     deadline = time.monotonic() + 3
     while count() == before and time.monotonic() < deadline:
         time.sleep(0.1)
