@@ -198,6 +198,7 @@ def create_app(settings: Settings) -> FastAPI:
             write_timeout_s=settings.write_timeout_s,
             max_json_depth=settings.max_json_depth,
             auth_relay=auth_relay,
+            keepalive_s=settings.listen_keepalive_s,
         )
         app.state.http_sse = HttpSseFront(
             app.state.legacy,

@@ -162,6 +162,33 @@ async def _until(
         stopped.cancel()
 
 
+async def _with_keepalive(
+    messages: AsyncIterator[Message], quiet_s: float
+) -> AsyncGenerator[Message | None, None]:
+    """`messages`, with None after each `quiet_s` without one. The read goes on
+    across a keepalive: a message is never lost to the timer."""
+    step: asyncio.Future[Message] | None = None
+    try:
+        while True:
+            if step is None:
+                step = asyncio.ensure_future(anext(messages))
+            done, _ = await asyncio.wait((step,), timeout=quiet_s)
+            if not done:
+                yield None
+                continue
+            finished, step = step, None
+            try:
+                message = finished.result()
+            except StopAsyncIteration:
+                return
+            yield message
+    finally:
+        if step is not None:
+            step.cancel()
+            with contextlib.suppress(BaseException):
+                await step
+
+
 class LegacyFront:
     def __init__(
         self,
@@ -172,8 +199,11 @@ class LegacyFront:
         write_timeout_s: float,
         max_json_depth: int = jsonio.DEFAULT_MAX_DEPTH,
         auth_relay: AuthRelay | None = None,
+        keepalive_s: float = 15.0,
     ) -> None:
         self.max_json_depth = max_json_depth
+        # A quiet GET stream gets an SSE comment this often, or proxies cut it.
+        self._keepalive_s = keepalive_s
         self.auth_relay = auth_relay
         self._sessions = sessions
         # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
@@ -597,9 +627,17 @@ class LegacyFront:
                 failure = _upstream_failure(exc, None)
                 yield Outgoing(failure.to_message(), True, failure.http_status)
                 return
+            relayed = _with_keepalive(aiter(exchange), self._keepalive_s)
             try:
                 yield Outgoing({}, keepalive=True)  # the stream is open: headers now
-                async for message in exchange:
+                async for message in relayed:
+                    if message is None:
+                        # streamable-http "Receiving Messages": a comment line (`:`)
+                        # keeps a quiet stream open through intermediaries. No
+                        # `id:`, so the client's Last-Event-ID stays the last
+                        # event's, which the upstream can resume from.
+                        yield Outgoing({}, keepalive=True)
+                        continue
                     if "method" not in message:
                         # An answer replayed after Last-Event-ID, or nothing of ours.
                         method = session.open_requests.pop(message.get("id"), None)
@@ -613,6 +651,7 @@ class LegacyFront:
             except UpstreamError as exc:
                 log.info("legacy_server_stream_dropped", error=exc.message)
             finally:
+                await relayed.aclose()
                 await exchange.aclose()
 
     # -- DELETE /mcp ---------------------------------------------------------
