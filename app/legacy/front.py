@@ -144,22 +144,27 @@ async def _until(
     """`messages` until `stop` is set: each read is raced against it, since
     closing a stream that another task reads does not wake that read."""
     stopped = asyncio.ensure_future(stop.wait())
+    step: asyncio.Future[Message] | None = None
     try:
         while True:
             step = asyncio.ensure_future(anext(messages))
             await asyncio.wait((step, stopped), return_when=asyncio.FIRST_COMPLETED)
             if not step.done():
-                step.cancel()
-                with contextlib.suppress(BaseException):
-                    await step
                 return
+            finished, step = step, None
             try:
-                message = step.result()
+                message = finished.result()
             except StopAsyncIteration:
                 return
             yield message
     finally:
         stopped.cancel()
+        # Whatever ends the relay (the cancellation, the client gone), the read
+        # in flight ends with it, before the caller closes the exchange.
+        if step is not None:
+            step.cancel()
+            with contextlib.suppress(BaseException):
+                await step
 
 
 async def _with_keepalive(
