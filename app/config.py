@@ -149,7 +149,10 @@ class Settings(BaseSettings):
     cache_scope: Literal["public", "private"] = "private"
     # subscriptions/listen (app/subscriptions).
     listen_keepalive_s: float = Field(
-        default=15.0, gt=0, description="SSE comment on a quiet listen stream after this long"
+        default=15.0,
+        gt=0,
+        description="SSE comment on a quiet long-lived stream (listen, legacy GET, /sse) "
+        "after this long",
     )
     listen_queue_size: int = Field(
         default=256,

@@ -238,6 +238,7 @@ def create_app(settings: Settings) -> GatewayApp:
             max_json_depth=settings.max_json_depth,
             auth_relay=auth_relay,
             relay=replicas.relay,
+            keepalive_s=settings.listen_keepalive_s,
         )
         app.state.http_sse = HttpSseFront(
             app.state.legacy,

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -160,6 +160,62 @@ def _upstream_failure(exc: UpstreamError, request_id: RequestId | None) -> Rejec
     )
 
 
+async def _until(
+    messages: AsyncIterator[Message], stop: asyncio.Event
+) -> AsyncGenerator[Message, None]:
+    """`messages` until `stop` is set: each read is raced against it, since
+    closing a stream that another task reads does not wake that read."""
+    stopped = asyncio.ensure_future(stop.wait())
+    step: asyncio.Future[Message] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(messages))
+            await asyncio.wait((step, stopped), return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                return
+            finished, step = step, None
+            try:
+                message = finished.result()
+            except StopAsyncIteration:
+                return
+            yield message
+    finally:
+        stopped.cancel()
+        # Whatever ends the relay (the cancellation, the client gone), the read
+        # in flight ends with it, before the caller closes the exchange.
+        if step is not None:
+            step.cancel()
+            with contextlib.suppress(BaseException):
+                await step
+
+
+async def _with_keepalive(
+    messages: AsyncIterator[Message], quiet_s: float
+) -> AsyncGenerator[Message | None, None]:
+    """`messages`, with None after each `quiet_s` without one. The read goes on
+    across a keepalive: a message is never lost to the timer."""
+    step: asyncio.Future[Message] | None = None
+    try:
+        while True:
+            if step is None:
+                step = asyncio.ensure_future(anext(messages))
+            done, _ = await asyncio.wait((step,), timeout=quiet_s)
+            if not done:
+                yield None
+                continue
+            finished, step = step, None
+            try:
+                message = finished.result()
+            except StopAsyncIteration:
+                return
+            yield message
+    finally:
+        if step is not None:
+            step.cancel()
+            with contextlib.suppress(BaseException):
+                await step
+
+
 class LegacyFront:
     def __init__(
         self,
@@ -171,8 +227,11 @@ class LegacyFront:
         max_json_depth: int = jsonio.DEFAULT_MAX_DEPTH,
         auth_relay: AuthRelay | None = None,
         relay: ReplicaRelay | None = None,
+        keepalive_s: float = 15.0,
     ) -> None:
         self.max_json_depth = max_json_depth
+        # A quiet GET stream gets an SSE comment this often, or proxies cut it.
+        self._keepalive_s = keepalive_s
         self.auth_relay = auth_relay
         # Toward the replica owning a session that is not here (app/replicas.py).
         self.relay = relay
@@ -181,6 +240,8 @@ class LegacyFront:
         self._offered = offered
         self._max_batch = max_batch
         self._write_timeout_s = write_timeout_s
+        # The calls in flight that the client may cancel, by (session id, request id).
+        self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
 
     # -- POST /mcp ---------------------------------------------------------
 
@@ -378,6 +439,8 @@ class LegacyFront:
                     await upstream.respond(message)
                 else:
                     await upstream.notify(message)
+                    if item.method == "notifications/cancelled":
+                        self._cancelled(session, item.message)
             except UpstreamAuthChallenge:
                 raise
             except SessionExpired:
@@ -390,6 +453,17 @@ class LegacyFront:
                     failure = Rejection(failure.code, failure.message, status=exc.http_status)
                 return failure
         return None
+
+    def _cancelled(self, session: LegacySession, note: Message) -> None:
+        """The client cancelled one of its calls (forwarded upstream already): its
+        stream ends without an answer. An unknown id is ignored (2025-11-25
+        basic/utilities/cancellation "Error Handling")."""
+        params = note.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        cancel = self._cancels.get((session.id, request_id))
+        if cancel is not None:
+            log.info("legacy_call_cancelled", client_version=session.client_version.name)
+            cancel.set()
 
     # -- a request and what the upstream sends back for it ------------------
 
@@ -457,12 +531,18 @@ class LegacyFront:
             answered = False
             session.remember_request(request.id, request.method)
             sent_event_id: str | None = None
+            cancel = asyncio.Event()
+            call_key = (session.id, request.id)
+            self._cancels[call_key] = cancel
+            relayed = _until(aiter(exchange), cancel)
             try:
-                async for message in exchange:
+                async for message in relayed:
                     if "method" not in message:
                         # The session is this client's alone: its ids are the upstream's.
                         if message.get("id") != request.id:
                             continue
+                        if cancel.is_set():
+                            break  # an upstream's answer to the cancelled call: not relayed
                         answered = True
                         session.open_requests.pop(request.id, None)
                         yield Outgoing(
@@ -480,6 +560,19 @@ class LegacyFront:
                     if out is not None:
                         sent_event_id = exchange.last_event_id
                         yield Outgoing(out, event_id=sent_event_id)
+                if cancel.is_set():
+                    # 2025-11-25 basic/utilities/cancellation: the receiver SHOULD
+                    # "Not send a response for the cancelled request". The stream
+                    # ends empty; a client that takes only JSON needs a body.
+                    session.open_requests.pop(request.id, None)
+                    if streamed:
+                        yield Outgoing({}, keepalive=True)
+                    else:
+                        cancelled = Rejection(
+                            INTERNAL_ERROR, "Request cancelled by the client", request.id
+                        )
+                        yield Outgoing(cancelled.to_message(), True, 200)
+                    return
                 if resumable and exchange.last_event_id is not None:
                     # The upstream closed the stream before answering and gave event
                     # ids (2025-11-25 SSE polling): so does the client's, with the
@@ -503,6 +596,10 @@ class LegacyFront:
                 failure = _upstream_failure(exc, request.id)
                 yield Outgoing(failure.to_message(), True, failure.http_status)
             finally:
+                if self._cancels.get(call_key) is cancel:
+                    del self._cancels[call_key]
+                # Closed here, not by the garbage collector, when the call ends early.
+                await relayed.aclose()
                 # A legacy client's disconnect is not a cancellation (2025-11-25
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=answered)
@@ -609,9 +706,17 @@ class LegacyFront:
                 failure = _upstream_failure(exc, None)
                 yield Outgoing(failure.to_message(), True, failure.http_status)
                 return
+            relayed = _with_keepalive(aiter(exchange), self._keepalive_s)
             try:
                 yield Outgoing({}, keepalive=True)  # the stream is open: headers now
-                async for message in exchange:
+                async for message in relayed:
+                    if message is None:
+                        # streamable-http "Receiving Messages": a comment line (`:`)
+                        # keeps a quiet stream open through intermediaries. No
+                        # `id:`, so the client's Last-Event-ID stays the last
+                        # event's, which the upstream can resume from.
+                        yield Outgoing({}, keepalive=True)
+                        continue
                     if "method" not in message:
                         # An answer replayed after Last-Event-ID, or nothing of ours.
                         method = session.open_requests.pop(message.get("id"), None)
@@ -625,6 +730,7 @@ class LegacyFront:
             except UpstreamError as exc:
                 log.info("legacy_server_stream_dropped", error=exc.message)
             finally:
+                await relayed.aclose()
                 await exchange.aclose()
 
     # -- DELETE /mcp ---------------------------------------------------------
@@ -713,9 +819,14 @@ class LegacyFront:
         async def pump(request: front.LegacyRequest) -> None:
             # A member that fails still answers, or the stream would wait for it forever.
             calls = self.for_client(self.call(session, request, resumable=False), request.id)
+            answered = False
             async with contextlib.aclosing(calls) as events:
                 async for out in events:
+                    answered = answered or out.final
                     await queue.put(out)
+            if not answered:
+                # Cancelled by the client: no answer, but the member is done.
+                await queue.put(Outgoing({}, True, keepalive=True))
 
         tasks = [asyncio.create_task(pump(r)) for r in requests]
         try:
@@ -725,6 +836,8 @@ class LegacyFront:
                 out = await queue.get()
                 if out.final:
                     answered += 1
+                    if out.keepalive:
+                        continue
                     out = Outgoing(
                         out.message, answered == len(requests), 200, event_id=out.event_id
                     )

@@ -24,6 +24,13 @@ has no handshake and no session:
   call. An input request of a kind the client did not declare, an error
   answer, or the exchange closed (the client went away) end the call: the
   upstream is not retried.
+- A list (`tools/list`, `prompts/list`, `resources/list`,
+  `resources/templates/list`) is served again from `ListCache` while the
+  upstream's `ttlMs` says it is fresh: a legacy client has no such field, so
+  the gateway honours it for it. Entries are per credential; a re-fetch after
+  expiry that finds a different list sends `notifications/*/list_changed` to
+  the credential's other legacy sessions, the one way a legacy client learns
+  that the copy it keeps is stale.
 - `ping` and `logging/setLevel` are answered here; `resources/subscribe` and
   `unsubscribe` change what the session's `listen` stream asks the upstream's
   `subscriptions/listen` for; `notifications/cancelled` closes the upstream
@@ -34,8 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -69,6 +79,17 @@ MAX_ROUNDS = 32
 TOOLS_CACHE_S = 60.0
 LISTEN_ID = "mcp-shim-listen"
 _ANSWERED_HERE = {"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+# The cacheable lists (2026-07-28 server/utilities/caching "Cacheable Results";
+# resources/read is left to the upstream), each with the member that holds its
+# items and the notification that says it changed.
+LISTS = {
+    "tools/list": ("tools", "notifications/tools/list_changed"),
+    "prompts/list": ("prompts", "notifications/prompts/list_changed"),
+    "resources/list": ("resources", "notifications/resources/list_changed"),
+    "resources/templates/list": ("resourceTemplates", "notifications/resources/list_changed"),
+}
+# Bound on the cached list pages (all credentials together), least recently used out first.
+LIST_CACHE_ENTRIES = 256
 _DROPPED_NOTES = {
     "notifications/initialized",
     "notifications/roots/list_changed",
@@ -101,11 +122,98 @@ class _Canned:
         return None
 
 
+CacheKey = tuple[str, str, str, str]  # credential hash, method, canonical params, modern version
+
+
+class _Cached:
+    __slots__ = ("digest", "fresh_until", "result")
+
+    def __init__(self, result: Message, fresh_until: float, digest: bytes) -> None:
+        self.result = result
+        self.fresh_until = fresh_until
+        self.digest = digest
+
+
+class ListCache:
+    """Modern list results kept as long as their `ttlMs` says (2026-07-28
+    server/utilities/caching "Time-to-Live (TTL) Field": "If `ttlMs` is
+    positive, the client SHOULD consider the result fresh for that many
+    milliseconds after receiving the response"), for the legacy sessions,
+    whose clients cannot see the field.
+
+    Keyed by the caller's credential hash, the method, its parameters (the
+    cursor: each page is its own entry, "Interaction with Pagination") and the
+    modern version: callers with different credentials never share an entry,
+    even for `cacheScope: "public"`, which would allow it. Nothing is
+    refreshed in the background ("Clients SHOULD NOT treat TTL as a polling
+    interval"); an expired entry stays until its key is fetched again, to say
+    whether the list changed."""
+
+    def __init__(
+        self, size: int = LIST_CACHE_ENTRIES, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._size = size
+        self._clock = clock
+        self._entries: OrderedDict[CacheKey, _Cached] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(authorization: str | None, message: Message, modern: Version) -> CacheKey | None:
+        method = message.get("method")
+        if method not in LISTS:
+            return None
+        params = message.get("params")
+        params = dict(params) if isinstance(params, dict) else {}
+        params.pop("_meta", None)
+        if "inputResponses" in params or "requestState" in params:
+            return None  # "Cache Key": results of a multi round-trip retry MUST NOT be cached
+        canonical = jsonio.dumps_sorted(params).decode()
+        return (credential_hash(authorization), str(method), canonical, modern.name)
+
+    def fresh(self, key: CacheKey) -> Message | None:
+        entry = self._entries.get(key)
+        if entry is None or self._clock() >= entry.fresh_until:
+            return None
+        self._entries.move_to_end(key)
+        return entry.result
+
+    def store(self, key: CacheKey, result: Message) -> bool:
+        """Keep `result` for its `ttlMs`; True if it replaces an entry whose list differs."""
+        member = LISTS[key[1]][0]
+        digest = hashlib.sha256(
+            jsonio.dumps_sorted([result.get(member), result.get("nextCursor")])
+        ).digest()
+        before = self._entries.pop(key, None)
+        changed = before is not None and before.digest != digest
+        ttl = result.get("ttlMs")
+        # "If `ttlMs` is negative, clients SHOULD ignore it and treat it as `0`";
+        # 0 is "immediately stale": nothing to serve, but the digest is kept, so a
+        # later fetch still tells whether the list changed.
+        ttl_s = ttl / 1000 if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0 else 0
+        self._entries[key] = _Cached(result, self._clock() + ttl_s, digest)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+        return changed
+
+    def invalidate(self, notification: str) -> None:
+        """An upstream `list_changed`: "the notification **invalidates** the cached
+        response and it should be considered immediately stale" ("Interaction
+        with Notifications"), for every credential."""
+        methods = {m for m, (_, note) in LISTS.items() if note == notification}
+        for key, entry in self._entries.items():
+            if key[1] in methods:
+                entry.fresh_until = 0.0
+
+
 class ModernTransport:
     def __init__(self, upstream: ModernHttpUpstream, probe: EraProbe | None = None) -> None:
         self._upstream = upstream
         self._probe = probe
-        self.hub = ListenHub(upstream)
+        self.lists = ListCache()
+        self.hub = ListenHub(upstream, self.lists)
+        self._sessions: weakref.WeakSet[ModernSession] = weakref.WeakSet()
 
     async def open_session(
         self, initialize: Message, headers: Mapping[str, str]
@@ -145,8 +253,18 @@ class ModernTransport:
             probe=self._probe,
             seen=self._probe.known if self._probe is not None else None,
             hub=self.hub,
+            transport=self,
         )
+        self._sessions.add(session)
         return session, init
+
+    def announce(self, notification: str, credential: str, source: ModernSession) -> None:
+        """A list changed under the sessions of `credential`: tell the others on
+        their GET streams (`source` fetched the new list itself)."""
+        note: Message = {"jsonrpc": "2.0", "method": notification}
+        for session in list(self._sessions):
+            if session is not source and credential_hash(session.authorization) == credential:
+                session.announce(note)
 
     async def aclose(self) -> None:
         await self.hub.aclose()
@@ -170,9 +288,11 @@ class ModernSession:
         probe: EraProbe | None = None,
         seen: Era | None = None,
         hub: ListenHub | None = None,
+        transport: ModernTransport | None = None,
     ) -> None:
         self._upstream = upstream
         self.hub = hub if hub is not None else ListenHub(upstream)
+        self._transport = transport
         self._probe = probe
         self._seen = seen
         self.modern = modern
@@ -197,7 +317,14 @@ class ModernSession:
         method = message.get("method")
         if method in _ANSWERED_HERE:
             return _Canned(self._answer_here(message))
-        call = _Call(self, message)
+        key = None
+        if self._transport is not None:
+            key = ListCache.key(self.authorization, message, self.modern)
+            cached = self._transport.lists.fresh(key) if key is not None else None
+            if cached is not None:
+                result = translate.result(cached, str(method), self.modern, self.version)
+                return _Canned({"jsonrpc": "2.0", "id": message.get("id"), "result": result})
+        call = _Call(self, message, key)
         self._calls[message.get("id")] = call
         return call
 
@@ -227,6 +354,17 @@ class ModernSession:
             await stream.aclose()
 
     # -- helpers -------------------------------------------------------------
+
+    def listed(self, key: CacheKey, result: Message) -> None:
+        """A list the upstream answered: cached for its ttlMs; if it differs from
+        the expired entry it replaces, the credential's other sessions are told."""
+        transport = self._transport
+        if transport is not None and transport.lists.store(key, result):
+            transport.announce(LISTS[key[1]][1], key[0], self)
+
+    def announce(self, note: Message) -> None:
+        for stream in list(self._listens):
+            stream.offer(note)
 
     def _answer_here(self, message: Message) -> Message:
         method = message.get("method")
@@ -374,9 +512,12 @@ class _Call:
 
     last_event_id: str | None = None
 
-    def __init__(self, session: ModernSession, message: Message) -> None:
+    def __init__(
+        self, session: ModernSession, message: Message, cache_key: CacheKey | None = None
+    ) -> None:
         self._session = session
         self._message = message
+        self._cache_key = cache_key
         self.client_id = message.get("id")
         self._method = str(message.get("method"))
         self._exchange: HttpExchange | None = None
@@ -489,6 +630,8 @@ class _Call:
                 )
             result = final.get("result")
             if not (isinstance(result, dict) and result.get("resultType") == "input_required"):
+                if self._cache_key is not None and not extra and isinstance(result, dict):
+                    self._session.listed(self._cache_key, result)
                 answer = self._down(final)
                 if answer is not None:
                     yield answer
@@ -580,8 +723,9 @@ class ListenHub:
     streams: one per credential and filter, shared by every session that wants
     exactly that, reference counted (the last one leaving closes it)."""
 
-    def __init__(self, upstream: ModernHttpUpstream) -> None:
+    def __init__(self, upstream: ModernHttpUpstream, lists: ListCache | None = None) -> None:
         self._upstream = upstream
+        self.lists = lists
         self._streams: dict[ListenKey, _SharedListen] = {}
 
     def __len__(self) -> int:
@@ -622,6 +766,7 @@ class _SharedListen:
     ) -> None:
         self.key = key
         self.sinks: list[Sink] = []
+        self._hub = hub
         self._upstream = upstream
         message = session.upgrade(
             {
@@ -656,6 +801,8 @@ class _SharedListen:
                     method = message.get("method")
                     if method is None or method == "notifications/subscriptions/acknowledged":
                         continue
+                    if self._hub.lists is not None:
+                        self._hub.lists.invalidate(str(method))
                     for sink in list(self.sinks):
                         sink(message)
             except UpstreamError as exc:
@@ -708,6 +855,11 @@ class _Listen:
             self._shared = None
         if wanted:
             self._shared = session.hub.join(key, session, self._offer)
+
+    def offer(self, message: Message) -> None:
+        """A notification of the gateway's own (modern form) for this stream."""
+        if not self._closed:
+            self._offer(message)
 
     def _offer(self, message: Message) -> None:
         session = self._session

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -639,3 +640,106 @@ def test_sse_channel_endpoint_credentials_and_end(gateway_url: str, gateway_log:
         line.get("event") == "legacy_session_ended" and line.get("reason") == "sse_stream_closed"
         for line in wire.log_lines(gateway_log)
     )
+
+
+# ---------------------------------------------------------------------------
+# Keepalive comments on the relayed GET stream
+# ---------------------------------------------------------------------------
+
+KEEPALIVE_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def keepalive_mcp_url(legacy_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("keepalive")
+    env = {"MCP_SHIM_LISTEN_KEEPALIVE_S": str(KEEPALIVE_S)}
+    with procs.gateway(legacy_url, procs.free_port(), env, log_path=logs / "gw.log") as base:
+        yield base + "/mcp"
+
+
+class RawStream:
+    """A GET stream's raw lines, read in a thread."""
+
+    def __init__(self, url: str, hdrs: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.status: int | None = None
+        self._client = httpx.Client(timeout=httpx.Timeout(15, read=None))
+        self._opened = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(url, hdrs), daemon=True)
+        self._thread.start()
+        assert self._opened.wait(15)
+
+    def _read(self, url: str, hdrs: dict[str, str]) -> None:
+        try:
+            with self._client.stream("GET", url, headers=hdrs) as response:
+                self.status = response.status_code
+                self._opened.set()
+                for line in response.iter_lines():
+                    self.lines.append(line)
+        except httpx.HTTPError:
+            pass
+        finally:
+            self._opened.set()
+
+    def wait_for(self, check: Any, what: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check(list(self.lines)):
+            assert time.monotonic() < deadline, f"no {what}: {self.lines[-20:]}"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._client.close()
+        self._thread.join(5)
+
+
+def test_quiet_get_stream_gets_comments_and_still_resumes(keepalive_mcp_url: str) -> None:
+    """A relayed GET stream that stays quiet gets SSE comment lines every
+    MCP_SHIM_LISTEN_KEEPALIVE_S (2025-11-25 streamable-http: the server may
+    keep a stream open; proxies cut idle ones). A comment carries no `id:`,
+    so the Last-Event-ID a client resumes with is still an event's
+    ("Resumability and Redelivery": the server MAY replay the messages after
+    it), and the upstream replays from there."""
+    url = keepalive_mcp_url
+    version = "2025-11-25"
+    with httpx.Client(timeout=30.0) as client:
+        session, _ = initialize(client, url, version)
+        get_headers = headers(session, version, accept="text/event-stream")
+        stream = RawStream(url, get_headers)
+        try:
+            assert stream.status == 200
+            # The first comment opens the stream; then one per quiet interval.
+            stream.wait_for(lambda ls: ls.count(":") >= 4, "keepalive comments")
+            burst = {"name": "burst_list_changed", "arguments": {"count": 1}}
+            call(client, url, session, version, "tools/call", burst, rid=1)
+            stream.wait_for(lambda ls: any(line.startswith("id:") for line in ls), "event id")
+            lines = list(stream.lines)
+        finally:
+            stream.close()
+        at = next(i for i, line in enumerate(lines) if line.startswith("id:"))
+        event_id = lines[at][3:].strip()
+        assert json.loads(lines[at + 2][5:])["method"] == "notifications/tools/list_changed"
+        # Every other line is a comment or the blank line ending an event.
+        assert set(lines[:at]) <= {":", ""}
+
+        # A change while the client is away, then the client resumes from the
+        # event it saw: it gets the change, not a comment's position.
+        call(client, url, session, version, "tools/call", burst, rid=2)
+        resumed_headers = {**get_headers, "last-event-id": event_id}
+        deadline = time.monotonic() + 10
+        while True:
+            # The upstream allows one GET stream: the last one may still be closing (409).
+            again = RawStream(url, resumed_headers)
+            if again.status == 200 or time.monotonic() > deadline:
+                break
+            again.close()
+            time.sleep(0.2)
+        try:
+            assert again.status == 200
+            again.wait_for(lambda ls: any(line.startswith("id:") for line in ls), "replay")
+            replay = list(again.lines)
+        finally:
+            again.close()
+        first = next(i for i, line in enumerate(replay) if line.startswith("id:"))
+        assert replay[first][3:].strip() != event_id
+        assert json.loads(replay[first + 2][5:])["method"] == "notifications/tools/list_changed"
+        client.delete(url, headers=headers(session, version))

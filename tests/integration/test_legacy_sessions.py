@@ -168,10 +168,56 @@ def test_cancellation_from_the_client_reaches_the_upstream(
         with httpx.Client(timeout=10.0) as other:
             sent = other.post(chain.mcp, json=note, headers=headers(session, "2025-11-25"))
         assert sent.status_code == 202
-        pending.result(timeout=30)
+        answer = pending.result(timeout=30)
     after = fixture_stats(client, chain)["toolCancellations"].get("slow_echo", 0)
     assert after == before + 1
+    # 2025-11-25 basic/utilities/cancellation "Behavior Requirements": receivers
+    # of a cancellation SHOULD "Not send a response for the cancelled request".
+    # The mcp 1.x server answers it anyway (an error with code 0); the gateway
+    # ends the call's stream without relaying that answer (or a -32603 of its own).
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert [m for m in messages(answer) if m.get("id") == "slow-1"] == []
     client.delete(chain.mcp, headers=headers(session, "2025-11-25"))
+
+
+def test_a_cancelled_batch_member_ends_the_batch_stream_without_its_answer(
+    chain: Chain, client: httpx.Client
+) -> None:
+    """2025-03-26 batches: the member the client cancels gets no response
+    (basic/utilities/cancellation), the others theirs, and the stream ends."""
+    version = "2025-03-26"
+    session, _ = initialize(client, chain.mcp, version)
+    batch = [
+        {
+            "jsonrpc": "2.0",
+            "id": "slow-b",
+            "method": "tools/call",
+            "params": {"name": "slow_echo", "arguments": {"ms": 20000, "steps": 20}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": "echo-b",
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}},
+        },
+    ]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(client.post, chain.mcp, json=batch, headers=headers(session, version))
+        time.sleep(1.0)
+        note = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": "slow-b"},
+        }
+        with httpx.Client(timeout=10.0) as other:
+            sent = other.post(chain.mcp, json=note, headers=headers(session, version))
+        assert sent.status_code == 202
+        answer = pending.result(timeout=15)
+    assert answer.status_code == 200
+    ids = [m.get("id") for m in messages(answer) if "method" not in m]
+    assert ids == ["echo-b"]
+    client.delete(chain.mcp, headers=headers(session, version))
 
 
 def test_modern_and_legacy_clients_on_one_gateway_at_once(chain: Chain) -> None:

@@ -7,6 +7,7 @@ client on mcp 1.x, over loopback HTTP."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -296,9 +297,12 @@ def test_legacy_subscriptions_only_for_the_session_that_subscribed(
 class LegacyRaw:
     """A legacy session spoken by hand, to see the edges the SDK client hides."""
 
-    def __init__(self, base: str, capabilities: dict[str, Any]) -> None:
+    def __init__(
+        self, base: str, capabilities: dict[str, Any], authorization: str | None = None
+    ) -> None:
         self.url = base + "/mcp"
-        self.client = httpx.Client(timeout=15)
+        auth = {"authorization": authorization} if authorization is not None else {}
+        self.client = httpx.Client(timeout=15, headers=auth)
         init = self.client.post(
             self.url,
             json={
@@ -473,10 +477,16 @@ def test_legacy_cancellation_closes_the_upstream_call(modern_gateway_url: str) -
     started = time.monotonic()
     canceller.start()
     with httpx.Client(timeout=15) as other:
-        other.post(raw.url, json=body, headers=raw.headers)
+        answer = other.post(raw.url, json=body, headers=raw.headers)
     canceller.join()
     assert posted == [202]
     assert time.monotonic() - started < 5
+    # 2025-11-25 basic/utilities/cancellation "Behavior Requirements": receivers
+    # of a cancellation SHOULD "Not send a response for the cancelled request":
+    # the call's stream ends with no response (no -32603 "closed the stream").
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert [m for m in sse_messages(answer.text) if m.get("id") == 21] == []
     deadline = time.monotonic() + 3
     while count() == before and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -540,3 +550,118 @@ def test_2024_11_05_http_sse_client_to_modern_only_server(modern_gateway_url: st
     ]
     assert out["read"]["result"]["contents"][0]["text"].startswith("This is the content")
     assert out["ping"] == {"result": {}}
+
+
+# -- lists within ttlMs, for legacy clients ---------------------------------------------
+
+LIST_TTL_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def ttl_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway in front of a modern fixture whose lists say `ttlMs: 1500`."""
+    logs = tmp_path_factory.mktemp("list-ttl")
+    with (
+        procs.modern_server(
+            procs.free_port(), "--list-ttl-ms", str(LIST_TTL_MS), log_path=logs / "modern.log"
+        ) as upstream,
+        procs.gateway(upstream, procs.free_port(), log_path=logs / "gateway.log") as base,
+    ):
+        yield base
+
+
+class _Stream:
+    """A legacy session's GET stream, read in a thread."""
+
+    def __init__(self, raw: LegacyRaw) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._client = httpx.Client(timeout=httpx.Timeout(15, read=None))
+        self._open = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(raw,), daemon=True)
+        self._thread.start()
+        assert self._open.wait(10)
+
+    def _read(self, raw: LegacyRaw) -> None:
+        headers = {**raw.client.headers, **raw.headers, "accept": "text/event-stream"}
+        with contextlib.suppress(httpx.HTTPError):
+            with self._client.stream("GET", raw.url, headers=headers) as response:
+                assert response.status_code == 200, response.status_code
+                self._open.set()
+                for line in response.iter_lines():
+                    if line.startswith("data:") and line[5:].strip():
+                        self.messages.append(json.loads(line[5:]))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def test_legacy_lists_served_within_ttl_and_changes_announced(ttl_gateway_url: str) -> None:
+    """2026-07-28 server/utilities/caching "Time-to-Live (TTL) Field": "If
+    `ttlMs` is positive, the client SHOULD consider the result fresh for that
+    many milliseconds after receiving the response". A legacy client has no
+    such field, so the gateway holds the list for it, per credential ("Caches
+    MUST NOT be shared across authorization contexts" for private lists; the
+    gateway shares none). After expiry the next list re-fetches; a different
+    list is told to the credential's other legacy sessions with
+    notifications/prompts/list_changed, a legacy client's only signal."""
+    alice = LegacyRaw(ttl_gateway_url, {}, authorization="Bearer alice")
+    alice_too = LegacyRaw(ttl_gateway_url, {}, authorization="Bearer alice")
+    bob = LegacyRaw(ttl_gateway_url, {}, authorization="Bearer bob")
+
+    def listed() -> int:
+        reply = answer_of(alice.post(_call_msg(90, "test_list_count")))
+        counts: dict[str, int] = json.loads(tool_text(reply))
+        return counts.get("prompts/list", 0)
+
+    def prompts(raw: LegacyRaw, rid: int) -> list[str]:
+        reply = answer_of(raw.post({"jsonrpc": "2.0", "id": rid, "method": "prompts/list"}))
+        assert "ttlMs" not in reply["result"] and "cacheScope" not in reply["result"]
+        return [p["name"] for p in reply["result"]["prompts"]]
+
+    stream = _Stream(alice_too)
+    try:
+        before = listed()
+        first = prompts(alice, 1)
+        assert prompts(alice, 2) == first
+        assert prompts(alice_too, 3) == first
+        assert listed() == before + 1  # one upstream prompts/list for alice's three
+        prompts(bob, 4)
+        assert listed() == before + 2  # another credential: its own entry
+
+        added = tool_text(answer_of(alice.post(_call_msg(91, "test_grow_prompts"))))
+        assert added not in prompts(alice, 5)  # still fresh: the cached list
+        time.sleep(LIST_TTL_MS / 1000 + 0.3)
+        assert added in prompts(alice, 6)  # stale: fetched again
+        assert listed() == before + 3
+        deadline = time.monotonic() + 5
+        changed = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
+        while changed not in stream.messages and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert changed in stream.messages
+
+        # "When a relevant notification is received while a cached response is
+        # still fresh, the notification invalidates the cached response"
+        # ("Interaction with Notifications"): heard on the upstream listen stream
+        # that alice_too's GET stream holds open.
+        assert prompts(alice, 7) == prompts(alice, 8)
+        assert listed() == before + 3
+        alice.post(_call_msg(92, "test_trigger_prompt_change"))
+        deadline = time.monotonic() + 5
+        while len([m for m in stream.messages if m == changed]) < 2:
+            assert time.monotonic() < deadline, stream.messages
+            time.sleep(0.05)
+        prompts(alice, 9)
+        assert listed() == before + 4
+    finally:
+        stream.close()
+        for raw in (alice, alice_too, bob):
+            raw.client.close()
+
+
+def _call_msg(rid: int, name: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": rid,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": {}},
+    }
