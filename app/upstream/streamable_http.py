@@ -290,6 +290,11 @@ def _httpx_poster(
     return post
 
 
+# Connections of resends at once: out of the room of file descriptors the
+# connection bounds leave (app/cli.py); a resend waits for one beyond that.
+_FRESH_LIMIT = 16
+
+
 class _FreshSession:
     """Where the second attempt of a resendable POST (`resendable`) goes: a new
     connection, closed after its one exchange, never one from the pool (which
@@ -348,7 +353,7 @@ def build_client(
             )
         return aiohttp_transport.client
 
-    fresh = _FreshSession(max_connections, aiohttp_transport.ssl_context)
+    fresh = _FreshSession(min(max_connections, _FRESH_LIMIT), aiohttp_transport.ssl_context)
     aiohttp_transport.client = session
     return UpstreamClient(
         transport=aiohttp_transport,
