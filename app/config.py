@@ -118,6 +118,18 @@ class Settings(BaseSettings):
     # Each call parked by the MRTR bridge holds two upstream connections open
     # (its answer stream and its lane's GET stream; app/mrtr/lanes.py): see max_parked.
     max_upstream_connections: int = Field(default=2048, ge=1)
+    # An idle pooled upstream connection is dropped after this long: shorter
+    # than the idle timeout of the common servers (uvicorn's and Node's are
+    # 5 s), so the gateway never picks a connection the server is closing at
+    # that moment (a POST lost to that race: app/upstream/streamable_http.py
+    # `resendable`, bench/README.md "1,000 parked calls"). httpx's default, 5 s,
+    # was the same as theirs.
+    upstream_keepalive_s: float = Field(
+        default=4.0,
+        gt=0,
+        description="seconds an idle upstream connection is kept for reuse; keep it "
+        "under the upstream server's own keep-alive timeout",
+    )
     # httpx's API either way; the aiohttp transport is the measured default
     # (bench/README.md). "httpx" keeps httpx's own transport for comparison.
     upstream_http_transport: Literal["aiohttp", "httpx"] = "aiohttp"

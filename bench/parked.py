@@ -40,7 +40,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench import wrk as bench_wrk  # noqa: E402 - the repository root is on sys.path only now
+from bench import common  # noqa: E402 - the repository root is on sys.path only now
 from tests import procs  # noqa: E402
 from tests.integration import mrtr_wire as mw  # noqa: E402
 from tests.integration import wire  # noqa: E402
@@ -89,7 +89,7 @@ def row(label: str, values: list[float]) -> str:
 
 
 async def bench(base: str, legacy_url: str, parked: int, n_echoes: int, pid: int) -> None:
-    pids = bench_wrk._tree(pid)
+    pids = common.tree(pid)
     run = uuid.uuid4().hex[:8]
     progress("baseline")
     await echoes(base, {}, 10)  # warm both paths
@@ -97,7 +97,7 @@ async def bench(base: str, legacy_url: str, parked: int, n_echoes: int, pid: int
     lines = ["unrelated tools/call echo, sequential          p50 ms  p99 ms  max ms"]
     lines.append(row("baseline, shared session (caps {})", await echoes(base, {}, n_echoes)))
     lines.append(row("baseline, lane (input caps)", await echoes(base, mw.ALL_CAPS, n_echoes)))
-    rss0 = bench_wrk.rss_mb(pids)
+    rss0 = common.rss_mb(*pids)
 
     def first(i: int) -> dict[str, Any]:
         return mw.message_for(
@@ -122,11 +122,11 @@ async def bench(base: str, legacy_url: str, parked: int, n_echoes: int, pid: int
                 raise RuntimeError(f"a first call was not parked: {answer}")
             states.append(answer["result"]["requestState"])
         await asyncio.sleep(1)
-        rss1 = bench_wrk.rss_mb(pids)
+        rss1 = common.rss_mb(*pids)
         progress(f"parked in {park_s:.1f} s; unrelated calls")
         lines.append(row(f"with {parked} parked, shared session", await echoes(base, {}, n_echoes)))
         lines.append(row(f"with {parked} parked, lane", await echoes(base, mw.ALL_CAPS, n_echoes)))
-        rss2 = bench_wrk.rss_mb(pids)
+        rss2 = common.rss_mb(*pids)
 
         print(
             f"\n{parked} calls parked in {park_s:.1f} s ({IN_FLIGHT} first calls in flight)\n"
@@ -163,7 +163,7 @@ async def bench(base: str, legacy_url: str, parked: int, n_echoes: int, pid: int
     markers = mw.stats(legacy_url)["markers"]
     twice = [i for i in range(parked) if markers.get(f"{run}-{i}", 0) > 1]
     await asyncio.sleep(2)
-    rss3 = bench_wrk.rss_mb(pids)
+    rss3 = common.rss_mb(*pids)
     print(
         f"retries: {sum(done)} of {parked} completed with the right answer in {done_s:.1f} s "
         f"(each waited for at most {RETRY_WAIT_S:g} s); calls run twice upstream: {len(twice)}; "

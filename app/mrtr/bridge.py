@@ -138,11 +138,18 @@ def _progress_token(params: Mapping[str, Any]) -> Any:
     return meta.get("progressToken") if isinstance(meta, dict) else None
 
 
-async def _send_reply(reply: Callable[[Message], Awaitable[None]], message: Message) -> None:
+async def _send_reply(
+    reply: Callable[[Message], Awaitable[None]], message: Message, exchange: str
+) -> UpstreamError | None:
+    """Deliver a response to the upstream's request; the failure, if it could not
+    be (after the one resend on a fresh connection the upstream layer makes:
+    app/upstream/streamable_http.py `resendable`)."""
     try:
         await reply(message)
     except UpstreamError as exc:
-        log.info("mrtr_reply_failed", error=exc.message)
+        log.warning("mrtr_reply_failed", exchange=exchange, error=exc.message)
+        return exc
+    return None
 
 
 class Bridge:
@@ -316,7 +323,10 @@ class Bridge:
                     yield frame
                 return
             for key in [k for k in ex.pending if k in supplied]:
-                await self._feed(ex, ex.pending.pop(key), supplied.pop(key), turn)
+                lost = await self._feed(ex, ex.pending.pop(key), supplied.pop(key), turn)
+                if lost is not None:
+                    yield lost
+                    return
             async for frame in self._drive(ex, turn, supplied):
                 yield frame
         finally:
@@ -426,8 +436,9 @@ class Bridge:
         request = event.message
         method = request.get("method")
         if method not in INPUT_REQUEST_METHODS:
-            await _send_reply(event.reply, default_answer(request))  # ping, or -32601
-            return None
+            # ping, or -32601
+            failed = await _send_reply(event.reply, default_answer(request), ex.fingerprint)
+            return None if failed is None else await self._reply_lost(ex, turn, failed)
         missing = capabilities.missing_for(method, request.get("params"), call.client_capabilities)
         if missing is not None:
             # The call cannot go on without it: cancelled first, so the tool does not
@@ -460,22 +471,40 @@ class Bridge:
             if sole is not None:
                 answer = supplied.pop(sole)
         if answer is not None and answers.check_answer(question.input_request, answer) is None:
-            await self._feed(ex, question, answer, turn)
-            return None
+            return await self._feed(ex, question, answer, turn)
         # No answer, or one that does not fit: the client is asked (again).
         ex.pending[key] = question
         return None
 
     async def _feed(
         self, ex: LiveExchange, question: Question, answer: Mapping[str, Any], turn: Turn
-    ) -> None:
-        """Post the client's answer to the upstream as the response to its request."""
+    ) -> Frame | None:
+        """Post the client's answer to the upstream as the response to its request;
+        the call's end if it could not be delivered."""
         if question.reply is None:
-            return
+            return None
         method = str(question.request.get("method"))
         translated = translate.result(dict(answer), method, turn.call.version, ex.pooled.version)
         metrics.upstream_sent()  # the upstream part now runs until its next answer
-        await _send_reply(question.reply, results.response(question.request, translated))
+        reply = results.response(question.request, translated)
+        failed = await _send_reply(question.reply, reply, ex.fingerprint)
+        return None if failed is None else await self._reply_lost(ex, turn, failed)
+
+    async def _reply_lost(self, ex: LiveExchange, turn: Turn, failed: UpstreamError) -> Frame:
+        """A response the upstream waits for could not be delivered: its call would
+        wait for it until its deadline, so it ends now (cancelled upstream, its lane
+        closed) and the client is told, as for an upstream that closed the stream."""
+        await self._abandon(ex, "a response to the upstream's request could not be delivered")
+        turn.state.outcome = "upstream_closed"
+        turn.settled = Settled.ENDED
+        rejection = Rejection(
+            INTERNAL_ERROR,
+            "Internal error: the gateway could not deliver the answer to the upstream MCP "
+            f"server ({failed.message}); the call was cancelled",
+            turn.call.id,
+            status=502,
+        )
+        return Frame(rejection.to_message(), True, rejection.http_status)
 
     async def _response(self, ex: LiveExchange, turn: Turn, message: Message) -> Frame:
         """The call's own response: the answer, or -32042 turned into URL questions."""

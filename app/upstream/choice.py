@@ -36,6 +36,7 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
         connect_timeout_s=settings.connect_timeout_s,
         max_connections=settings.max_upstream_connections,
         transport=settings.upstream_http_transport,
+        keepalive_s=settings.upstream_keepalive_s,
     )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(

@@ -52,10 +52,13 @@ from app.upstream.routing import Exchange, Router, initialize_result
 from app.upstream.streamable_http import (
     StreamableHttpSession,
     StreamableHttpTransport,
+    UpstreamClient,
     _close,
     _content_type,
+    _httpx_poster,
     _library_errors,
     _refuse_challenge,
+    resendable,
 )
 
 log = structlog.get_logger("mcp_shim.http_sse")
@@ -89,6 +92,13 @@ class SseSession:
         self._request_timeout_s = request_timeout_s
         self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
         self._headers = {"content-type": "application/json", **headers}
+        # The hot path's POST (UpstreamClient.poster): the same resending of a
+        # message that is not a request as on a Streamable HTTP session.
+        self._send = (
+            client.poster(endpoint, self._headers, self._timeout)
+            if isinstance(client, UpstreamClient)
+            else _httpx_poster(client, endpoint, self._headers, self._timeout)
+        )
         self._routes = Router(
             "upstream", initialized=lambda: self.initialized, respond=self.respond
         )
@@ -139,14 +149,9 @@ class SseSession:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
         with _library_errors(what):
-            request = self._client.build_request(
-                "POST",
-                self.endpoint,
-                content=jsonio.dumps(message),
-                headers={**self._headers, **tracing.outgoing_headers()},
-                timeout=self._timeout,
+            response = await self._send(
+                jsonio.dumps(message), tracing.outgoing_headers(), resendable(message)
             )
-            response = await self._client.send(request, stream=True)
         try:
             if response.status_code == 404:
                 # The endpoint's session is unknown: the server forgot it.

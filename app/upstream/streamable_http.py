@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import http.cookiejar
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
+import structlog
+from aiohttp.tracing import Trace
 from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 from httpx_sse import EventSource, SSEError
@@ -35,6 +39,11 @@ from translators.registry import Version, get_version
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 _ACCEPT = "application/json, text/event-stream"
+# Idle pooled upstream connections are dropped after this long, unless
+# MCP_SHIM_UPSTREAM_KEEPALIVE_S says otherwise (app/config.py says why 4 s).
+KEEPALIVE_S = 4.0
+
+log = structlog.get_logger("mcp_shim.upstream")
 
 
 def _really_timed_out(exc: httpx.TimeoutException) -> bool:
@@ -85,7 +94,77 @@ class _NoCookies(http.cookiejar.CookieJar):
         return None
 
 
-Post = Callable[[bytes, Mapping[str, str]], Awaitable[httpx.Response]]
+class Post(Protocol):
+    """POSTs one message's bytes, with a call's own extra headers. `resend`: the
+    message may be sent a second time (`resendable`) if a reused connection
+    fails before any answer."""
+
+    def __call__(
+        self, content: bytes, extra: Mapping[str, str], resend: bool = False
+    ) -> Awaitable[httpx.Response]: ...
+
+
+def resendable(message: Message) -> bool:
+    """A message that is not a request: a response to a server request, or a
+    notification. Such a POST can be sent again when it may not have arrived:
+    the server matches a response to the request of the same id (2025-11-25
+    basic/index, "Responses": a response MUST include the same ID as its
+    request), and a response or notification that arrives after the request
+    it refers to is over is ignored (basic/utilities/cancellation, "Timing
+    Considerations": both parties MUST handle these races gracefully; "Error
+    Handling": unknown request IDs SHOULD be ignored). A request (tools/call)
+    is never sent twice: it may have started the tool (exactly once)."""
+    return "method" not in message or "id" not in message
+
+
+class _Attempt:
+    """One resendable POST's first attempt: whether it rode on a pooled connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
+    "mcp_shim_upstream_attempt", default=None
+)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, telling a resendable POST whether the connection it
+    got had served a request before (a pooled keep-alive connection): only such
+    a connection can have been closed by the server just as it was reused."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._served: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def connect(
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
+    ) -> aiohttp.connector.Connection:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        attempt = _ATTEMPT.get()
+        if attempt is not None:
+            attempt.reused = protocol in self._served
+        self._served.add(protocol)
+        return connection
+
+
+def _stale(exc: BaseException, attempt: _Attempt) -> bool:
+    """The connection failed before any answer, and it was a reused one (RFC 9112
+    section 9.3.1, "Retrying Requests": a client MAY retry then, on a new
+    connection, a request it knows to be idempotent). A refused or timed-out
+    connection, or a fresh one that failed, is the upstream's real state."""
+    return (
+        attempt.reused
+        and isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
+        and not isinstance(exc, aiohttp.ClientConnectorError)
+    )
 
 
 class UpstreamClient(httpx.AsyncClient):
@@ -108,6 +187,7 @@ class UpstreamClient(httpx.AsyncClient):
         transport: httpx.AsyncBaseTransport,
         connect_timeout_s: float,
         aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
+        fresh_session: _FreshSession | None = None,
     ) -> None:
         super().__init__(
             transport=transport,
@@ -116,6 +196,7 @@ class UpstreamClient(httpx.AsyncClient):
             cookies=_NoCookies(),
         )
         self._aiohttp_session = aiohttp_session
+        self._fresh_session = fresh_session
 
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
@@ -123,6 +204,8 @@ class UpstreamClient(httpx.AsyncClient):
         if self._aiohttp_session is None:
             return _httpx_poster(self, url, merged, timeout)
         session = self._aiohttp_session
+        fresh = self._fresh_session
+        assert fresh is not None  # built with the aiohttp session (build_client)
         target = str(url)
         client_timeout = aiohttp.ClientTimeout(
             sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
@@ -132,24 +215,52 @@ class UpstreamClient(httpx.AsyncClient):
         # session's headers are checked once, the same way for both.
         unsendable = not all(_printable_ascii(v) for v in merged.values())
 
-        async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+        async def send(via: aiohttp.ClientSession, content: bytes, headers: Any) -> Any:
+            return await via.request(
+                "POST",
+                target,
+                data=content,
+                headers=headers,
+                timeout=client_timeout,
+                allow_redirects=False,
+                auto_decompress=False,
+            )
+
+        async def post(
+            content: bytes, extra: Mapping[str, str], resend: bool = False
+        ) -> httpx.Response:
             if unsendable:
                 raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
+            headers = {**merged, **extra} if extra else merged
             with map_aiohttp_exceptions():
-                answer = await session().request(
-                    "POST",
-                    target,
-                    data=content,
-                    headers={**merged, **extra} if extra else merged,
-                    timeout=client_timeout,
-                    allow_redirects=False,
-                    auto_decompress=False,
-                )
+                if not resend:
+                    answer = await send(session(), content, headers)
+                else:
+                    attempt = _Attempt()
+                    token = _ATTEMPT.set(attempt)
+                    try:
+                        answer = await send(session(), content, headers)
+                    except aiohttp.ClientError as exc:
+                        if not _stale(exc, attempt):
+                            raise
+                        log.info("upstream_post_resent", error=type(exc).__name__)
+                        answer = None
+                    finally:
+                        _ATTEMPT.reset(token)
+                    if answer is None:
+                        answer = await send(fresh(), content, headers)
             return httpx.Response(
                 answer.status, headers=answer.raw_headers, stream=AiohttpResponseStream(answer)
             )
 
         return post
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            if self._fresh_session is not None:
+                await self._fresh_session.close()
 
 
 def _printable_ascii(value: str) -> bool:
@@ -160,9 +271,13 @@ def _printable_ascii(value: str) -> bool:
 def _httpx_poster(
     client: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str], timeout: httpx.Timeout
 ) -> Post:
-    """httpx's own way (its transport, or a plain client): `build_request` and `send`."""
+    """httpx's own way (its transport, or a plain client): `build_request` and `send`.
+    Never resent: httpcore does not say whether a connection was reused (it does
+    check that a pooled connection is still open before reusing it)."""
 
-    async def post(content: bytes, extra: Mapping[str, str]) -> httpx.Response:
+    async def post(
+        content: bytes, extra: Mapping[str, str], resend: bool = False
+    ) -> httpx.Response:
         request = client.build_request(
             "POST",
             url,
@@ -175,11 +290,46 @@ def _httpx_poster(
     return post
 
 
+# Connections of resends at once: out of the room of file descriptors the
+# connection bounds leave (app/cli.py); a resend waits for one beyond that.
+_FRESH_LIMIT = 16
+
+
+class _FreshSession:
+    """Where the second attempt of a resendable POST (`resendable`) goes: a new
+    connection, closed after its one exchange, never one from the pool (which
+    may hold more connections the server is closing). Rare: the aiohttp session
+    is made on first use, closed with the client."""
+
+    def __init__(self, limit: int, ssl: Any) -> None:
+        self._limit = limit
+        self._ssl = ssl
+        self._session: aiohttp.ClientSession | None = None
+
+    def __call__(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._limit, force_close=True, ssl=self._ssl),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
 def build_client(
-    *, connect_timeout_s: float, max_connections: int, transport: str = "aiohttp"
+    *,
+    connect_timeout_s: float,
+    max_connections: int,
+    transport: str = "aiohttp",
+    keepalive_s: float = KEEPALIVE_S,
 ) -> UpstreamClient:
     limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=keepalive_s,
     )
     if transport != "aiohttp":
         return UpstreamClient(
@@ -194,18 +344,22 @@ def build_client(
         # it, but with no cookie jar (_NoCookies says why).
         if not isinstance(aiohttp_transport.client, aiohttp.ClientSession):
             aiohttp_transport.client = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
+                connector=_Connector(
                     limit=max_connections,
-                    keepalive_timeout=limits.keepalive_expiry,
+                    keepalive_timeout=keepalive_s,
                     ssl=aiohttp_transport.ssl_context,
                 ),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
         return aiohttp_transport.client
 
+    fresh = _FreshSession(min(max_connections, _FRESH_LIMIT), aiohttp_transport.ssl_context)
     aiohttp_transport.client = session
     return UpstreamClient(
-        transport=aiohttp_transport, connect_timeout_s=connect_timeout_s, aiohttp_session=session
+        transport=aiohttp_transport,
+        connect_timeout_s=connect_timeout_s,
+        aiohttp_session=session,
+        fresh_session=fresh,
     )
 
 
@@ -348,7 +502,7 @@ class StreamableHttpSession:
     async def _post(self, message: Message, what: str) -> httpx.Response:
         content = jsonio.dumps(message)
         with _library_errors(what):
-            response = await self._send(content, tracing.outgoing_headers())
+            response = await self._send(content, tracing.outgoing_headers(), resendable(message))
         metrics.mark("answer_head")
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)

@@ -20,6 +20,7 @@ import contextlib
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +60,11 @@ class Record:
     messages: list[dict[str, Any]] = field(default_factory=list)  # JSON-RPC messages answered
     done: bool = False
     # How the answer ended: "complete", "client_gone" (the requester closed it),
-    # "upstream_error" (the answering side failed or went away).
+    # "upstream_error" (the answering side failed or went away), "dropped" (the
+    # proxy closed the connection instead of forwarding: `drop`).
     ending: str | None = None
+    # Requests the same client connection carried before this one (0: a new one).
+    served_before: int = 0
 
     @property
     def content_type(self) -> str:
@@ -104,7 +108,12 @@ class RecordingProxy:
     """`every_path`: forward any path and query to the same on the upstream's origin
     (an HTTP+SSE server: GET /sse, then POSTs to the endpoint its stream names,
     which resolves against the proxy's origin); `url` is then the proxy's address
-    of `upstream_url`. Otherwise only /mcp, to `upstream_url` itself."""
+    of `upstream_url`. Otherwise only /mcp, to `upstream_url` itself.
+
+    `drop`, if set, is asked about each request once its body is read: when it
+    says so the proxy closes the client's connection without a byte of answer
+    and forwards nothing (what a server closing an idle keep-alive connection
+    does to a request that arrives on it at that moment)."""
 
     def __init__(
         self,
@@ -112,8 +121,11 @@ class RecordingProxy:
         extra_response_headers: Callable[[Record], dict[str, str]] | None = None,
         *,
         every_path: bool = False,
+        drop: Callable[[Record], bool] | None = None,
     ) -> None:
         self.upstream_url = upstream_url
+        self.drop = drop
+        self._served: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         # Headers added to an answer (a Set-Cookie, say), chosen per exchange:
         # what an upstream (or a balancer in front of it) might add.
         self._extra_response_headers = extra_response_headers
@@ -207,8 +219,15 @@ class RecordingProxy:
                 http_method=request.method,
                 headers={k.lower(): v for k, v in request.headers.items()},
                 body=parsed,
+                served_before=self._served.get(request.transport, 0),
             )
             self.records.append(record)
+        self._served[request.transport] = record.served_before + 1
+        if self.drop is not None and self.drop(record):
+            record.ending, record.done = "dropped", True
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=503)  # never written: the connection is closed
         forward = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         assert self._client is not None
         try:
