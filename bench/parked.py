@@ -184,6 +184,7 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     n = args.parked
     env = {
+        "MCP_SHIM_WORKERS": "1",  # one process's RSS and parked calls
         "MCP_SHIM_MAX_PARKED": str(n),
         "MCP_SHIM_MAX_SESSIONS": str(n + 128),
         "MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL": str(n + 128),

@@ -114,6 +114,7 @@ def main() -> None:
             "MCP_SHIM_PORT": str(sport),
             "MCP_SHIM_HOST": "127.0.0.1",
             "MCP_SHIM_LOG_LEVEL": "info",
+            "MCP_SHIM_WORKERS": "1",  # one process's RSS: bench/workers.py measures more
             **dict(item.split("=", 1) for item in args.shim_env),
         }
         shim = stack.enter_context(
