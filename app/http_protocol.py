@@ -155,27 +155,28 @@ class ConnectionLink:
     under `extensions[LINK]`; absent under another server, where the answer
     falls back to ASGI's ways."""
 
-    __slots__ = ("_cycle", "_flow", "_on_lost")
+    # Not the cycle: the cycle holds the scope that holds this link, and a
+    # reference back would leave every request's cycle and scope to the
+    # cyclic garbage collector (its passes were the p99, bench/README.md).
+    __slots__ = ("_flow", "_on_lost", "lost")
 
-    def __init__(self, cycle: Any, flow: Any) -> None:
-        self._cycle = cycle
+    def __init__(self, flow: Any) -> None:
         self._flow = flow
         self._on_lost: Callable[[], None] | None = None
+        # The client went away while this request was being answered.
+        self.lost = False
 
     @property
     def write_paused(self) -> bool:
         # uvicorn's send awaits the drain only when it finds the flow paused.
         return bool(self._flow.write_paused)
 
-    @property
-    def lost(self) -> bool:
-        return bool(self._cycle.disconnected)
-
     def on_lost(self, callback: Callable[[], None] | None) -> None:
         """Call `callback` once when the client disconnects (None: no longer)."""
         self._on_lost = callback
 
     def connection_lost(self) -> None:
+        self.lost = True
         callback, self._on_lost = self._on_lost, None
         if callback is not None:
             callback()
@@ -273,7 +274,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.transport is self.transport:  # this request's cycle
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-            extensions[LINK] = ConnectionLink(cycle, self.flow)
+            extensions[LINK] = ConnectionLink(self.flow)
         self._arm_read(self._body_timed_out, self.limits.read_timeout_s)
 
     def on_message_complete(self) -> None:

@@ -126,7 +126,8 @@ async def test_client_that_stops_reading_is_closed_and_the_call_ends() -> None:
 
 
 def _linked(*, paused: bool = False, lost: bool = False) -> tuple[dict[str, Any], ConnectionLink]:
-    link = ConnectionLink(SimpleNamespace(disconnected=lost), SimpleNamespace(write_paused=paused))
+    link = ConnectionLink(SimpleNamespace(write_paused=paused))
+    link.lost = lost
     return {"extensions": {LINK: link}}, link
 
 
