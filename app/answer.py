@@ -86,7 +86,9 @@ class ClientHeld:
             self._watcher = asyncio.create_task(self._watch(self._main))
         elif self._link.lost:
             # Gone before the answer began: a receive() would say so at once.
-            self._main.get_loop().call_soon(self._lost)
+            # The cancel lands at the body's first await (or in __aexit__),
+            # never after the block.
+            self._lost()
         else:
             self._link.on_lost(self._lost)
         return self

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
-from app.answer import CallAnswer
+from app.answer import CallAnswer, ClientHeld
 from app.gateway import Outgoing
 from app.http_protocol import LINK, ConnectionLink
 
@@ -205,3 +205,16 @@ async def test_a_write_to_a_paused_transport_is_timed() -> None:
     scope, _ = _linked(paused=True)
     await asyncio.wait_for(answer(scope, _never_disconnects, send), 2.0)
     assert done == [(200, "client_stalled")]
+
+
+async def test_a_client_gone_before_a_body_that_never_waits_cancels_nothing_after_it() -> None:
+    scope, _ = _linked(lost=True)
+    held = ClientHeld(_never_disconnects, scope)
+    async with held:
+        pass  # the body ends without an await: the cancel is never delivered there
+    # The request is over: nothing of its disconnect may cancel what follows.
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    assert held.disconnected.is_set()
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
