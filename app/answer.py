@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from app import jsonio, metrics
 from app.gateway import Outgoing
+from app.http_protocol import LINK, ConnectionLink
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
@@ -52,15 +53,28 @@ def _frame(out: Outgoing) -> bytes:
     return sse_event(out.message, out.event_id)
 
 
+def connection_link(scope: Scope) -> ConnectionLink | None:
+    """The gateway's HTTP protocol's link to this request's connection, if the
+    server is that protocol (app/http_protocol.py)."""
+    extensions = scope.get("extensions")
+    link = extensions.get(LINK) if extensions else None
+    return link if isinstance(link, ConnectionLink) else None
+
+
 class ClientHeld:
-    """`async with ClientHeld(receive) as held:` runs the body for as long as the
+    """`async with ClientHeld(receive, scope) as held:` runs the body for as long as the
     client holds the request: its disconnect cancels the body (2026-07-28
     streamable-http "Cancellation": closing the stream cancels the call), which
     then ends quietly; `held.disconnected` says it did. Clean-up that must not
-    be cut short by a disconnect goes after the block, where the watcher is gone."""
+    be cut short by a disconnect goes after the block, where the watcher is gone.
 
-    def __init__(self, receive: Receive) -> None:
+    On the gateway's own HTTP protocol the disconnect comes as a callback from
+    the connection (no task per call: a task per call was 3% of the hot path's
+    CPU, bench/README.md); elsewhere a task awaits ASGI's `http.disconnect`."""
+
+    def __init__(self, receive: Receive, scope: Scope | None = None) -> None:
         self._receive = receive
+        self._link = connection_link(scope) if scope is not None else None
         self.disconnected = asyncio.Event()
         self._main: asyncio.Task[Any] | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -68,25 +82,46 @@ class ClientHeld:
     async def __aenter__(self) -> ClientHeld:
         self._main = asyncio.current_task()
         assert self._main is not None
-        self._watcher = asyncio.create_task(self._watch(self._main))
+        if self._link is None:
+            self._watcher = asyncio.create_task(self._watch(self._main))
+        elif self._link.lost:
+            # Gone before the answer began: a receive() would say so at once.
+            # The cancel lands at the body's first await (or in __aexit__),
+            # never after the block.
+            self._lost()
+        else:
+            self._link.on_lost(self._lost)
         return self
+
+    def _lost(self) -> None:
+        assert self._main is not None
+        if not self.disconnected.is_set():
+            self.disconnected.set()
+            self._main.cancel()
 
     async def _watch(self, main: asyncio.Task[Any]) -> None:
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
-                self.disconnected.set()
-                main.cancel()
+                self._lost()
                 return
 
     async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        assert self._watcher is not None and self._main is not None
-        self._watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._watcher
+        assert self._main is not None
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        if self._link is not None:
+            self._link.on_lost(None)
+            if self.disconnected.is_set() and kind is not asyncio.CancelledError:
+                # The cancel may still be pending, undelivered (the body ended
+                # first): take it here rather than at the caller's next await.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(0)
         if not self.disconnected.is_set():
             return False
-        # The watcher's cancel, whether it reached the body or only the await
+        # The disconnect's cancel, whether it reached the body or only the await
         # above, is ours to take back: the request is over, not the server.
         if self._main.cancelling():
             self._main.uncancel()
@@ -117,10 +152,12 @@ class CallAnswer(Response):
         self._write_timeout_s = write_timeout_s
         self._status = 200
         self._started = False
+        self._link: ConnectionLink | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         ending: str | None = None
-        held = ClientHeld(receive)
+        held = ClientHeld(receive, scope)
+        self._link = connection_link(scope)
         try:
             async with held:
                 await self._serve(send)
@@ -181,22 +218,40 @@ class CallAnswer(Response):
         # that reads nothing would hold it. In pieces of the transport's
         # high-water mark, each send waits for the previous ones to drain: at
         # most about two pieces are buffered, and the timeout measures the
-        # client's reading.
+        # client's reading. A send that finds the transport not paused does
+        # not wait (uvicorn's `RequestResponseCycle.send`): it is timed only
+        # when it can wait, an asyncio.timeout per write was 2-3% of the hot
+        # path (bench/README.md).
         try:
             for start in range(0, max(len(body), 1), _PIECE):
                 piece = body[start : start + _PIECE]
                 last = start + _PIECE >= len(body)
+                message: dict[str, Any] = {
+                    "type": "http.response.body",
+                    "body": piece,
+                    "more_body": more or not last,
+                }
+                if self._link is not None and not self._link.write_paused:
+                    # The send cannot wait: nothing to time.
+                    await send(message)
+                    continue
                 async with asyncio.timeout(self._write_timeout_s):
-                    await send(
-                        {"type": "http.response.body", "body": piece, "more_body": more or not last}
-                    )
+                    await send(message)
         except TimeoutError:
             raise ClientStalled from None
 
     async def _start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        message: dict[str, Any] = {
+            "type": "http.response.start",
+            "status": status,
+            "headers": headers,
+        }
         try:
-            async with asyncio.timeout(self._write_timeout_s):
-                await send({"type": "http.response.start", "status": status, "headers": headers})
+            if self._link is not None and not self._link.write_paused:
+                await send(message)
+            else:
+                async with asyncio.timeout(self._write_timeout_s):
+                    await send(message)
         except TimeoutError:
             raise ClientStalled from None
         self._started = True

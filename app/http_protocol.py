@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -142,6 +143,45 @@ class _HeadWithBody:
         self._transport.close()
 
 
+# The scope extension under which an answer finds its ConnectionLink.
+LINK = "mcp_shim.connection"
+
+
+class ConnectionLink:
+    """What an answer may know of its connection beyond ASGI, without a task
+    per call: a callback when the client goes away (ASGI's only way is a task
+    awaiting `receive()` for the whole answer), and whether a write may wait
+    (the transport is paused), so a write is timed only then. In the scope
+    under `extensions[LINK]`; absent under another server, where the answer
+    falls back to ASGI's ways."""
+
+    # Not the cycle: the cycle holds the scope that holds this link, and a
+    # reference back would leave every request's cycle and scope to the
+    # cyclic garbage collector (its passes were the p99, bench/README.md).
+    __slots__ = ("_flow", "_on_lost", "lost")
+
+    def __init__(self, flow: Any) -> None:
+        self._flow = flow
+        self._on_lost: Callable[[], None] | None = None
+        # The client went away while this request was being answered.
+        self.lost = False
+
+    @property
+    def write_paused(self) -> bool:
+        # uvicorn's send awaits the drain only when it finds the flow paused.
+        return bool(self._flow.write_paused)
+
+    def on_lost(self, callback: Callable[[], None] | None) -> None:
+        """Call `callback` once when the client disconnects (None: no longer)."""
+        self._on_lost = callback
+
+    def connection_lost(self) -> None:
+        self.lost = True
+        callback, self._on_lost = self._on_lost, None
+        if callback is not None:
+            callback()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """Use `protocol_class(limits)`: uvicorn builds protocols from a class."""
 
@@ -233,6 +273,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:  # this request's cycle
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions[LINK] = ConnectionLink(self.flow)
         self._arm_read(self._body_timed_out, self.limits.read_timeout_s)
 
     def on_message_complete(self) -> None:
@@ -308,7 +350,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_read()
         self._cancel_write()
+        cycle = self.cycle
         super().connection_lost(exc)
+        # The cycle uvicorn marks disconnected is the one whose answer a
+        # receive() would end (`RequestResponseCycle.receive`).
+        if cycle is not None and cycle.disconnected:
+            link = cycle.scope.get("extensions", {}).get(LINK)
+            if isinstance(link, ConnectionLink):
+                link.connection_lost()
 
 
 def protocol_class(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:

@@ -81,7 +81,7 @@ class PassThrough(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         answer: ModernResponse | None = None
         fallback: Response | None = None
-        held = ClientHeld(receive)
+        held = ClientHeld(receive, scope)
         try:
             async with held:
                 answer = await self._upstream.post(

@@ -259,7 +259,7 @@ class Relayed(Response):
         answer: httpx.Response | None = None
         # Not a call outcome of app/metrics.py: this says how the relay itself ended.
         status, ending = 0, "relayed"
-        held = ClientHeld(receive)
+        held = ClientHeld(receive, scope)
         try:
             async with held:
                 try:

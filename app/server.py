@@ -176,7 +176,12 @@ def create_app(settings: Settings) -> GatewayApp:
 
     def gateway_url(request: Request) -> str | None:
         return _gateway_mcp_url(
-            public_url, request.url.scheme, request.headers.get("host"), allowed_hosts
+            # The scope's scheme, which is what `request.url.scheme` reads, without
+            # building the whole URL (3% of the hot path's CPU, bench/README.md).
+            public_url,
+            request.scope.get("scheme", "http"),
+            request.headers.get("host"),
+            allowed_hosts,
         )
 
     @asynccontextmanager

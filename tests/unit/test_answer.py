@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from types import SimpleNamespace
 from typing import Any
 
-from app.answer import CallAnswer
+from app.answer import CallAnswer, ClientHeld
 from app.gateway import Outgoing
+from app.http_protocol import LINK, ConnectionLink
 
 NOTE = {
     "jsonrpc": "2.0",
@@ -116,3 +118,103 @@ async def test_client_that_stops_reading_is_closed_and_the_call_ends() -> None:
     await asyncio.wait_for(answer({}, _never_disconnects, send), 2.0)
     assert closed.is_set()
     assert done == [(200, "client_stalled")]
+
+
+# The gateway's HTTP protocol links each answer to its connection
+# (app/http_protocol.py ConnectionLink): a disconnect is a callback, not a
+# task per call awaiting receive(), and a write is timed only when it can wait.
+
+
+def _linked(*, paused: bool = False, lost: bool = False) -> tuple[dict[str, Any], ConnectionLink]:
+    link = ConnectionLink(SimpleNamespace(write_paused=paused))
+    link.lost = lost
+    return {"extensions": {LINK: link}}, link
+
+
+async def _slow_call(
+    started: asyncio.Event, closed: asyncio.Event
+) -> AsyncGenerator[Outgoing, None]:
+    try:
+        started.set()
+        await asyncio.Event().wait()
+        yield Outgoing(FINAL, final=True)
+    finally:
+        closed.set()
+
+
+async def test_a_linked_answer_runs_without_a_watcher_task_and_a_disconnect_cancels_it() -> None:
+    started, closed = asyncio.Event(), asyncio.Event()
+    done: list[tuple[int, str | None]] = []
+    answer = CallAnswer(
+        _slow_call(started, closed),
+        accepts_sse=True,
+        accepts_json=True,
+        on_done=lambda s, d: done.append((s, d)),
+    )
+    scope, link = _linked()
+
+    async def sends(_message: dict[str, Any]) -> None:
+        raise AssertionError("nothing is answered to a client that left")
+
+    before = len(asyncio.all_tasks())
+    call = asyncio.create_task(answer(scope, _never_disconnects, sends))
+    await asyncio.wait_for(started.wait(), 2.0)
+    # The call's own task and nothing else: no task per call watching receive().
+    assert len(asyncio.all_tasks()) == before + 1
+    link.connection_lost()
+    await asyncio.wait_for(call, 2.0)  # ends quietly: no CancelledError out of the answer
+    assert closed.is_set()
+    assert done == [(200, "client_disconnected")]
+    assert not call.cancelled()
+
+
+async def test_a_client_gone_before_the_answer_began_cancels_it() -> None:
+    started, closed = asyncio.Event(), asyncio.Event()
+    done: list[tuple[int, str | None]] = []
+    answer = CallAnswer(
+        _slow_call(started, closed),
+        accepts_sse=True,
+        accepts_json=True,
+        on_done=lambda s, d: done.append((s, d)),
+    )
+    scope, _ = _linked(lost=True)
+
+    async def sends(_message: dict[str, Any]) -> None:
+        raise AssertionError("nothing is answered to a client that left")
+
+    await asyncio.wait_for(answer(scope, _never_disconnects, sends), 2.0)
+    assert done == [(200, "client_disconnected")]
+
+
+async def test_a_write_to_a_paused_transport_is_timed() -> None:
+    async def events() -> AsyncGenerator[Outgoing, None]:
+        yield Outgoing(FINAL, final=True)
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()  # the client reads nothing
+
+    done: list[tuple[int, str | None]] = []
+    answer = CallAnswer(
+        events(),
+        accepts_sse=True,
+        accepts_json=True,
+        on_done=lambda s, d: done.append((s, d)),
+        write_timeout_s=0.05,
+    )
+    scope, _ = _linked(paused=True)
+    await asyncio.wait_for(answer(scope, _never_disconnects, send), 2.0)
+    assert done == [(200, "client_stalled")]
+
+
+async def test_a_client_gone_before_a_body_that_never_waits_cancels_nothing_after_it() -> None:
+    scope, _ = _linked(lost=True)
+    held = ClientHeld(_never_disconnects, scope)
+    async with held:
+        pass  # the body ends without an await: the cancel is never delivered there
+    # The request is over: nothing of its disconnect may cancel what follows.
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    assert held.disconnected.is_set()
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
