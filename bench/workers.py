@@ -27,6 +27,8 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import cpu_seconds, rss_mb
+from bench.common import tree as _tree
 from bench.wrk import (
     BENCH,
     LEGACY_CALL,
@@ -34,11 +36,8 @@ from bench.wrk import (
     MODERN_HEADERS,
     ROOT,
     Route,
-    _tree,
-    cpu_seconds,
     legacy_session,
     preflight,
-    rss_mb,
     run_wrk,
     table,
 )
@@ -68,7 +67,7 @@ def main() -> None:
     with ExitStack() as stack:
         port = procs.free_port()
         url = f"http://127.0.0.1:{port}/mcp"
-        stack.enter_context(
+        upstream = stack.enter_context(
             procs.running(
                 [sys.executable, str(BENCH / "fast_upstream.py"), "--port", str(port)],
                 url,
@@ -97,22 +96,24 @@ def main() -> None:
             paths.append(Route(name, f"http://127.0.0.1:{sport}/mcp", "fast", True, shim.pid))
             paths[-1].headers = dict(MODERN_HEADERS)
         for p in paths:
+            p.upstream_pid = upstream.pid
+        for p in paths:
             if not p.modern:
                 p.headers = legacy_session(p.url)
             preflight(p)
         for p in paths:
             # A worker's first calls open its upstream session: warm every one.
             run_wrk(p, 8, args.warmup, bodies)
-            p.rss_idle = rss_mb(_tree(p.pid)) if p.pid else 0.0
+            p.rss_idle = rss_mb(*_tree(p.pid)) if p.pid else 0.0
         top = concurrencies[-1]
         for n in range(args.passes):
             for c in concurrencies:
                 for p in paths if n % 2 == 0 else list(reversed(paths)):
                     children = [q for q in _tree(p.pid) if q != p.pid] if p.pid else []
-                    before = {q: cpu_seconds([q]) for q in children}
+                    before = {q: cpu_seconds(q) for q in children}
                     result = run_wrk(p, c, args.seconds, bodies)
                     p.runs.setdefault(c, []).append(result)
-                    used = [cpu_seconds([q]) - before[q] for q in children]
+                    used = [cpu_seconds(q) - before[q] for q in children]
                     cores[p.name] = max(
                         cores.get(p.name, 0.0), result["rps"] * result["cpu_us"] / 1e6
                     )
@@ -134,11 +135,12 @@ def main() -> None:
     )
     print(table(paths, concurrencies))
     for name, most in cores.items():
-        share = f"; busiest worker {busiest[name]:.0%} of the workers' CPU at c{top}"
-        print(
-            f"{name.strip()}: at most {most:.2f} cores used in a cell"
-            + (share if name in busiest else "")
+        share = (
+            f"; busiest worker {busiest[name]:.0%} of the workers' CPU at c{top}"
+            if name in busiest
+            else ""
         )
+        print(f"{name.strip()}: at most {most:.2f} cores used in a cell{share}")
 
 
 if __name__ == "__main__":
