@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +188,27 @@ def stats(legacy_url: str) -> dict[str, Any]:
     response.raise_for_status()
     data: dict[str, Any] = response.json()
     return data
+
+
+def answer_rounds(
+    client: httpx.Client, bases: Iterator[str], name: str, arguments: dict[str, Any]
+) -> tuple[Answer, list[str]]:
+    """Call `name`, then retry with answers to every input request until the call
+    completes; each request goes to the next of `bases`. The final answer, and the
+    keys of the input requests in the order they came."""
+    answer = tool_call(client, next(bases), name, arguments)
+    keys: list[str] = []
+    while answer.input_required:
+        keys += list(answer.requests)
+        answer = tool_call(
+            client,
+            next(bases),
+            name,
+            arguments,
+            input_responses=answers_for(answer.requests),
+            state=answer.state,
+        )
+    return answer, keys
 
 
 def marker_count(legacy_url: str, marker: str) -> int:

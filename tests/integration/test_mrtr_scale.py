@@ -340,18 +340,7 @@ def test_retry_on_the_other_replica_is_forwarded_and_completes(
     before = _forwarded(logs)
     hits = len(proxy.hits)
     with httpx.Client(timeout=30.0) as http:
-        answer = mw.tool_call(http, proxy.url, "ask_in_rounds", args)
-        keys = []
-        while answer.input_required:
-            keys += list(answer.requests)
-            answer = mw.tool_call(
-                http,
-                proxy.url,
-                "ask_in_rounds",
-                args,
-                input_responses=mw.answers_for(answer.requests),
-                state=answer.state,
-            )
+        answer, keys = mw.answer_rounds(http, itertools.repeat(proxy.url), "ask_in_rounds", args)
     assert keys == ["round_1", "round_2", "round_3"]
     assert list(answer.result["structuredContent"]) == ["round_1", "round_2", "round_3"]
     # Four requests, alternating replicas: two of the three retries landed on the

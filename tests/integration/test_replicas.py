@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -352,18 +353,7 @@ def test_mrtr_retries_land_anywhere_and_the_call_runs_once(cluster: Cluster) -> 
     args = {"rounds": 3, "keyed": True, "marker": mark}
     forwarded = sum(cluster.events("mrtr_forwarded"))
     with httpx.Client(timeout=30.0) as http:
-        answer = mw.tool_call(http, cluster.url, "ask_in_rounds", args)
-        keys: list[str] = []
-        while answer.input_required:
-            keys += list(answer.requests)
-            answer = mw.tool_call(
-                http,
-                cluster.url,
-                "ask_in_rounds",
-                args,
-                input_responses=mw.answers_for(answer.requests),
-                state=answer.state,
-            )
+        answer, keys = mw.answer_rounds(http, itertools.repeat(cluster.url), "ask_in_rounds", args)
     assert keys == ["round_1", "round_2", "round_3"]
     assert list(answer.result["structuredContent"]) == ["round_1", "round_2", "round_3"]
     # Four requests round robin over three replicas: at least two retries

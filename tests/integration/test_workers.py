@@ -116,18 +116,7 @@ def two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
 
 def run_rounds(http: httpx.Client, targets: Iterator[str], mark: str) -> mw.Answer:
     args = {"rounds": 3, "keyed": True, "marker": mark}
-    answer = mw.tool_call(http, next(targets), "ask_in_rounds", args)
-    keys: list[str] = []
-    while answer.input_required:
-        keys += list(answer.requests)
-        answer = mw.tool_call(
-            http,
-            next(targets),
-            "ask_in_rounds",
-            args,
-            input_responses=mw.answers_for(answer.requests),
-            state=answer.state,
-        )
+    answer, keys = mw.answer_rounds(http, targets, "ask_in_rounds", args)
     assert keys == ROUNDS
     return answer
 

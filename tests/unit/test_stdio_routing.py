@@ -9,30 +9,18 @@ written); the messages are handed to the dispatcher as if read from stdout.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from app.upstream.stdio import StdioExchange, StdioSession, StdioTransport
+from app.upstream.stdio import StdioExchange, StdioSession
+from tests.unit.stdio_spawn import spawned
 
 
 @pytest.fixture
 async def session() -> AsyncIterator[StdioSession]:
-    transport = StdioTransport(
-        ["cat"],
-        env={"PATH": os.defpath},
-        max_processes=1,
-        start_timeout_s=5,
-        slot_wait_s=5,
-        request_timeout_s=5,
-        liveness_s=5,
-        stdin_grace_s=0.5,
-        term_grace_s=0.5,
-    )
-    await transport._take_slot()
-    stdio = await transport._spawn()
+    transport, stdio = await spawned(["cat"], grace_s=0.5)
     stdio.initialized = True
     yield stdio
     await transport.aclose()

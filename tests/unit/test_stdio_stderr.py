@@ -6,7 +6,6 @@ writing to stderr (a shell), since what is checked is the pipe, not MCP."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 
 import pytest
@@ -18,22 +17,11 @@ from app.upstream.stdio import (
     StdioSession,
     StdioTransport,
 )
+from tests.unit.stdio_spawn import spawned
 
 
 async def _session(script: str) -> tuple[StdioTransport, StdioSession]:
-    transport = StdioTransport(
-        ["sh", "-c", script],
-        env={"PATH": os.defpath},
-        max_processes=1,
-        start_timeout_s=5,
-        slot_wait_s=5,
-        request_timeout_s=5,
-        liveness_s=5,
-        stdin_grace_s=0.2,
-        term_grace_s=0.2,
-    )
-    await transport._take_slot()
-    return transport, await transport._spawn()
+    return await spawned(["sh", "-c", script], grace_s=0.2)
 
 
 async def _until(predicate: Callable[[], bool], within_s: float) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.upstream.stdio import StdioTransport
+from tests.unit.stdio_spawn import spawned
 
 
 def _group_alive(pgid: int) -> bool:
@@ -57,19 +57,7 @@ async def _group_gone(pgid: int, *, within_s: float) -> bool:
 async def test_stdin_closed_then_sigterm_then_sigkill(
     argv: list[str], code: int, signals: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    transport = StdioTransport(
-        argv,
-        env={"PATH": os.defpath},
-        max_processes=2,
-        start_timeout_s=5,
-        slot_wait_s=5,
-        request_timeout_s=5,
-        liveness_s=5,
-        stdin_grace_s=0.3,
-        term_grace_s=0.3,
-    )
-    await transport._take_slot()
-    session = await transport._spawn()
+    transport, session = await spawned(argv, grace_s=0.3, max_processes=2)
     assert transport.processes == 1 and _group_alive(session.pid)
     await session.close()
     await transport.aclose()
