@@ -160,47 +160,28 @@ def _upstream_failure(exc: UpstreamError, request_id: RequestId | None) -> Rejec
     )
 
 
-async def _until(
-    messages: AsyncIterator[Message], stop: asyncio.Event
-) -> AsyncGenerator[Message, None]:
-    """`messages` until `stop` is set: each read is raced against it, since
-    closing a stream that another task reads does not wake that read."""
-    stopped = asyncio.ensure_future(stop.wait())
-    step: asyncio.Future[Message] | None = None
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(messages))
-            await asyncio.wait((step, stopped), return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():
-                return
-            finished, step = step, None
-            try:
-                message = finished.result()
-            except StopAsyncIteration:
-                return
-            yield message
-    finally:
-        stopped.cancel()
-        # Whatever ends the relay (the cancellation, the client gone), the read
-        # in flight ends with it, before the caller closes the exchange.
-        if step is not None:
-            step.cancel()
-            with contextlib.suppress(BaseException):
-                await step
-
-
-async def _with_keepalive(
-    messages: AsyncIterator[Message], quiet_s: float
+async def _reads(
+    messages: AsyncIterator[Message],
+    *,
+    stop: asyncio.Event | None = None,
+    quiet_s: float | None = None,
 ) -> AsyncGenerator[Message | None, None]:
-    """`messages`, with None after each `quiet_s` without one. The read goes on
-    across a keepalive: a message is never lost to the timer."""
+    """`messages`, until `stop` is set, with None after each `quiet_s` without one.
+
+    Each read is raced against `stop`, since closing a stream that another task
+    reads does not wake that read; and the read goes on across a quiet period,
+    so a message is never lost to the timer."""
+    stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
     step: asyncio.Future[Message] | None = None
     try:
         while True:
             if step is None:
                 step = asyncio.ensure_future(anext(messages))
-            done, _ = await asyncio.wait((step,), timeout=quiet_s)
-            if not done:
+            waited = (step,) if stopped is None else (step, stopped)
+            await asyncio.wait(waited, timeout=quiet_s, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                if stopped is not None and stopped.done():
+                    return
                 yield None
                 continue
             finished, step = step, None
@@ -210,6 +191,10 @@ async def _with_keepalive(
                 return
             yield message
     finally:
+        if stopped is not None:
+            stopped.cancel()
+        # Whatever ends the relay (the cancellation, the client gone), the read
+        # in flight ends with it, before the caller closes the exchange.
         if step is not None:
             step.cancel()
             with contextlib.suppress(BaseException):
@@ -534,9 +519,11 @@ class LegacyFront:
             cancel = asyncio.Event()
             call_key = (session.id, request.id)
             self._cancels[call_key] = cancel
-            relayed = _until(aiter(exchange), cancel)
+            relayed = _reads(aiter(exchange), stop=cancel)
             try:
                 async for message in relayed:
+                    if message is None:
+                        continue  # no quiet period was asked for: never yielded
                     if "method" not in message:
                         # The session is this client's alone: its ids are the upstream's.
                         if message.get("id") != request.id:
@@ -706,7 +693,7 @@ class LegacyFront:
                 failure = _upstream_failure(exc, None)
                 yield Outgoing(failure.to_message(), True, failure.http_status)
                 return
-            relayed = _with_keepalive(aiter(exchange), self._keepalive_s)
+            relayed = _reads(aiter(exchange), quiet_s=self._keepalive_s)
             try:
                 yield Outgoing({}, keepalive=True)  # the stream is open: headers now
                 async for message in relayed:
