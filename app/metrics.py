@@ -82,6 +82,18 @@ UPSTREAM_ERROR_KINDS = (
 # `CallState.outcome` values the code sets (app/gateway.py, app/mrtr/bridge.py,
 # app/subscriptions/listen.py; tests/unit/test_metrics.py checks the list against
 # the source). "error <code>" carries the upstream's code: counted as "error".
+# How a request relayed to the replica (or worker) owning its state ended
+# (app/replicas.py), and what was owned there: fixed sets, so no relay can mint
+# a label.
+RELAY_ENDINGS = (
+    "relayed",
+    "owner_unreachable",
+    "owner_broke_off",
+    "client_disconnected",
+    "client_stalled",
+)
+RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call")
+
 OUTCOMES: frozenset[str] = frozenset(
     {
         "ok",
@@ -361,6 +373,22 @@ class Metrics:
             ["code", "status"],
             registry=self.registry,
         )
+        self._relays = Counter(
+            "mcp_shim_replica_relays",
+            "Requests handed to the replica or worker that owns their state (a legacy "
+            "session, an HTTP+SSE channel, a parked MRTR call), by what is owned there "
+            "and how the relay ended",
+            ["owned", "ending"],
+            registry=self.registry,
+        )
+        self._relay_duration = Histogram(
+            "mcp_shim_replica_relay_duration_seconds",
+            "Relayed requests other than streams (a GET stream lasts as its client "
+            "keeps it): from the relay's start to the end of the owner's answer",
+            ["owned"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
         self._live = _LiveCollector()
         self._server: MetricsServer | None = None
         self.registry.register(self._live)
@@ -406,6 +434,18 @@ class Metrics:
             upstream.observe(upstream_s)
         if outcome in self._error_children:
             self._error_children[outcome].inc()
+
+    def relayed(self, owned: str, ending: str, duration_s: float, stream: bool) -> None:
+        """A request relayed to its state's owner (app/replicas.py), ended."""
+        ending = ending.partition(":")[0]  # owner_broke_off:<exception>
+        self._relays.labels(
+            owned if owned in RELAY_OWNED else OTHER,
+            ending if ending in RELAY_ENDINGS else OTHER,
+        ).inc()
+        if not stream:
+            self._relay_duration.labels(owned if owned in RELAY_OWNED else OTHER).observe(
+                duration_s
+            )
 
     def rejected(self, code: int | None, status: int) -> None:
         """A front refusal (the `request_refused` / `request_rejected` log events)."""

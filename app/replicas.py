@@ -147,6 +147,13 @@ class ReplicaRelay:
         self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
         self._connect_timeout_s = connect_timeout_s
         self._http: httpx.AsyncClient | None = None
+        # Told of every relay's end (owned, ending, seconds, stream): the metrics.
+        self.observer: Callable[[str, str, float, bool], None] | None = None
+
+    def ended(self, owned: str, ending: str, duration_s: float, *, stream: bool) -> None:
+        """A relay is over: count it (a relay carries no call of its own to count)."""
+        if self.observer is not None:
+            self.observer(owned, ending, duration_s, stream)
 
     @property
     def _client(self) -> httpx.AsyncClient:
@@ -309,6 +316,8 @@ class Relayed(Response):
             if answer is not None:
                 with contextlib.suppress(Exception):
                     await answer.aclose()
+            duration_s = time.perf_counter() - started
+            self._relay.ended(t.what, ending, duration_s, stream=t.long_lived)
             log.info(
                 "replica_relayed",
                 replica=t.replica[:200],
@@ -316,7 +325,7 @@ class Relayed(Response):
                 http_method=t.method,
                 status=status,
                 ending=ending,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                duration_ms=round(duration_s * 1000, 2),
             )
 
 

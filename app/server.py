@@ -233,6 +233,7 @@ def create_app(settings: Settings) -> GatewayApp:
         app.state.subscriptions = subscriptions
         # Who owns what among replicas, and the relay to the owner (app/replicas.py).
         replicas = build_replicas(settings)
+        replicas.relay.observer = app_metrics.relayed
         legacy_sessions = LegacySessions(pool, idle_s=settings.session_idle_s, ids=replicas.ids)
         legacy_sessions.start()
         app.state.legacy = LegacyFront(

@@ -17,6 +17,7 @@ and reads the owner's answer as frames for the bridge.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import AsyncGenerator
 
 import httpx
@@ -69,45 +70,57 @@ class ReplicaForwarder:
     async def forward(
         self, call: ModernCall, authorization: str | None, replica: str
     ) -> AsyncGenerator[Frame, None]:
+        started = time.perf_counter()
+        ending = "client_disconnected"  # the client went away, unless set below
         try:
-            response = await self._relay.send(
-                replica,
-                "POST",
-                "/mcp",
-                hop_headers(call, authorization).items(),
-                jsonio.dumps(call.message),
-            )
-        except RelayFailed as exc:
-            log.warning("mrtr_forward_failed", replica=replica, error=str(exc))
-            yield _unreachable(call)
-            return
-        try:
-            kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if kind == "text/event-stream":
-                async for event in EventSource(response).aiter_sse():
-                    if not event.data:
-                        continue
-                    message = jsonio.loads(event.data)
-                    if not isinstance(message, dict):
-                        continue
-                    final = message.get("id") == call.id and (
-                        "result" in message or "error" in message
-                    )
-                    yield Frame(message, final)
-                    if final:
-                        return
+            try:
+                response = await self._relay.send(
+                    replica,
+                    "POST",
+                    "/mcp",
+                    hop_headers(call, authorization).items(),
+                    jsonio.dumps(call.message),
+                )
+            except RelayFailed as exc:
+                log.warning("mrtr_forward_failed", replica=replica, error=str(exc))
+                ending = "owner_unreachable"
                 yield _unreachable(call)
                 return
-            message = jsonio.loads(await response.aread())
-            if not isinstance(message, dict):
+            try:
+                kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+                if kind == "text/event-stream":
+                    async for event in EventSource(response).aiter_sse():
+                        if not event.data:
+                            continue
+                        message = jsonio.loads(event.data)
+                        if not isinstance(message, dict):
+                            continue
+                        final = message.get("id") == call.id and (
+                            "result" in message or "error" in message
+                        )
+                        if final:
+                            ending = "relayed"
+                        yield Frame(message, final)
+                        if final:
+                            return
+                    ending = "owner_broke_off"
+                    yield _unreachable(call)
+                    return
+                message = jsonio.loads(await response.aread())
+                if not isinstance(message, dict):
+                    ending = "owner_broke_off"
+                    yield _unreachable(call)
+                    return
+                ending = "relayed"
+                yield Frame(message, True, response.status_code)
+            except (httpx.HTTPError, SSEError, jsonio.JSONDecodeError) as exc:
+                log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
+                ending = "owner_broke_off"
                 yield _unreachable(call)
-                return
-            yield Frame(message, True, response.status_code)
-        except (httpx.HTTPError, SSEError, jsonio.JSONDecodeError) as exc:
-            log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
-            yield _unreachable(call)
+            finally:
+                await response.aclose()
         finally:
-            await response.aclose()
+            self._relay.ended("mrtr_call", ending, time.perf_counter() - started, stream=False)
 
 
 def _unreachable(call: ModernCall) -> Frame:

@@ -142,6 +142,8 @@ def test_retry_on_the_other_worker_is_relayed_to_the_owner(two: Workers, legacy_
     assert answer.result["resultType"] == "complete"
     after = forwarded(two.log)
     assert after.get(1, 0) - before.get(1, 0) == 2, (before, after)
+    counted = relay_counts(two)
+    assert counted.get(("1", "mrtr_call", "relayed"), 0) >= 2, counted
     assert after.get(0, 0) == before.get(0, 0)
     assert mw.marker_count(legacy_url, mark) == 1
 
@@ -188,10 +190,26 @@ def test_a_legacy_session_is_served_on_every_worker_by_its_owner(
             if line["event"] == "replica_relayed" and line["owned"] == "legacy_session"
         ]
         assert [line["worker"] for line in relayed] == [1, 1], relayed
+        before = relay_counts(two)
         deleted = http.delete(urls[1] + "/mcp", headers=replicas.headers(session_id))
         assert deleted.status_code == 200, deleted.text
+        # The relay is counted where it happened, by what was owned and how it ended.
+        after = relay_counts(two)
+        key = ("1", "legacy_session", "relayed")
+        assert after.get(key, 0) - before.get(key, 0) == 1, (before, after)
+        assert not any(w == "0" and owned == "legacy_session" for w, owned, _ in after), after
         gone = replicas.whoami(http, urls[0], session_id, marker())
         assert gone.status_code == 404, gone.text
+
+
+def relay_counts(workers: Workers) -> dict[tuple[str, str, str], float]:
+    """mcp_shim_replica_relays_total by (worker, owned, ending), from the metrics port."""
+    samples = parse_exposition(httpx.get(workers.metrics, timeout=10.0).text)
+    return {
+        (labels["worker"], labels["owned"], labels["ending"]): value
+        for name, labels, value in samples
+        if name == "mcp_shim_replica_relays_total"
+    }
 
 
 def test_the_metrics_port_serves_every_worker_and_the_main_port_none(two: Workers) -> None:

@@ -179,3 +179,25 @@ def test_rejections_by_code_and_status() -> None:
         frozenset({("code", "-32600"), ("status", "413")}): 2,
         frozenset({("code", "none"), ("status", "405")}): 1,
     }
+
+
+def test_relays_are_counted_by_what_is_owned_and_how_they_ended() -> None:
+    registry = Metrics(process=False)
+    registry.relayed("legacy_session", "relayed", 0.004, False)
+    registry.relayed("legacy_session", "owner_broke_off:ReadError", 1.0, True)
+    registry.relayed("mrtr_call", "owner_unreachable", 0.002, False)
+    registry.relayed("a label nobody fixed", "an ending nobody fixed", 0.001, False)
+    series = samples(registry)
+
+    def relays(owned: str, ending: str) -> float:
+        key = frozenset({("owned", owned), ("ending", ending)})
+        return series["mcp_shim_replica_relays_total", key]
+
+    assert relays("legacy_session", "relayed") == 1
+    assert relays("legacy_session", "owner_broke_off") == 1  # the exception is no label
+    assert relays("mrtr_call", "owner_unreachable") == 1
+    assert relays("other", "other") == 1
+    # A stream's duration is its client's to choose: not observed.
+    owned = frozenset({("owned", "legacy_session")})
+    assert series["mcp_shim_replica_relay_duration_seconds_count", owned] == 1
+    assert series["mcp_shim_replica_relay_duration_seconds_sum", owned] == pytest.approx(0.004)
