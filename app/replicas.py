@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 import structlog
@@ -36,6 +36,9 @@ from starlette.responses import Response
 from app import jsonio
 from app.config import Settings
 from app.mrtr.state import Sealer, caller_digest, generate_key
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = structlog.get_logger("mcp_shim.replicas")
 
@@ -144,9 +147,9 @@ class ReplicaRelay:
     """One HTTP client toward the other replicas, for every kind of owned state."""
 
     def __init__(self, *, connect_timeout_s: float, request_timeout_s: float) -> None:
-        self._timeout = httpx.Timeout(request_timeout_s, connect=connect_timeout_s)
+        self._request_timeout_s = request_timeout_s
         self._connect_timeout_s = connect_timeout_s
-        self._http: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         # Told of every relay's end (owned, ending, seconds, stream): the metrics.
         self.observer: Callable[[str, str, float, bool], None] | None = None
 
@@ -155,22 +158,27 @@ class ReplicaRelay:
         if self.observer is not None:
             self.observer(owned, ending, duration_s, stream)
 
-    @property
-    def _client(self) -> httpx.AsyncClient:
-        # Made by the first relay, not at start: httpx's own transport loads a CA
-        # bundle and httpcore (about 3 MB of RSS), and a gateway without replicas
-        # or workers never relays (bench/README.md, "Memory").
-        if self._http is None:
-            # No bound of its own on connections: each relayed GET stream holds one
-            # for as long as its client does (httpx's default of 100 would make the
-            # 101st wait); what bounds them is the clients' connections
-            # (MCP_SHIM_MAX_CONNECTIONS).
-            self._http = httpx.AsyncClient(
-                timeout=self._timeout,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                trust_env=False,
+    def _client(self) -> aiohttp.ClientSession:
+        # Made by the first relay, not at start (aiohttp wants a running loop),
+        # and a gateway without replicas or workers never relays.
+        if self._session is None:
+            import aiohttp
+
+            from app.upstream.streamable_http import KEEPALIVE_S
+
+            # aiohttp's session itself, as for the upstream's POSTs: through
+            # httpx's client and its own transport (httpcore), a relayed call
+            # cost 2.2-3.1 ms of the relaying replica's CPU, against about 0.5
+            # ms for the whole call served by its owner (bench/relay.py).
+            # No bound of its own on connections: each relayed GET stream holds
+            # one for as long as its client does (aiohttp's default of 100 would
+            # make the 101st wait); what bounds them is the clients' connections
+            # (MCP_SHIM_MAX_CONNECTIONS). No cookie jar: it serves every caller.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
-        return self._http
+        return self._session
 
     async def send(
         self,
@@ -182,23 +190,35 @@ class ReplicaRelay:
         *,
         long_lived: bool = False,
     ) -> httpx.Response:
-        """The owner's answer, headers read, body still to stream (the caller closes it)."""
-        request = self._client.build_request(
-            method,
-            replica.rstrip("/") + target,
-            content=body or None,
-            headers=relayed_headers(headers),
+        """The owner's answer, headers read, body still to stream (the caller closes it).
+
+        An `httpx.Response` over aiohttp's, whose stream raises httpx's errors:
+        the callers read it as any other (the MRTR forwarding parses its SSE)."""
+        import aiohttp
+        from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
+
+        # A GET stream lasts as long as the client keeps it; the owner's own
+        # keepalives and its upstream's timeouts bound it, not ours.
+        read = None if long_lived else self._request_timeout_s
+        timeout = aiohttp.ClientTimeout(
+            sock_connect=self._connect_timeout_s, sock_read=read, connect=read
         )
-        if long_lived:
-            # A GET stream lasts as long as the client keeps it; the owner's own
-            # keepalives and its upstream's timeouts bound it, not ours.
-            request.extensions["timeout"] = httpx.Timeout(
-                None, connect=self._connect_timeout_s
-            ).as_dict()
         try:
-            return await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            with map_aiohttp_exceptions():
+                answer = await self._client().request(
+                    method,
+                    replica.rstrip("/") + target,
+                    data=body or None,
+                    headers=relayed_headers(headers),
+                    timeout=timeout,
+                    allow_redirects=False,
+                    auto_decompress=False,
+                )
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise RelayFailed(type(exc).__name__) from None
+        return httpx.Response(
+            answer.status, headers=answer.raw_headers, stream=AiohttpResponseStream(answer)
+        )
 
     def answer(
         self,
@@ -222,8 +242,8 @@ class ReplicaRelay:
         )
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 @dataclass(frozen=True, slots=True)
