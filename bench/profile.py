@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, str, str]] = [
     ("httpx_aiohttp transport", "", "httpx_aiohttp/"),
     ("aiohttp (upstream connection)", "", "aiohttp/"),
     ("SSE parsing (httpx_sse)", "", "httpx_sse/"),
+    ("SSE parsing (app/upstream/sse_decoder.py)", "", "app/upstream/sse_decoder.py"),
     ("session pool (acquire/release)", "", "app/upstream/pool.py"),
     ("front validation (modern.parse)", "parse", "app/front/modern.py"),
     ("translators", "", "translators/"),

@@ -24,7 +24,12 @@ counted), best and median of the rounds, and calls/s:
   `HttpExchange` do now: aiohttp's response read directly, one `read()` for
   JSON, its chunks through app/upstream/sse_decoder.py for SSE;
 - `aiohttp session.post`: the aiohttp session itself, as bench/hop.py posts,
-  the body read whole and parsed with the least code (no SSE decoder).
+  the body read whole and parsed with the least code (no SSE decoder);
+- `httptools Protocol (not wired)`: a minimal keep-alive HTTP/1.1 client, an
+  asyncio Protocol per connection with httptools' response parser, a list of
+  idle connections, the request's bytes joined once; the answer through the
+  same SSE decoder and orjson. A measurement for the team's decision only:
+  nothing of the gateway uses it (no timeouts, no errors mapped, no TLS).
 
 The first three read the answer's messages as `HttpExchange` did before this
 change (`_OldExchange`: `aread` or httpx_sse's `EventSource`), the fourth
@@ -44,12 +49,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httptools
 import httpx
 import orjson
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 from httpx_sse import EventSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.upstream.sse_decoder import SSEDecoder
 from app.upstream.streamable_http import (
     HttpExchange,
     _content_type,
@@ -121,6 +128,78 @@ class _OldExchange:
         await self._messages.aclose()  # type: ignore[attr-defined]
         await self._response.aclose()
         _unbind(self._response)
+
+
+class _H1(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection: requests written whole, answers
+    parsed by httptools; one request at a time."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[tuple[int, bytes, bytes]] | None = None
+        self.body: list[bytes] = []
+        self.content_type = b""
+        self.keep_alive = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.keep_alive = False
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc or ConnectionError("upstream closed"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self.content_type = value
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        body = b"".join(self.body)
+        self.body = []
+        self.keep_alive = self.parser.should_keep_alive()
+        if waiter is not None and not waiter.done():
+            waiter.set_result((self.parser.get_status_code(), body, self.content_type))
+
+
+class _H1Pool:
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        parsed = httpx.URL(url)
+        self.host, self.port = parsed.host, parsed.port or 80
+        lines = [f"POST {parsed.raw_path.decode()} HTTP/1.1", f"host: {self.host}:{self.port}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        self.head = ("\r\n".join(lines) + "\r\ncontent-length: ").encode()
+        self.idle: list[_H1] = []
+        self.open: list[_H1] = []
+
+    async def post(self, body: bytes) -> tuple[int, bytes, bytes]:
+        if self.idle:
+            conn = self.idle.pop()
+        else:
+            loop = asyncio.get_running_loop()
+            _, conn = await loop.create_connection(_H1, self.host, self.port)
+            self.open.append(conn)
+        assert conn.transport is not None
+        conn.waiter = asyncio.get_running_loop().create_future()
+        conn.transport.write(b"%s%d\r\n\r\n%s" % (self.head, len(body), body))
+        answer = await conn.waiter
+        if conn.keep_alive:
+            self.idle.append(conn)
+        else:
+            conn.transport.close()
+        return answer
+
+    def close(self) -> None:
+        for conn in self.open:
+            if conn.transport is not None:
+                conn.transport.close()
 
 
 async def _messages(exchange: _OldExchange | HttpExchange, i: int) -> None:
@@ -229,12 +308,25 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
             body = await answer.read()
             common.answer(body, answer.headers.get("content-type", ""))
 
+    h1 = _H1Pool(url, {**merged, **headers})
+    stack.append(h1)
+
+    async def via_httptools(i: int) -> None:
+        status, body, content_type = await h1.post(_call(i))
+        if content_type.startswith(b"text/event-stream"):
+            for event in SSEDecoder().feed(body):
+                if event.data:
+                    orjson.loads(event.data)
+        elif status == 200:
+            orjson.loads(body)
+
     return {
         "httpx client.send": via_send,
         "httpx.Request to transport": via_transport,
         "poster, httpx.Response (before)": via_poster_before,
         "UpstreamClient.poster (now)": via_poster,
         "aiohttp session.post": via_aiohttp,
+        "httptools Protocol (not wired)": via_httptools,
     }
 
 
@@ -255,6 +347,8 @@ async def _bench(urls: dict[str, str], calls: int, concurrency: int, rounds: int
         for closing in stack:
             if isinstance(closing, aiohttp.ClientSession):
                 await closing.close()
+            elif isinstance(closing, _H1Pool):
+                closing.close()
             else:
                 await closing.aclose()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

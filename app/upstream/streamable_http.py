@@ -459,11 +459,22 @@ async def _refuse_challenge(response: Answer, what: str) -> None:
     "Error Handling"), whatever its body: relayed with its challenge, never retried."""
     if response.status_code in (401, 403):
         status = response.status_code
-        challenge = response.headers.get("www-authenticate")
+        challenge = _joined(response, "www-authenticate")
         await response.aclose()
         raise UpstreamAuthChallenge(
             f"upstream answered {what} with HTTP {status}", status, challenge
         )
+
+
+def _joined(response: Answer, name: str) -> str | None:
+    """A header's value, its fields joined with ", " when it came more than once,
+    as httpx's `Headers.get` gives it (an upstream may send one WWW-Authenticate
+    per scheme, RFC 9110 section 11.6.1); aiohttp's `get` gives the first only."""
+    if isinstance(response, AiohttpAnswer):
+        values = response.headers.getall(name, ())
+        return ", ".join(values) if values else None
+    value: str | None = response.headers.get(name)
+    return value
 
 
 def _content_type(response: Answer) -> str:
@@ -696,7 +707,7 @@ class StreamableHttpTransport:
                 f"upstream refused initialize with HTTP {response.status_code}",
                 response.status_code,
             )
-        session_id = response.headers.get(SESSION_HEADER)
+        session_id = _joined(response, SESSION_HEADER)
         answer: Message | None = None
         exchange = HttpExchange(response, "initialize")
         try:

@@ -238,6 +238,15 @@ async def test_a_broken_answer_is_the_gateways_error(
         assert raised.value.www_authenticate == "Bearer x"
 
 
+async def test_every_challenge_of_a_401_is_relayed(client: UpstreamClient) -> None:
+    # RFC 9110 section 11.6.1: a server may send a WWW-Authenticate field per scheme.
+    head = b"HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer x\r\n"
+    head += b'www-authenticate: Basic realm="y"\r\ncontent-length: 0\r\n\r\n'
+    with pytest.raises(UpstreamAuthChallenge) as raised:
+        await _call(client, head)
+    assert raised.value.www_authenticate == 'Bearer x, Basic realm="y"'
+
+
 @pytest.mark.parametrize(
     "answer", [BAD_CHUNK, LONG_HEADER, b"NOT HTTP\r\n\r\n"], ids=["chunk", "header", "status"]
 )
