@@ -5,8 +5,10 @@
 Answers `initialize` (with an `Mcp-Session-Id`), `tools/list` (one tool,
 `echo`) and `tools/call` in the legacy JSON form (`application/json`, no SSE),
 `notifications/*` with 202, `DELETE` with 200 and `GET` with 405 (no standalone
-stream). Raw asyncio on uvloop with a minimal HTTP/1.1 reader (keep-alive,
-Content-Length bodies only): about 10 us of CPU per call, so that what a
+stream). With `--sse`, a request's answer is an SSE stream instead (one
+`message` event with an id, chunked, as the SDK's servers send it).
+Raw asyncio on uvloop with a minimal HTTP/1.1 reader (keep-alive,
+Content-Length request bodies only): about 10 us of CPU per call, so that what a
 benchmark measures in front of it is the hop, not the server. The tests use
 the official SDK server (tests/fixtures); nothing here is evidence of MCP
 behaviour.
@@ -36,6 +38,7 @@ _TOOLS = {
     ]
 }
 _SESSION = uuid.uuid4().hex
+_SSE = False  # --sse
 
 
 def _answer(msg: Any) -> tuple[int, bytes, bool]:
@@ -70,6 +73,15 @@ _REASONS = {200: b"OK", 202: b"Accepted", 400: b"Bad Request", 405: b"Method Not
 
 def _response(status: int, body: bytes, session: bool = False, json: bool = True) -> bytes:
     head = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"X"))]
+    if _SSE and body and json:
+        head.append(b"content-type: text/event-stream")
+        head.append(b"cache-control: no-cache")
+        if session:
+            head.append(b"mcp-session-id: " + _SESSION.encode())
+        head.append(b"transfer-encoding: chunked")
+        event = b"event: message\r\nid: 1\r\ndata: " + body + b"\r\n\r\n"
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event)
+        return b"\r\n".join(head) + b"\r\n\r\n" + chunked
     if body and json:
         head.append(b"content-type: application/json")
     if session:
@@ -126,7 +138,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9100)
+    parser.add_argument("--sse", action="store_true", help="answer requests with SSE streams")
     args = parser.parse_args()
+    global _SSE
+    _SSE = args.sse
     print(f"fast upstream on http://{args.host}:{args.port}/mcp pid {os.getpid()}", flush=True)
     import uvloop
 

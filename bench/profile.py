@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, str, str]] = [
     ("httpx_aiohttp transport", "", "httpx_aiohttp/"),
     ("aiohttp (upstream connection)", "", "aiohttp/"),
     ("SSE parsing (httpx_sse)", "", "httpx_sse/"),
+    ("SSE parsing (app/upstream/sse_decoder.py)", "", "app/upstream/sse_decoder.py"),
     ("session pool (acquire/release)", "", "app/upstream/pool.py"),
     ("front validation (modern.parse)", "parse", "app/front/modern.py"),
     ("translators", "", "translators/"),
@@ -106,7 +107,8 @@ def main() -> None:
         action="append",
         default=[],
         metavar="ARG",
-        help="extra argument of the legacy fixture (e.g. --fixture-arg=--json-response)",
+        help="extra argument of the upstream (--fixture-arg=--json-response to the "
+        "legacy fixture, --fixture-arg=--sse to the fast upstream)",
     )
     parser.add_argument("--functions", action="store_true", help="also inclusive per function")
     parser.add_argument("--tag", default="", help="suffix of the files kept in results/bench")
@@ -129,7 +131,7 @@ def main() -> None:
     up_port, port = procs.free_port(), procs.free_port()
     upstream = f"http://127.0.0.1:{up_port}/mcp"
     if args.upstream == "fast":
-        up_argv = [sys.executable, str(ROOT / "bench" / "fast_upstream.py")]
+        up_argv = [sys.executable, str(ROOT / "bench" / "fast_upstream.py"), *args.fixture_arg]
     else:
         up_argv = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), *args.fixture_arg]
     env = {

@@ -32,11 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 
 import httpx
 import structlog
-from httpx_sse import EventSource, ServerSentEvent
 
 from app import jsonio, tracing
 from app.upstream.base import Message
@@ -49,6 +48,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.routing import Exchange, Router, initialize_result
+from app.upstream.sse_decoder import Event, SSEDecoder
 from app.upstream.streamable_http import (
     StreamableHttpSession,
     StreamableHttpTransport,
@@ -82,7 +82,7 @@ class SseSession:
         client: httpx.AsyncClient,
         endpoint: httpx.URL,
         stream: httpx.Response,
-        events: AsyncIterator[ServerSentEvent],
+        events: AsyncIterator[Event],
         headers: Mapping[str, str],
         request_timeout_s: float,
     ) -> None:
@@ -168,12 +168,12 @@ class SseSession:
 
     # -- reading ------------------------------------------------------------------
 
-    async def _read(self, events: AsyncIterator[ServerSentEvent]) -> None:
+    async def _read(self, events: AsyncIterator[Event]) -> None:
         ended: UpstreamError = UpstreamUnavailable("the upstream's SSE stream ended")
         try:
             with _library_errors("SSE stream"):
                 async for event in events:
-                    if event.event not in ("message", "") or not event.data:
+                    if event.event != "message" or not event.data:
                         continue
                     try:
                         parsed = jsonio.loads(event.data)
@@ -226,7 +226,7 @@ async def open_sse_session(
         )
     session: SseSession | None = None
     try:
-        events = EventSource(response).aiter_sse()
+        events = _events(response)
         endpoint = await _endpoint(events, response.url, endpoint_timeout_s)
         session = SseSession(client, endpoint, response, events, headers, request_timeout_s)
         exchange = await session.request(initialize)
@@ -249,8 +249,21 @@ async def open_sse_session(
         raise
 
 
+async def _events(response: httpx.Response) -> AsyncIterator[Event]:
+    """The stream's events, as app/upstream/sse_decoder.py decodes its bytes."""
+    decoder = SSEDecoder()
+    chunks = response.aiter_bytes()
+    try:
+        async for chunk in chunks:
+            for event in decoder.feed(chunk):
+                yield event
+    finally:
+        if isinstance(chunks, AsyncGenerator):  # httpx's: closed now, not by the loop later
+            await chunks.aclose()
+
+
 async def _endpoint(
-    events: AsyncIterator[ServerSentEvent], stream_url: httpx.URL, timeout_s: float
+    events: AsyncIterator[Event], stream_url: httpx.URL, timeout_s: float
 ) -> httpx.URL:
     """The first event must be `endpoint` (2024-11-05 basic/transports); its URI is
     resolved against the stream's URL and must stay on the stream's origin, so

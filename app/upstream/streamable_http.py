@@ -1,7 +1,9 @@
 """Legacy Streamable HTTP (2025-03-26 .. 2025-11-25) toward the upstream server.
 
-httpx is the API; its transport is aiohttp's (httpx-aiohttp), chosen by
-measurement: bench/README.md. Every httpx/aiohttp exception is turned into an
+httpx is the API of the rare paths; its transport is aiohttp's (httpx-aiohttp),
+chosen by measurement: bench/README.md. A session's POSTs (the hot path) go to
+the aiohttp session itself and their answers are read from aiohttp's response
+(`AiohttpAnswer`). Every httpx/aiohttp exception is turned into an
 `app.upstream.errors` error in `_library_errors`, and nowhere else.
 """
 
@@ -12,7 +14,8 @@ import contextlib
 import contextvars
 import http.cookiejar
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from types import TracebackType
 from typing import Any, Protocol
 
 import aiohttp
@@ -20,8 +23,7 @@ import httpx
 import structlog
 from aiohttp.tracing import Trace
 from httpx_aiohttp import AiohttpTransport
-from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
-from httpx_sse import EventSource, SSEError
+from multidict import CIMultiDictProxy
 
 from app import jsonio, metrics, tracing
 from app.upstream.base import Message
@@ -34,6 +36,7 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstream.sse_decoder import SSEDecoder
 from translators.registry import Version, get_version
 
 SESSION_HEADER = "mcp-session-id"
@@ -56,29 +59,74 @@ def _really_timed_out(exc: httpx.TimeoutException) -> bool:
     )
 
 
-@contextlib.contextmanager
-def _library_errors(what: str) -> Iterator[None]:
-    """The one place where library exceptions become the gateway's own."""
-    try:
-        yield
-    except UpstreamError:
-        raise
-    except httpx.TimeoutException as exc:
+# aiohttp's errors that are not a broken connection (aiohttp.ClientConnectionError,
+# named by its own class) get the name httpx-aiohttp gave them, the name the
+# messages carried when the hot path's answers came through httpx.
+_AIOHTTP_NAMES: tuple[tuple[type[BaseException], str], ...] = (
+    (aiohttp.ClientPayloadError, "ReadError"),
+    (aiohttp.ClientHttpProxyError, "ProxyError"),
+    (aiohttp.InvalidUrlClientError, "UnsupportedProtocol"),
+    (aiohttp.NonHttpUrlClientError, "UnsupportedProtocol"),
+)
+
+
+def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
+    """The gateway's error for a library's exception, None for one left as it is."""
+    if isinstance(exc, aiohttp.ClientError):
+        # The hot path (UpstreamClient.poster, AiohttpAnswer): aiohttp's own.
+        if isinstance(exc, aiohttp.ServerTimeoutError):
+            return UpstreamTimeout(f"upstream timed out during {what}")
+        if isinstance(exc, aiohttp.ClientConnectionError):
+            return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
+        for kind, name in _AIOHTTP_NAMES:
+            if isinstance(exc, kind):
+                return UpstreamUnavailable(f"upstream unreachable during {what}: {name}")
+        # What is left is aiohttp's parser refusing the answer (ClientResponseError:
+        # a bad status line, a bad chunk size, headers over 8 KiB).
+        return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
+    if isinstance(exc, httpx.TimeoutException):
         if not _really_timed_out(exc):
-            raise UpstreamUnavailable(
+            return UpstreamUnavailable(
                 f"upstream unreachable during {what}: {type(exc.__cause__).__name__}"
-            ) from exc
-        raise UpstreamTimeout(f"upstream timed out during {what}") from exc
-    except (httpx.TransportError, OSError) as exc:
-        raise UpstreamUnavailable(
-            f"upstream unreachable during {what}: {type(exc).__name__}"
-        ) from exc
-    except (SSEError, jsonio.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UpstreamProtocolError(f"upstream sent malformed data during {what}") from exc
-    except UnicodeEncodeError:
-        # httpx encodes header values as ASCII, and its exception holds the whole
-        # value (a credential, possibly): dropped, never chained into a log.
-        raise UpstreamError(f"a header value for {what} is not printable ASCII") from None
+            )
+        return UpstreamTimeout(f"upstream timed out during {what}")
+    if isinstance(exc, httpx.TransportError | OSError):
+        return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
+    if isinstance(exc, jsonio.JSONDecodeError | UnicodeDecodeError):
+        return UpstreamProtocolError(f"upstream sent malformed data during {what}")
+    if isinstance(exc, UnicodeEncodeError):
+        return UpstreamError(f"a header value for {what} is not printable ASCII")
+    return None
+
+
+class _library_errors:  # named as the function it was: its callers are unchanged
+    """The one place where library exceptions become the gateway's own. A class
+    rather than a generator's context manager: entered on every call, twice."""
+
+    __slots__ = ("_what",)
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if not isinstance(exc, Exception) or isinstance(exc, UpstreamError):
+            return
+        mapped = _upstream_error(exc, self._what)
+        if mapped is None:
+            return
+        if isinstance(exc, UnicodeEncodeError):
+            # httpx encodes header values as ASCII, and its exception holds the
+            # whole value (a credential, possibly): dropped, never chained into a log.
+            raise mapped from None
+        raise mapped from exc
 
 
 class _NoCookies(http.cookiejar.CookieJar):
@@ -101,7 +149,7 @@ class Post(Protocol):
 
     def __call__(
         self, content: bytes, extra: Mapping[str, str], resend: bool = False
-    ) -> Awaitable[httpx.Response]: ...
+    ) -> Awaitable[Answer]: ...
 
 
 def resendable(message: Message) -> bool:
@@ -173,13 +221,13 @@ class UpstreamClient(httpx.AsyncClient):
 
     On the aiohttp transport a POST goes to the aiohttp session itself, with
     the session's headers merged and its timeouts built once; the answer is
-    read through an `httpx.Response` around aiohttp's, as the transport would
-    give it (same parsing, SSE included; same exceptions, mapped by
-    httpx-aiohttp). httpx's per-call layers (`build_request`'s URL and header
-    merging, the `httpx.Request`, auth, redirects, cookies, the response's
-    stream binding, the header conversion back to aiohttp's) cost 220 us of
-    the 310 us a POST cost the gateway's process (bench/upstream_post.py,
-    bench/README.md)."""
+    aiohttp's response (`AiohttpAnswer`), read by `HttpExchange` without
+    httpx: one `read()` for JSON, aiohttp's chunks through `SSEDecoder` for a
+    stream. httpx's per-call layers (`build_request`'s URL and header merging,
+    the `httpx.Request`, auth, redirects, cookies, the response's stream
+    binding, the header conversion back to aiohttp's, then its body's chain
+    of generators) cost most of the CPU a POST cost the gateway's process
+    (bench/upstream_post.py, bench/README.md)."""
 
     def __init__(
         self,
@@ -215,7 +263,9 @@ class UpstreamClient(httpx.AsyncClient):
         # session's headers are checked once, the same way for both.
         unsendable = not all(_printable_ascii(v) for v in merged.values())
 
-        async def send(via: aiohttp.ClientSession, content: bytes, headers: Any) -> Any:
+        async def send(
+            via: aiohttp.ClientSession, content: bytes, headers: Any
+        ) -> aiohttp.ClientResponse:
             return await via.request(
                 "POST",
                 target,
@@ -223,35 +273,34 @@ class UpstreamClient(httpx.AsyncClient):
                 headers=headers,
                 timeout=client_timeout,
                 allow_redirects=False,
-                auto_decompress=False,
+                # The headers offer httpx's Accept-Encoding (gzip, deflate), and
+                # httpx.Response decoded what came so: aiohttp decodes it now.
+                auto_decompress=True,
             )
 
         async def post(
             content: bytes, extra: Mapping[str, str], resend: bool = False
-        ) -> httpx.Response:
+        ) -> AiohttpAnswer:
+            # aiohttp's exceptions go up as they are: `_library_errors` around
+            # the call (StreamableHttpSession._post, SseSession._post) maps them.
             if unsendable:
                 raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
             headers = {**merged, **extra} if extra else merged
-            with map_aiohttp_exceptions():
-                if not resend:
-                    answer = await send(session(), content, headers)
-                else:
-                    attempt = _Attempt()
-                    token = _ATTEMPT.set(attempt)
-                    try:
-                        answer = await send(session(), content, headers)
-                    except aiohttp.ClientError as exc:
-                        if not _stale(exc, attempt):
-                            raise
-                        log.info("upstream_post_resent", error=type(exc).__name__)
-                        answer = None
-                    finally:
-                        _ATTEMPT.reset(token)
-                    if answer is None:
-                        answer = await send(fresh(), content, headers)
-            return httpx.Response(
-                answer.status, headers=answer.raw_headers, stream=AiohttpResponseStream(answer)
-            )
+            if not resend:
+                return AiohttpAnswer(await send(session(), content, headers))
+            attempt = _Attempt()
+            token = _ATTEMPT.set(attempt)
+            try:
+                answer = await send(session(), content, headers)
+            except aiohttp.ClientError as exc:
+                if not _stale(exc, attempt):
+                    raise
+                log.info("upstream_post_resent", error=type(exc).__name__)
+            else:
+                return AiohttpAnswer(answer)
+            finally:
+                _ATTEMPT.reset(token)
+            return AiohttpAnswer(await send(fresh(), content, headers))
 
         return post
 
@@ -261,6 +310,48 @@ class UpstreamClient(httpx.AsyncClient):
         finally:
             if self._fresh_session is not None:
                 await self._fresh_session.close()
+
+
+class AiohttpAnswer:
+    """aiohttp's response to a POST of the hot path, with the part of
+    `httpx.Response`'s interface the readers of an answer use (`Answer`):
+    `status_code`, `headers` (case-insensitive `get`), `is_closed`, `aread`,
+    `aiter_bytes`, `aclose`. Its exceptions are aiohttp's, mapped by
+    `_library_errors` around the reads."""
+
+    __slots__ = ("__weakref__", "_response", "headers", "status_code")
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status_code = response.status
+        self.headers: CIMultiDictProxy[str] = response.headers
+
+    @property
+    def is_closed(self) -> bool:
+        # Set once the body was read to its end (the connection went back to
+        # the pool then) or the response was released.
+        return self._response.closed
+
+    async def aread(self) -> bytes:
+        return await self._response.read()
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body's chunks as they arrive. aiohttp's iterator, not a generator:
+        an exchange closed mid-stream leaves no generator for the event loop to
+        finalize later (which would keep the response alive until then)."""
+        return self._response.content.iter_any()
+
+    async def aclose(self) -> None:
+        # What `async with` on the response does: the connection goes back to
+        # the pool if the body was read to its end, else it is closed.
+        response = self._response
+        response.release()
+        await response.wait_for_close()
+
+
+# An answer as its readers see it: aiohttp's on the hot path, httpx's on the
+# rare paths (GET streams, the modern seam, MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx).
+Answer = httpx.Response | AiohttpAnswer
 
 
 def _printable_ascii(value: str) -> bool:
@@ -363,19 +454,30 @@ def build_client(
     )
 
 
-async def _refuse_challenge(response: httpx.Response, what: str) -> None:
+async def _refuse_challenge(response: Answer, what: str) -> None:
     """401/403 is the upstream's authorization answer (2025-06-18 basic/authorization
     "Error Handling"), whatever its body: relayed with its challenge, never retried."""
     if response.status_code in (401, 403):
         status = response.status_code
-        challenge = response.headers.get("www-authenticate")
+        challenge = _joined(response, "www-authenticate")
         await response.aclose()
         raise UpstreamAuthChallenge(
             f"upstream answered {what} with HTTP {status}", status, challenge
         )
 
 
-def _content_type(response: httpx.Response) -> str:
+def _joined(response: Answer, name: str) -> str | None:
+    """A header's value, its fields joined with ", " when it came more than once,
+    as httpx's `Headers.get` gives it (an upstream may send one WWW-Authenticate
+    per scheme, RFC 9110 section 11.6.1); aiohttp's `get` gives the first only."""
+    if isinstance(response, AiohttpAnswer):
+        values = response.headers.getall(name, ())
+        return ", ".join(values) if values else None
+    value: str | None = response.headers.get(name)
+    return value
+
+
+def _content_type(response: Answer) -> str:
     value: str = response.headers.get("content-type", "")
     return value.partition(";")[0].strip().lower()
 
@@ -391,7 +493,7 @@ _METADATA_TIMEOUT_S = 10.0
 class HttpExchange:
     """One POST's answer: a single JSON message, or the events of its SSE stream."""
 
-    def __init__(self, response: httpx.Response, what: str) -> None:
+    def __init__(self, response: Answer, what: str) -> None:
         self._response = response
         self._what = what
         # A modern server answers a session's request with 400 (upstream/era_transport.py).
@@ -407,15 +509,25 @@ class HttpExchange:
     async def _read(self) -> AsyncIterator[Message]:
         response = self._response
         if _content_type(response) == "text/event-stream":
-            with _library_errors(self._what):
-                async for event in EventSource(response).aiter_sse():
-                    if event.id:
-                        self.last_event_id = event.id
-                    # 2025-11-25 priming events carry an id and no data.
-                    if not event.data or event.event not in ("message", ""):
-                        continue
-                    for message in _messages_of(jsonio.loads(event.data)):
-                        yield message
+            decoder = SSEDecoder()
+            chunks = response.aiter_bytes()
+            try:
+                with _library_errors(self._what):
+                    async for chunk in chunks:
+                        for event in decoder.feed(chunk):
+                            if event.id:
+                                self.last_event_id = event.id
+                            if not event.data or event.event != "message":
+                                continue
+                            for message in _messages_of(jsonio.loads(event.data)):
+                                yield message
+                        # 2025-11-25 priming events carry an id and no data: not
+                        # dispatched, but their id is the stream's last one.
+                        if decoder.last_event_id:
+                            self.last_event_id = decoder.last_event_id
+            finally:
+                if isinstance(chunks, AsyncGenerator):  # httpx's, closed now, not later
+                    await chunks.aclose()
             return
         with _library_errors(self._what):
             body = await response.aread()
@@ -446,20 +558,20 @@ class HttpExchange:
 _CLOSED = httpx.ByteStream(b"")
 
 
-async def _close(response: httpx.Response) -> None:
+async def _close(response: Answer) -> None:
     await response.aclose()
     _unbind(response)
 
 
-def _unbind(response: httpx.Response) -> None:
+def _unbind(response: Answer) -> None:
     """Break the reference cycle httpx makes for every streamed response
     (`response.stream` is a BoundAsyncStream holding the response), once it is
     closed: reference counting then frees the response, its aiohttp response
     and their headers at once. Left to the cyclic garbage collector, those
     objects of every call survived into the older generations and made the
     collections that walk them the gateway's longest pauses (bench/README.md,
-    "Where the time goes")."""
-    if response.is_closed:
+    "Where the time goes"). aiohttp's response makes no such cycle."""
+    if isinstance(response, httpx.Response) and response.is_closed:
         response.stream = _CLOSED
 
 
@@ -499,7 +611,7 @@ class StreamableHttpSession:
             else _httpx_poster(client, self._url, base, self._timeout)  # a plain client (tests)
         )
 
-    async def _post(self, message: Message, what: str) -> httpx.Response:
+    async def _post(self, message: Message, what: str) -> Answer:
         content = jsonio.dumps(message)
         with _library_errors(what):
             response = await self._send(content, tracing.outgoing_headers(), resendable(message))
@@ -595,7 +707,7 @@ class StreamableHttpTransport:
                 f"upstream refused initialize with HTTP {response.status_code}",
                 response.status_code,
             )
-        session_id = response.headers.get(SESSION_HEADER)
+        session_id = _joined(response, SESSION_HEADER)
         answer: Message | None = None
         exchange = HttpExchange(response, "initialize")
         try:

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from httpx_sse import ServerSentEvent
 
 from app.config import SettingsError, load_settings
 from app.upstream.choice import build_transport, transport_name
 from app.upstream.errors import UpstreamProtocolError, UpstreamTimeout
 from app.upstream.http_sse import DetectingTransport, _endpoint
+from app.upstream.sse_decoder import Event
 from app.upstream.streamable_http import StreamableHttpTransport
 
 STREAM = httpx.URL("http://127.0.0.1:3001/sse")
@@ -29,18 +29,18 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-async def _events(*events: ServerSentEvent) -> AsyncIterator[ServerSentEvent]:
+async def _events(*events: Event) -> AsyncIterator[Event]:
     for event in events:
         yield event
 
 
-def endpoint_of(*events: ServerSentEvent, timeout_s: float = 1.0) -> httpx.URL:
+def endpoint_of(*events: Event, timeout_s: float = 1.0) -> httpx.URL:
     return asyncio.run(_endpoint(_events(*events), STREAM, timeout_s))
 
 
 def test_a_relative_endpoint_is_resolved_against_the_stream() -> None:
     # The TypeScript and Python SDKs announce "/message?sessionId=...".
-    url = endpoint_of(ServerSentEvent(event="endpoint", data="/message?sessionId=abc"))
+    url = endpoint_of(Event(event="endpoint", data="/message?sessionId=abc"))
     assert str(url) == "http://127.0.0.1:3001/message?sessionId=abc"
 
 
@@ -48,20 +48,20 @@ def test_an_endpoint_on_another_origin_is_refused() -> None:
     """The gateway's POSTs carry the caller's Authorization: never to another origin."""
     for data in ("http://evil.example/message", "https://127.0.0.1:3001/m", "//127.0.0.1:9/m"):
         with pytest.raises(UpstreamProtocolError, match="another origin"):
-            endpoint_of(ServerSentEvent(event="endpoint", data=data))
+            endpoint_of(Event(event="endpoint", data=data))
 
 
 def test_the_first_event_must_be_the_endpoint() -> None:
     with pytest.raises(UpstreamProtocolError, match="not an endpoint event"):
-        endpoint_of(ServerSentEvent(event="message", data="{}"))
+        endpoint_of(Event(event="message", data="{}"))
     with pytest.raises(UpstreamProtocolError, match="before its endpoint"):
         endpoint_of()
 
 
 def test_no_endpoint_in_time() -> None:
-    async def silent() -> AsyncIterator[ServerSentEvent]:
+    async def silent() -> AsyncIterator[Event]:
         await asyncio.sleep(10)
-        yield ServerSentEvent(event="endpoint", data="/m")
+        yield Event(event="endpoint", data="/m")
 
     with pytest.raises(UpstreamTimeout, match=r"no endpoint event within 0\.1s"):
         asyncio.run(_endpoint(silent(), STREAM, 0.1))

@@ -1,0 +1,120 @@
+"""An incremental decoder of `text/event-stream` bytes: pure, no I/O.
+
+WHATWG HTML, "Server-sent events", section 9.2.6 "Interpreting an event
+stream": lines end with CRLF, LF or CR; one leading U+FEFF (BOM) is dropped;
+a line starting with a colon is a comment; a line without a colon is a field
+with an empty value; one space after the colon is dropped; `data` lines are
+joined with LF; an `id` containing NUL is ignored; `retry` is only ASCII
+digits; an empty line dispatches the event, and an event whose data buffer is
+empty is not dispatched (its `id` still becomes the last event ID); at the end
+of the stream an unfinished event is discarded.
+
+Bytes are split into lines before decoding (the line ends are ASCII, so a
+UTF-8 sequence is never cut), and a line is decoded as UTF-8 with invalid
+sequences replaced, as the standard's "UTF-8 decode" does.
+
+Fed chunk by chunk as they arrive (`feed`), it holds what it has seen of an
+unfinished line and event; one decoder reads one stream.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class Event(NamedTuple):
+    """One dispatched event. `id` is the last event ID as of this event (the
+    stream's, not only this event's own field): what a reconnect would send."""
+
+    event: str
+    data: str
+    id: str = ""
+
+
+class SSEDecoder:
+    __slots__ = (
+        "_data",
+        "_event",
+        "_id",
+        "_partial",
+        "_skip_lf",
+        "_start",
+        "last_event_id",
+        "retry",
+    )
+
+    def __init__(self) -> None:
+        self._partial = b""  # an unfinished line (or the first bytes, for the BOM)
+        self._skip_lf = False  # the previous chunk ended with CR: a leading LF is its CRLF
+        self._start = True  # nothing of the stream seen yet: a BOM may come
+        self._data: list[str] = []
+        self._event = ""
+        self._id = ""  # the last event ID buffer
+        # The reconnection time the stream asked for (`retry`, milliseconds).
+        self.retry: int | None = None
+        # The last event ID string: set at each dispatch (an empty line), even of
+        # an event with no data (2025-11-25 servers prime a stream so).
+        self.last_event_id = ""
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        """The events `chunk` completes, in order."""
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if self._partial:
+            chunk = self._partial + chunk
+            self._partial = b""
+        if self._start:
+            if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
+                self._partial = chunk  # maybe a BOM cut across chunks
+                return []
+            self._start = False
+            if chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
+        if not chunk:
+            return []
+        lines = chunk.splitlines()
+        last = chunk[-1]
+        if last == 0x0D:  # CR: the line is over, and an LF may follow in the next chunk
+            self._skip_lf = True
+        elif last != 0x0A:
+            self._partial = lines.pop()
+        events: list[Event] = []
+        for line in lines:
+            if not line:
+                event = self._dispatch()
+                if event is not None:
+                    events.append(event)
+            elif line[0] != 0x3A:  # ':' starts a comment
+                self._field(line)
+        return events
+
+    def _field(self, line: bytes) -> None:
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value.decode("utf-8", "replace"))
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\0" not in value:
+                self._id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            if value and value.isdigit():  # bytes.isdigit: ASCII digits only
+                self.retry = int(value)
+
+    def _dispatch(self) -> Event | None:
+        self.last_event_id = self._id
+        data = self._data
+        event = self._event
+        self._event = ""
+        if not data:
+            return None
+        self._data = []
+        return Event(event or "message", "\n".join(data), self._id)
