@@ -22,13 +22,13 @@ from collections.abc import AsyncGenerator
 
 import httpx
 import structlog
-from httpx_sse import EventSource, SSEError
 
 from app import jsonio
 from app.front.modern import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay
+from app.upstream.sse_decoder import SSEDecoder
 
 log = structlog.get_logger("mcp_shim.mrtr.forwarding")
 
@@ -89,20 +89,20 @@ class ReplicaForwarder:
             try:
                 kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if kind == "text/event-stream":
-                    async for event in EventSource(response).aiter_sse():
-                        if not event.data:
-                            continue
-                        message = jsonio.loads(event.data)
-                        if not isinstance(message, dict):
-                            continue
-                        final = message.get("id") == call.id and (
-                            "result" in message or "error" in message
-                        )
-                        if final:
-                            ending = "relayed"
-                        yield Frame(message, final)
-                        if final:
-                            return
+                    decoder = SSEDecoder()
+                    async for chunk in response.aiter_bytes():
+                        for event in decoder.feed(chunk):
+                            message = jsonio.loads(event.data)
+                            if not isinstance(message, dict):
+                                continue
+                            final = message.get("id") == call.id and (
+                                "result" in message or "error" in message
+                            )
+                            if final:
+                                ending = "relayed"
+                            yield Frame(message, final)
+                            if final:
+                                return
                     ending = "owner_broke_off"
                     yield _unreachable(call)
                     return
@@ -113,7 +113,7 @@ class ReplicaForwarder:
                     return
                 ending = "relayed"
                 yield Frame(message, True, response.status_code)
-            except (httpx.HTTPError, SSEError, jsonio.JSONDecodeError) as exc:
+            except (httpx.HTTPError, jsonio.JSONDecodeError) as exc:
                 log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
                 ending = "owner_broke_off"
                 yield _unreachable(call)
