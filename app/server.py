@@ -9,7 +9,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
@@ -26,6 +26,7 @@ from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
 from app.auth import gateway_mcp_url as _gateway_mcp_url
 from app.config import Settings
 from app.front import legacy, modern, security
+from app.front.scope_headers import ScopeHeaders
 from app.gateway import CallState, Gateway
 from app.legacy.front import LegacyFront
 from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
@@ -49,6 +50,8 @@ from translators.registry import get_version
 log = structlog.get_logger("mcp_shim.http")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# How many Host values (and scheme, Host pairs) the hot path remembers.
+_MEMO_SIZE = 256
 
 
 class _NewRequestIds:
@@ -127,8 +130,10 @@ class BodyAbandoned(Exception):
     """The client went away before sending the whole body: its doing, not an error."""
 
 
-async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    declared = request.headers.get("content-length")
+async def _read_body(
+    request: Request, headers: Mapping[str, str], limit: int, timeout_s: float
+) -> bytes:
+    declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
     chunks = bytearray()
@@ -210,15 +215,25 @@ def create_app(settings: Settings) -> GatewayApp:
     app_metrics = metrics.Metrics()
     timeline = settings.log_level == "debug"  # each call's steps, logged (metrics.CallTiming)
 
-    def gateway_url(request: Request) -> str | None:
-        return _gateway_mcp_url(
-            # The scope's scheme, which is what `request.url.scheme` reads, without
-            # building the whole URL (3% of the hot path's CPU, bench/README.md).
-            public_url,
+    # Pure functions of a Host value (and the scheme), which every call of a
+    # client repeats: remembered for the first few hundred values seen (1-2% of
+    # the hot path's CPU each, bench/README.md "Third round").
+    known_urls: dict[tuple[str, str | None], str | None] = {}
+    hosts_ok: set[str] = set()
+
+    def gateway_url(request: Request, headers: Mapping[str, str] | None = None) -> str | None:
+        # The scope's scheme, which is what `request.url.scheme` reads, without
+        # building the whole URL (3% of the hot path's CPU, bench/README.md).
+        key = (
             request.scope.get("scheme", "http"),
-            request.headers.get("host"),
-            allowed_hosts,
+            (request.headers if headers is None else headers).get("host"),
         )
+        if key in known_urls:
+            return known_urls[key]
+        url = _gateway_mcp_url(public_url, key[0], key[1], allowed_hosts)
+        if len(known_urls) < _MEMO_SIZE:
+            known_urls[key] = url
+        return url
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -396,10 +411,17 @@ def create_app(settings: Settings) -> GatewayApp:
         status, body = await relay.answer(gateway_url(request))
         return JSONResponse(body, status_code=status)
 
-    async def _body_or_refusal(request: Request) -> bytes | Response:
+    async def _body_or_refusal(
+        request: Request, headers: Mapping[str, str] | None = None
+    ) -> bytes | Response:
         """The request body, or the answer refusing it (413, 408, a client gone)."""
         try:
-            return await _read_body(request, settings.max_body_bytes, settings.read_timeout_s)
+            return await _read_body(
+                request,
+                request.headers if headers is None else headers,
+                settings.max_body_bytes,
+                settings.read_timeout_s,
+            )
         except BodyAbandoned:
             log.info("client_disconnected", phase="request_body")
             return Response(status_code=400)  # nobody is left to read it
@@ -429,10 +451,14 @@ def create_app(settings: Settings) -> GatewayApp:
                 )
             )
 
-    def _host_or_origin_refused(request: Request) -> Response | None:
-        refused = security.check_host(
-            request.headers.get("host"), allowed_hosts
-        ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+    def _host_or_origin_refused(headers: Mapping[str, str]) -> Response | None:
+        host = headers.get("host")
+        refused = None
+        if host is None or host not in hosts_ok:
+            refused = security.check_host(host, allowed_hosts)
+            if refused is None and host is not None and len(hosts_ok) < _MEMO_SIZE:
+                hosts_ok.add(host)
+        refused = refused or security.check_origin(headers.get("origin"), settings.allowed_origins)
         if refused is None:
             return None
         log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
@@ -442,7 +468,7 @@ def create_app(settings: Settings) -> GatewayApp:
     # The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py).
     @app.get("/sse")
     async def sse_open(request: Request) -> Response:
-        refused = _host_or_origin_refused(request)
+        refused = _host_or_origin_refused(request.headers)
         if refused is not None:
             return refused
         http_sse: HttpSseFront = request.app.state.http_sse
@@ -450,7 +476,7 @@ def create_app(settings: Settings) -> GatewayApp:
 
     @app.post(MESSAGES_PATH)
     async def sse_message(request: Request) -> Response:
-        refused = _host_or_origin_refused(request)
+        refused = _host_or_origin_refused(request.headers)
         if refused is not None:
             return refused
         body = await _body_or_refusal(request)
@@ -467,7 +493,7 @@ def create_app(settings: Settings) -> GatewayApp:
         structlog.contextvars.bind_contextvars(request_id=request.state.request_id)
         if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
             # A legacy client's session: its server stream, or its end.
-            refused = _host_or_origin_refused(request)
+            refused = _host_or_origin_refused(request.headers)
             if refused is not None:
                 return refused
             front: LegacyFront = request.app.state.legacy
@@ -491,26 +517,26 @@ def create_app(settings: Settings) -> GatewayApp:
     async def mcp_post(request: Request) -> Response:
         started = time.perf_counter()
         timing = metrics.start_call(timeline)
-        request_id: str = request.state.request_id
+        scope = request.scope
+        request_id: str = scope["state"]["request_id"]
+        # Read once from the scope (app/front/scope_headers.py); starlette's
+        # `request.headers` only where a legacy or pass-through path needs one.
+        headers = ScopeHeaders(scope["headers"])
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
         structlog.contextvars.bind_contextvars(request_id=request_id)
         # W3C Trace Context: forwarded upstream only if valid (app/tracing.py).
-        trace = tracing.from_headers(
-            request.headers.getlist("traceparent"), request.headers.getlist("tracestate")
-        )
+        trace = tracing.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
         tracing.bind(trace)
         if trace is not None:
             structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         else:
             structlog.contextvars.unbind_contextvars("trace_id")
 
-        refused = _host_or_origin_refused(request)
+        refused = _host_or_origin_refused(headers)
         if refused is not None:
             return refused
-        content_type = (
-            request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        )
+        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if content_type != "application/json":
             rejection = Rejection(
                 INVALID_REQUEST,
@@ -520,14 +546,14 @@ def create_app(settings: Settings) -> GatewayApp:
             log.warning("request_refused", reason="content_type", status=415)
             app_metrics.rejected(rejection.code, 415)
             return _json(rejection)
-        body = await _body_or_refusal(request)
+        body = await _body_or_refusal(request, headers)
         if isinstance(body, Response):
             return body
         metrics.mark("body_read")
 
-        claim = legacy.claims(body, request.headers)
+        claim = legacy.claims(body, headers)
         if claim is not None:
-            sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+            sse_ok, json_ok = _accepts(headers.get("accept", ""))
             legacy_front: LegacyFront = request.app.state.legacy
             return await legacy_front.post(
                 claim,
@@ -536,7 +562,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 json_ok=json_ok,
                 gateway_url=gateway_url(request),
             )
-        parsed = modern.parse(body, request.headers, max_depth=settings.max_json_depth)
+        parsed = modern.parse(body, headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)
             app_metrics.rejected(parsed.code, parsed.http_status)
@@ -545,7 +571,7 @@ def create_app(settings: Settings) -> GatewayApp:
             log.info("notification_accepted", method=parsed.method)
             return Response(status_code=202)
 
-        sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+        sse_ok, json_ok = _accepts(headers.get("accept", ""))
         if parsed.method == subscriptions_listen.METHOD and not sse_ok:
             refusal = subscriptions_listen.needs_event_stream(parsed.id)
             log.info("request_rejected", code=refusal.code, status=refusal.http_status)
@@ -553,11 +579,11 @@ def create_app(settings: Settings) -> GatewayApp:
             return _json(refusal)
         state = CallState(
             request_id=request_id,
-            hop=HOP_HEADER in request.headers,
-            gateway_url=gateway_url(request),
+            hop=HOP_HEADER in headers,
+            gateway_url=gateway_url(request, headers),
         )
         gateway: Gateway = request.app.state.gateway
-        authorization = request.headers.get("authorization")
+        authorization = headers.get("authorization")
         era_probe: EraProbe = request.app.state.era
         era = await era_transport.era_for(era_probe, authorization)
 
