@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 import structlog
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -105,17 +104,22 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
-        request_id = _request_id(raw.decode("latin-1"))
-        scope.setdefault("state", {})["request_id"] = request_id
-        header = (b"x-request-id", request_id.encode())
+        await self.app(scope, receive, _sending_request_id(scope, send))
 
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), header]
-            await send(message)
 
-        await self.app(scope, receive, send_with_id)
+def _sending_request_id(scope: Scope, send: Send) -> Send:
+    """The request's id, in its scope's state; `send` adding its header to the answer."""
+    raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
+    request_id = _request_id(raw.decode("latin-1"))
+    scope.setdefault("state", {})["request_id"] = request_id
+    header = (b"x-request-id", request_id.encode())
+
+    async def send_with_id(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), header]
+        await send(message)
+
+    return send_with_id
 
 
 class BodyTooLarge(Exception):
@@ -136,20 +140,39 @@ async def _read_body(
     declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
-    chunks = bytearray()
+    # ASGI's messages read as starlette's `Request.stream` reads them, without
+    # its async generator around each (bench/README.md "Third round"); the
+    # common body comes whole in one message and is not copied.
+    receive = request.receive
+    first = b""
+    more: bytearray | None = None
+    size = 0
     try:
         # A body shorter than its Content-Length, or dripped, would hold the
         # connection for ever (uvicorn has no body timeout).
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                chunks += chunk
-                if len(chunks) > limit:
-                    raise BodyTooLarge
+            while True:
+                message = await receive()
+                kind = message["type"]
+                if kind == "http.request":
+                    chunk: bytes = message.get("body", b"")
+                    if chunk:
+                        size += len(chunk)
+                        if size > limit:
+                            raise BodyTooLarge
+                        if more is None and not first:
+                            first = chunk
+                        else:
+                            if more is None:
+                                more = bytearray(first)
+                            more += chunk
+                    if not message.get("more_body", False):
+                        break
+                elif kind == "http.disconnect":
+                    raise BodyAbandoned
     except TimeoutError:
         raise BodyTimeout from None
-    except ClientDisconnect:
-        raise BodyAbandoned from None
-    return bytes(chunks)
+    return first if more is None else bytes(more)
 
 
 def _json(rejection: Rejection) -> Response:
@@ -178,31 +201,32 @@ class GatewayApp(FastAPI):
     routing, dependency solving and exception wrappers cost about a fifth of
     the gateway's CPU per call and gave it nothing on that route (profile and
     measurements: bench/README.md, "Where the time goes"). So that one route
-    runs behind `RequestIdMiddleware` alone, with the same route function and
-    the same answers; everything else (health, metrics, the legacy GET and
+    runs behind `RequestIdMiddleware`'s work alone (done in `__call__` itself:
+    every frame between the task and the upstream's socket is resumed at each
+    of the call's suspensions), with the same route function and the same
+    answers; everything else (health, metrics, the legacy GET and
     DELETE, HTTP+SSE, 404s and 405s, lifespan) goes through FastAPI. An
     exception escaping the route reaches uvicorn as it did through Starlette's
     `ServerErrorMiddleware`, which re-raised it: logged, and a plain 500 if
     nothing was sent yet."""
 
-    _post: ASGIApp | None = None
+    _post: Callable[[Request], Awaitable[Response]] | None = None
 
     def serve_post(self, route: Callable[[Request], Awaitable[Response]]) -> None:
-        async def post(scope: Scope, receive: Receive, send: Send) -> None:
-            response = await route(Request(scope, receive))
-            await response(scope, receive, send)
-
-        self._post = RequestIdMiddleware(post)
+        self._post = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self._post
         if (
-            self._post is not None
+            route is not None
             and scope["type"] == "http"
             and scope["method"] == "POST"
             and scope["path"] == "/mcp"
         ):
             scope["app"] = self  # `request.app`, as Starlette sets it
-            await self._post(scope, receive, send)
+            send = _sending_request_id(scope, send)
+            response = await route(Request(scope, receive))
+            await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
