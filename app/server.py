@@ -61,7 +61,7 @@ class _NewRequestIds:
     Unique across workers and replicas as long as the prefixes differ: every
     process draws its own from the OS's random source, at start and again in a
     forked child; two of P processes share one with probability about
-    P**2 / 2**33 (1 in 4 million for 64 processes), and even then their ids
+    P**2 / 2**33 (1 in 2 million for 64 processes), and even then their ids
     meet only where their counters overlap. A counter that wraps draws a new
     prefix. (uuid4's 16 digits were 64 random bits per id: a billion ids hold
     a repeated one with probability about 3%; ids of one process now never
