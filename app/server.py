@@ -64,8 +64,8 @@ class _NewRequestIds:
     P**2 / 2**33 (1 in 2 million for 64 processes), and even then their ids
     meet only where their counters overlap. A counter that wraps draws a new
     prefix. (uuid4's 16 digits were 64 random bits per id: a billion ids hold
-    a repeated one with probability about 3%; ids of one process now never
-    repeat.)"""
+    a repeated one with probability about 3%; one process's ids now repeat
+    only if a wrap draws a prefix it had, after 2**32 of them.)"""
 
     def __init__(self) -> None:
         self._draw()
