@@ -112,6 +112,7 @@ class Gateway:
         self._ttl_ms = ttl_ms
         self._cache_scope = cache_scope
         self._background: set[asyncio.Task[None]] = set()
+        self._last_context: tuple[Any, translate.Context] | None = None
 
     # -- entry point -------------------------------------------------------
 
@@ -297,9 +298,18 @@ class Gateway:
     # -- forwarding --------------------------------------------------------
 
     def _context(self, pooled: PooledSession) -> translate.Context:
-        return translate.Context(
-            ttl_ms=self._ttl_ms, cache_scope=self._cache_scope, server_info=pooled.server_info
+        # A frozen dataclass, built twice per call (request and result) for the
+        # same few sessions: the last one is kept, and with it the serverInfo
+        # object it was built for (so that identity stays meaningful).
+        info = pooled.server_info
+        last = self._last_context
+        if last is not None and last[0] is info:
+            return last[1]
+        context = translate.Context(
+            ttl_ms=self._ttl_ms, cache_scope=self._cache_scope, server_info=info
         )
+        self._last_context = (info, context)
+        return context
 
     def _outbound(self, call: ModernCall, pooled: PooledSession) -> Message:
         return translate.request(call.message, call.version, pooled.version, self._context(pooled))

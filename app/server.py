@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
+import os
 import re
+import secrets
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import structlog
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import jsonio, metrics, tracing
+from app import jsonio, logs, metrics, tracing
 from app.answer import CallAnswer
 from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
 from app.auth import gateway_mcp_url as _gateway_mcp_url
 from app.config import Settings
 from app.front import legacy, modern, security
+from app.front.scope_headers import ScopeHeaders
 from app.gateway import CallState, Gateway
 from app.legacy.front import LegacyFront
 from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
@@ -47,11 +49,47 @@ from translators.registry import get_version
 log = structlog.get_logger("mcp_shim.http")
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# How many Host values (and scheme, Host pairs) the hot path remembers.
+_MEMO_SIZE = 256
+
+
+class _NewRequestIds:
+    """Request ids of this process: 16 hex digits, a random 32-bit prefix drawn
+    once per process and a 32-bit counter from a random start (uuid4 per request
+    was 1.6% of the hot path's CPU, bench/README.md "Third round").
+
+    Unique across workers and replicas as long as the prefixes differ: every
+    process draws its own from the OS's random source, at start and again in a
+    forked child; two of P processes share one with probability about
+    P**2 / 2**33 (1 in 2 million for 64 processes), and even then their ids
+    meet only where their counters overlap. A counter that wraps draws a new
+    prefix. (uuid4's 16 digits were 64 random bits per id: a billion ids hold
+    a repeated one with probability about 3%; one process's ids now repeat
+    only if a wrap draws a prefix it had, after 2**32 of them.)"""
+
+    def __init__(self) -> None:
+        self._draw()
+        os.register_at_fork(after_in_child=self._draw)
+
+    def _draw(self) -> None:
+        seed = secrets.randbits(64)
+        self._prefix = f"{seed >> 32:08x}"
+        self._counter = itertools.count(seed & 0xFFFFFFFF)
+
+    def __call__(self) -> str:
+        n = next(self._counter)
+        if n > 0xFFFFFFFF:
+            self._draw()
+            n = next(self._counter)
+        return f"{self._prefix}{n:08x}"
+
+
+_new_request_id = _NewRequestIds()
 
 
 def _request_id(raw: str) -> str:
     """The client's X-Request-Id when it is plain and short, else a new one."""
-    return raw if _REQUEST_ID_OK.match(raw) else uuid.uuid4().hex[:16]
+    return raw if raw and _REQUEST_ID_OK.match(raw) else _new_request_id()
 
 
 class RequestIdMiddleware:
@@ -66,17 +104,22 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
-        request_id = _request_id(raw.decode("latin-1"))
-        scope.setdefault("state", {})["request_id"] = request_id
-        header = (b"x-request-id", request_id.encode())
+        await self.app(scope, receive, _sending_request_id(scope, send))
 
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), header]
-            await send(message)
 
-        await self.app(scope, receive, send_with_id)
+def _sending_request_id(scope: Scope, send: Send) -> Send:
+    """The request's id, in its scope's state; `send` adding its header to the answer."""
+    raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
+    request_id = _request_id(raw.decode("latin-1"))
+    scope.setdefault("state", {})["request_id"] = request_id
+    header = (b"x-request-id", request_id.encode())
+
+    async def send_with_id(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), header]
+        await send(message)
+
+    return send_with_id
 
 
 class BodyTooLarge(Exception):
@@ -91,24 +134,45 @@ class BodyAbandoned(Exception):
     """The client went away before sending the whole body: its doing, not an error."""
 
 
-async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    declared = request.headers.get("content-length")
+async def _read_body(
+    request: Request, headers: Mapping[str, str], limit: int, timeout_s: float
+) -> bytes:
+    declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge
-    chunks = bytearray()
+    # ASGI's messages read as starlette's `Request.stream` reads them, without
+    # its async generator around each (bench/README.md "Third round"); the
+    # common body comes whole in one message and is not copied.
+    receive = request.receive
+    first = b""
+    more: bytearray | None = None
+    size = 0
     try:
         # A body shorter than its Content-Length, or dripped, would hold the
         # connection for ever (uvicorn has no body timeout).
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                chunks += chunk
-                if len(chunks) > limit:
-                    raise BodyTooLarge
+            while True:
+                message = await receive()
+                kind = message["type"]
+                if kind == "http.request":
+                    chunk: bytes = message.get("body", b"")
+                    if chunk:
+                        size += len(chunk)
+                        if size > limit:
+                            raise BodyTooLarge
+                        if more is None and not first:
+                            first = chunk
+                        else:
+                            if more is None:
+                                more = bytearray(first)
+                            more += chunk
+                    if not message.get("more_body", False):
+                        break
+                elif kind == "http.disconnect":
+                    raise BodyAbandoned
     except TimeoutError:
         raise BodyTimeout from None
-    except ClientDisconnect:
-        raise BodyAbandoned from None
-    return bytes(chunks)
+    return first if more is None else bytes(more)
 
 
 def _json(rejection: Rejection) -> Response:
@@ -137,31 +201,32 @@ class GatewayApp(FastAPI):
     routing, dependency solving and exception wrappers cost about a fifth of
     the gateway's CPU per call and gave it nothing on that route (profile and
     measurements: bench/README.md, "Where the time goes"). So that one route
-    runs behind `RequestIdMiddleware` alone, with the same route function and
-    the same answers; everything else (health, metrics, the legacy GET and
+    runs behind `RequestIdMiddleware`'s work alone (done in `__call__` itself:
+    every frame between the task and the upstream's socket is resumed at each
+    of the call's suspensions), with the same route function and the same
+    answers; everything else (health, metrics, the legacy GET and
     DELETE, HTTP+SSE, 404s and 405s, lifespan) goes through FastAPI. An
     exception escaping the route reaches uvicorn as it did through Starlette's
     `ServerErrorMiddleware`, which re-raised it: logged, and a plain 500 if
     nothing was sent yet."""
 
-    _post: ASGIApp | None = None
+    _post: Callable[[Request], Awaitable[Response]] | None = None
 
     def serve_post(self, route: Callable[[Request], Awaitable[Response]]) -> None:
-        async def post(scope: Scope, receive: Receive, send: Send) -> None:
-            response = await route(Request(scope, receive))
-            await response(scope, receive, send)
-
-        self._post = RequestIdMiddleware(post)
+        self._post = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self._post
         if (
-            self._post is not None
+            route is not None
             and scope["type"] == "http"
             and scope["method"] == "POST"
             and scope["path"] == "/mcp"
         ):
             scope["app"] = self  # `request.app`, as Starlette sets it
-            await self._post(scope, receive, send)
+            send = _sending_request_id(scope, send)
+            response = await route(Request(scope, receive))
+            await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -174,15 +239,25 @@ def create_app(settings: Settings) -> GatewayApp:
     app_metrics = metrics.Metrics()
     timeline = settings.log_level == "debug"  # each call's steps, logged (metrics.CallTiming)
 
-    def gateway_url(request: Request) -> str | None:
-        return _gateway_mcp_url(
-            # The scope's scheme, which is what `request.url.scheme` reads, without
-            # building the whole URL (3% of the hot path's CPU, bench/README.md).
-            public_url,
+    # Pure functions of a Host value (and the scheme), which every call of a
+    # client repeats: remembered for the first few hundred values seen (1-2% of
+    # the hot path's CPU each, bench/README.md "Third round").
+    known_urls: dict[tuple[str, str | None], str | None] = {}
+    hosts_ok: set[str] = set()
+
+    def gateway_url(request: Request, headers: Mapping[str, str] | None = None) -> str | None:
+        # The scope's scheme, which is what `request.url.scheme` reads, without
+        # building the whole URL (3% of the hot path's CPU, bench/README.md).
+        key = (
             request.scope.get("scheme", "http"),
-            request.headers.get("host"),
-            allowed_hosts,
+            (request.headers if headers is None else headers).get("host"),
         )
+        if key in known_urls:
+            return known_urls[key]
+        url = _gateway_mcp_url(public_url, key[0], key[1], allowed_hosts)
+        if len(known_urls) < _MEMO_SIZE:
+            known_urls[key] = url
+        return url
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -361,10 +436,17 @@ def create_app(settings: Settings) -> GatewayApp:
         status, body = await relay.answer(gateway_url(request))
         return JSONResponse(body, status_code=status)
 
-    async def _body_or_refusal(request: Request) -> bytes | Response:
+    async def _body_or_refusal(
+        request: Request, headers: Mapping[str, str] | None = None
+    ) -> bytes | Response:
         """The request body, or the answer refusing it (413, 408, a client gone)."""
         try:
-            return await _read_body(request, settings.max_body_bytes, settings.read_timeout_s)
+            return await _read_body(
+                request,
+                request.headers if headers is None else headers,
+                settings.max_body_bytes,
+                settings.read_timeout_s,
+            )
         except BodyAbandoned:
             log.info("client_disconnected", phase="request_body")
             return Response(status_code=400)  # nobody is left to read it
@@ -394,10 +476,14 @@ def create_app(settings: Settings) -> GatewayApp:
                 )
             )
 
-    def _host_or_origin_refused(request: Request) -> Response | None:
-        refused = security.check_host(
-            request.headers.get("host"), allowed_hosts
-        ) or security.check_origin(request.headers.get("origin"), settings.allowed_origins)
+    def _host_or_origin_refused(headers: Mapping[str, str]) -> Response | None:
+        host = headers.get("host")
+        refused = None
+        if host is None or host not in hosts_ok:
+            refused = security.check_host(host, allowed_hosts)
+            if refused is None and host is not None and len(hosts_ok) < _MEMO_SIZE:
+                hosts_ok.add(host)
+        refused = refused or security.check_origin(headers.get("origin"), settings.allowed_origins)
         if refused is None:
             return None
         log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
@@ -407,7 +493,7 @@ def create_app(settings: Settings) -> GatewayApp:
     # The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py).
     @app.get("/sse")
     async def sse_open(request: Request) -> Response:
-        refused = _host_or_origin_refused(request)
+        refused = _host_or_origin_refused(request.headers)
         if refused is not None:
             return refused
         http_sse: HttpSseFront = request.app.state.http_sse
@@ -415,7 +501,7 @@ def create_app(settings: Settings) -> GatewayApp:
 
     @app.post(MESSAGES_PATH)
     async def sse_message(request: Request) -> Response:
-        refused = _host_or_origin_refused(request)
+        refused = _host_or_origin_refused(request.headers)
         if refused is not None:
             return refused
         body = await _body_or_refusal(request)
@@ -432,7 +518,7 @@ def create_app(settings: Settings) -> GatewayApp:
         structlog.contextvars.bind_contextvars(request_id=request.state.request_id)
         if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
             # A legacy client's session: its server stream, or its end.
-            refused = _host_or_origin_refused(request)
+            refused = _host_or_origin_refused(request.headers)
             if refused is not None:
                 return refused
             front: LegacyFront = request.app.state.legacy
@@ -456,26 +542,26 @@ def create_app(settings: Settings) -> GatewayApp:
     async def mcp_post(request: Request) -> Response:
         started = time.perf_counter()
         timing = metrics.start_call(timeline)
-        request_id: str = request.state.request_id
+        scope = request.scope
+        request_id: str = scope["state"]["request_id"]
+        # Read once from the scope (app/front/scope_headers.py); starlette's
+        # `request.headers` only where a legacy or pass-through path needs one.
+        headers = ScopeHeaders(scope["headers"])
         # Every log line below this request, in the gateway and the bridge too,
         # carries its id: each request runs in its own task and context copy.
         structlog.contextvars.bind_contextvars(request_id=request_id)
         # W3C Trace Context: forwarded upstream only if valid (app/tracing.py).
-        trace = tracing.from_headers(
-            request.headers.getlist("traceparent"), request.headers.getlist("tracestate")
-        )
+        trace = tracing.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
         tracing.bind(trace)
         if trace is not None:
             structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         else:
             structlog.contextvars.unbind_contextvars("trace_id")
 
-        refused = _host_or_origin_refused(request)
+        refused = _host_or_origin_refused(headers)
         if refused is not None:
             return refused
-        content_type = (
-            request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        )
+        content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if content_type != "application/json":
             rejection = Rejection(
                 INVALID_REQUEST,
@@ -485,14 +571,14 @@ def create_app(settings: Settings) -> GatewayApp:
             log.warning("request_refused", reason="content_type", status=415)
             app_metrics.rejected(rejection.code, 415)
             return _json(rejection)
-        body = await _body_or_refusal(request)
+        body = await _body_or_refusal(request, headers)
         if isinstance(body, Response):
             return body
         metrics.mark("body_read")
 
-        claim = legacy.claims(body, request.headers)
+        claim = legacy.claims(body, headers)
         if claim is not None:
-            sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+            sse_ok, json_ok = _accepts(headers.get("accept", ""))
             legacy_front: LegacyFront = request.app.state.legacy
             return await legacy_front.post(
                 claim,
@@ -501,7 +587,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 json_ok=json_ok,
                 gateway_url=gateway_url(request),
             )
-        parsed = modern.parse(body, request.headers, max_depth=settings.max_json_depth)
+        parsed = modern.parse(body, headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):
             log.info("request_rejected", code=parsed.code, status=parsed.http_status)
             app_metrics.rejected(parsed.code, parsed.http_status)
@@ -510,7 +596,7 @@ def create_app(settings: Settings) -> GatewayApp:
             log.info("notification_accepted", method=parsed.method)
             return Response(status_code=202)
 
-        sse_ok, json_ok = _accepts(request.headers.get("accept", ""))
+        sse_ok, json_ok = _accepts(headers.get("accept", ""))
         if parsed.method == subscriptions_listen.METHOD and not sse_ok:
             refusal = subscriptions_listen.needs_event_stream(parsed.id)
             log.info("request_rejected", code=refusal.code, status=refusal.http_status)
@@ -518,11 +604,11 @@ def create_app(settings: Settings) -> GatewayApp:
             return _json(refusal)
         state = CallState(
             request_id=request_id,
-            hop=HOP_HEADER in request.headers,
-            gateway_url=gateway_url(request),
+            hop=HOP_HEADER in headers,
+            gateway_url=gateway_url(request, headers),
         )
         gateway: Gateway = request.app.state.gateway
-        authorization = request.headers.get("authorization")
+        authorization = headers.get("authorization")
         era_probe: EraProbe = request.app.state.era
         era = await era_transport.era_for(era_probe, authorization)
 
@@ -530,14 +616,16 @@ def create_app(settings: Settings) -> GatewayApp:
             outcome = ending or state.outcome
             duration_s = time.perf_counter() - started
             duration_ms = round(duration_s * 1000, 2)
-            log.info(
-                "call",
-                method=parsed.method,
-                client_version=parsed.version.name,
-                upstream_version=state.upstream_version,
-                outcome=outcome,
-                status=status,
-                duration_ms=duration_ms,
+            logs.call_line(
+                log,
+                {
+                    "method": parsed.method,
+                    "client_version": parsed.version.name,
+                    "upstream_version": state.upstream_version,
+                    "outcome": outcome,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                },
             )
             app_metrics.call_done(
                 parsed.method, parsed.version, outcome, status, duration_s, timing.upstream_s
