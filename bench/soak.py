@@ -1,8 +1,10 @@
 """RSS soak: the gateway under wrk for N minutes, its RSS every 30 s and the growth per call.
 
     .venv/bin/python bench/soak.py [--minutes 10] [--concurrency 32] [--interval 30]
+                                   [--upstream fast|legacy]
 
-Starts bench/fast_upstream.py and one gateway in front of it (log level `info`,
+Starts bench/fast_upstream.py (or the mcp 1.x legacy fixture, `--upstream
+legacy`) and one gateway in front of it (log level `info`,
 as deployed: one JSON line per call, written to /dev/null unless `--log`),
 makes one checked call, reads the idle RSS, then runs one wrk (`-t1`, closed
 loop, `tools/call echo` in 2026-07-28 form, bench/call.lua) for the whole
@@ -84,6 +86,12 @@ def main() -> None:
         help="source tree the gateway runs from (e.g. an export of an earlier commit, "
         "for a before/after figure); the fast upstream and the bench stay this tree's",
     )
+    parser.add_argument(
+        "--upstream",
+        choices=("fast", "legacy"),
+        default="fast",
+        help="bench/fast_upstream.py, or the mcp 1.x legacy fixture (tests/fixtures)",
+    )
     parser.add_argument("--log", action="store_true", help="keep the gateway's log lines")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -102,12 +110,20 @@ def main() -> None:
     with ExitStack() as stack:
         port = procs.free_port()
         upstream = f"http://127.0.0.1:{port}/mcp"
-        stack.enter_context(
-            procs.running(
-                [sys.executable, str(bench_wrk.BENCH / "fast_upstream.py"), "--port", str(port)],
-                upstream,
+        if args.upstream == "legacy":
+            upstream = stack.enter_context(procs.legacy_server(port))
+        else:
+            stack.enter_context(
+                procs.running(
+                    [
+                        sys.executable,
+                        str(bench_wrk.BENCH / "fast_upstream.py"),
+                        "--port",
+                        str(port),
+                    ],
+                    upstream,
+                )
             )
-        )
         sport = procs.free_port()
         base = f"http://127.0.0.1:{sport}"
         env = {
@@ -129,7 +145,7 @@ def main() -> None:
         pids = common.tree(shim.pid)
         started = common.rss_mb(*pids)
         route = bench_wrk.Route(
-            "mcp-shim", f"{base}/mcp", "fast", True, shim.pid, dict(bench_wrk.MODERN_HEADERS)
+            "mcp-shim", f"{base}/mcp", args.upstream, True, shim.pid, dict(bench_wrk.MODERN_HEADERS)
         )
         bench_wrk.preflight(route)
         time.sleep(2)

@@ -334,9 +334,7 @@ def build_client(
     )
     if transport != "aiohttp":
         return UpstreamClient(
-            transport=httpx.AsyncHTTPTransport(
-                limits=limits, trust_env=False, verify=upstream_context()
-            ),
+            transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
             connect_timeout_s=connect_timeout_s,
         )
     # CA certificates read on the first TLS handshake (app/upstream/tls.py).

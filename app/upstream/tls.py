@@ -18,10 +18,13 @@ an upstream over plain http never uses any of them:
 
 Verification itself is unchanged and set at once (CERT_REQUIRED, host names
 checked); only the trust store is filled later, by `wrap_bio`/`wrap_socket`,
-which every handshake goes through (uvloop's and asyncio's SSL protocols and
-anyio's TLS stream call `wrap_bio`) before a byte is exchanged. If reading
-the bundle fails, that handshake fails: nothing is ever verified against an
-empty store.
+which every handshake goes through (uvloop's and asyncio's SSL protocols call
+`wrap_bio`) before a byte is exchanged. If reading the bundle fails, that
+handshake fails: nothing is ever verified against an empty store.
+
+The httpx transport (MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx) keeps httpx's own
+context: anyio runs `wrap_bio` of any SSLContext subclass in a worker thread,
+a thread hop per handshake that the default transport does not need.
 """
 
 from __future__ import annotations
