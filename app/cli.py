@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import ctypes.util
 import os
 import resource
 import socket
@@ -37,6 +36,10 @@ class GracefulServer(uvicorn.Server):
         super().__init__(config)
         self._app = app
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        release_free_heap()
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await drain(self._app)
         await super().shutdown(sockets)
@@ -68,6 +71,16 @@ _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
 _MMAP_THRESHOLD = 128 * 1024
 
 
+def _libc() -> ctypes.CDLL | None:
+    """The C library's functions, or None where they cannot be reached. dlopen(NULL):
+    the symbols the interpreter already links, without ctypes.util's search (which
+    runs `ldconfig -p` in a child process)."""
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
 def fix_mmap_threshold() -> None:
     """Large buffers (request bodies, upstream answers, serialised results) are
     mmapped, and so given back to the system when freed.
@@ -76,15 +89,25 @@ def fix_mmap_threshold() -> None:
     ones then come from the heap, where fragmentation keeps them: RSS grew by
     ~50 MB per round of 20 concurrent 3 MB calls and never came back down.
     Setting the threshold fixes it at glibc's initial value. Not glibc: nothing."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+
+
+def release_free_heap() -> None:
+    """Give the pages of glibc's heap that start-up freed back to the system, once.
+
+    glibc returns only the top of its heap by itself; what start-up frees in
+    the middle (aiohttp's import-time TLS contexts, replaced in
+    app/upstream/tls.py, and the imports' temporary objects) stays resident
+    until reused: 0.8 MB of idle RSS (bench/README.md, "Where the idle RSS
+    comes from"). `malloc_trim(0)` releases those pages; a later allocation
+    takes them back from the system as needed. Not glibc: nothing."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 # File descriptors kept for everything but client and upstream connections:

@@ -12,7 +12,9 @@ Runs in a child process (a fresh interpreter):
   sums and the total are what to read;
 - **stages**: RSS after the imports, after `create_app`, and after the
   lifespan start-up (upstream `MCP_SHIM_UPSTREAM_URL`, default a port where
-  nothing listens: the start-up only logs that the upstream is unreachable);
+  nothing listens: the start-up only logs that the upstream is unreachable),
+  then after `app.cli.release_free_heap()`, which the gateway's server calls
+  once its start-up is done (skipped for a `--source` tree without it);
 - **rarely used libraries**: which of `cryptography`, `pydantic.v1`,
   `httpcore` are loaded once the gateway has started.
 """
@@ -95,6 +97,7 @@ for name, size in own.most_common(MODULES):
 
 import asyncio  # noqa: E402
 
+from app import cli as app_cli  # noqa: E402
 from app import logs  # noqa: E402
 from app.config import load_settings  # noqa: E402
 from app.server import create_app  # noqa: E402
@@ -106,13 +109,20 @@ app = create_app(load_settings())
 created = rss()
 
 
-async def started() -> int:
+async def started() -> tuple[int, int | None]:
     async with app.router.lifespan_context(app):
-        return rss()
+        lifespan = rss()
+        release = getattr(app_cli, "release_free_heap", None)
+        if release is None:
+            return lifespan, None
+        release()
+        return lifespan, rss()
 
 
+lifespan, released = asyncio.run(started())
 print(f"\nstages: imports {imported / 1e6:.1f} MB, create_app {created / 1e6:.1f} MB, "
-      f"lifespan started {asyncio.run(started()) / 1e6:.1f} MB")
+      f"lifespan started {lifespan / 1e6:.1f} MB, "
+      + (f"free heap released {released / 1e6:.1f} MB" if released else "(no release_free_heap)"))
 rare = [m for m in ("cryptography", "pydantic.v1", "httpcore") if m in sys.modules]
 print(f"rarely used libraries loaded after start-up: {', '.join(rare) or 'none'}")
 """

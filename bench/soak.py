@@ -1,8 +1,10 @@
 """RSS soak: the gateway under wrk for N minutes, its RSS every 30 s and the growth per call.
 
     .venv/bin/python bench/soak.py [--minutes 10] [--concurrency 32] [--interval 30]
+                                   [--upstream fast|legacy]
 
-Starts bench/fast_upstream.py and one gateway in front of it (log level `info`,
+Starts bench/fast_upstream.py (or the mcp 1.x legacy fixture, `--upstream
+legacy`) and one gateway in front of it (log level `info`,
 as deployed: one JSON line per call, written to /dev/null unless `--log`),
 makes one checked call, reads the idle RSS, then runs one wrk (`-t1`, closed
 loop, `tools/call echo` in 2026-07-28 form, bench/call.lua) for the whole
@@ -32,6 +34,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.metrics import parse_exposition  # noqa: E402 - the repository root is on sys.path only now
+from bench import common  # noqa: E402
 from bench import wrk as bench_wrk  # noqa: E402
 from tests import procs  # noqa: E402
 
@@ -83,6 +86,12 @@ def main() -> None:
         help="source tree the gateway runs from (e.g. an export of an earlier commit, "
         "for a before/after figure); the fast upstream and the bench stay this tree's",
     )
+    parser.add_argument(
+        "--upstream",
+        choices=("fast", "legacy"),
+        default="fast",
+        help="bench/fast_upstream.py, or the mcp 1.x legacy fixture (tests/fixtures)",
+    )
     parser.add_argument("--log", action="store_true", help="keep the gateway's log lines")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -101,12 +110,20 @@ def main() -> None:
     with ExitStack() as stack:
         port = procs.free_port()
         upstream = f"http://127.0.0.1:{port}/mcp"
-        stack.enter_context(
-            procs.running(
-                [sys.executable, str(bench_wrk.BENCH / "fast_upstream.py"), "--port", str(port)],
-                upstream,
+        if args.upstream == "legacy":
+            upstream = stack.enter_context(procs.legacy_server(port))
+        else:
+            stack.enter_context(
+                procs.running(
+                    [
+                        sys.executable,
+                        str(bench_wrk.BENCH / "fast_upstream.py"),
+                        "--port",
+                        str(port),
+                    ],
+                    upstream,
+                )
             )
-        )
         sport = procs.free_port()
         base = f"http://127.0.0.1:{sport}"
         env = {
@@ -125,14 +142,14 @@ def main() -> None:
                 log_path=out / "soak-gateway.log" if args.log else None,
             )
         )
-        pids = bench_wrk._tree(shim.pid)
-        started = bench_wrk.rss_mb(pids)
+        pids = common.tree(shim.pid)
+        started = common.rss_mb(*pids)
         route = bench_wrk.Route(
-            "mcp-shim", f"{base}/mcp", "fast", True, shim.pid, dict(bench_wrk.MODERN_HEADERS)
+            "mcp-shim", f"{base}/mcp", args.upstream, True, shim.pid, dict(bench_wrk.MODERN_HEADERS)
         )
         bench_wrk.preflight(route)
         time.sleep(2)
-        idle = bench_wrk.rss_mb(pids)
+        idle = common.rss_mb(*pids)
         print(
             f"gateway {shim.pid}: RSS {started:.1f} MB once up, {idle:.1f} MB idle after one call",
             flush=True,
@@ -155,7 +172,7 @@ def main() -> None:
             route.url,
         ]
         calls0 = calls_so_far(base)
-        cpu0 = bench_wrk.cpu_seconds(pids)
+        cpu0 = common.cpu_seconds(*pids)
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=wrk_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         samples: list[tuple[float, float]] = []
@@ -171,14 +188,14 @@ def main() -> None:
                 break
             t = time.monotonic() - t0
             calls = calls_so_far(base) - calls0
-            rss = bench_wrk.rss_mb(pids)
+            rss = common.rss_mb(*pids)
             samples.append((calls, rss))
             rate = (calls - last_calls) / (t - last_t)
             print(f"{t:6.0f} {calls:10,.0f} {rate:8,.0f} {rss:7.1f}", flush=True)
             last_t, last_calls = t, calls
             k += 1
         text, _ = proc.communicate(timeout=seconds + 60)
-        cpu = bench_wrk.cpu_seconds(pids) - cpu0
+        cpu = common.cpu_seconds(*pids) - cpu0
         total = calls_so_far(base) - calls0
         line = next((x for x in text.decode().splitlines() if x.startswith("BENCH ")), None)
         if proc.returncode != 0 or line is None:
@@ -186,7 +203,7 @@ def main() -> None:
         summary = json.loads(line[6:])
         errors = sum(summary[k] for k in ("non2xx", "connect", "read", "write", "timeout"))
         time.sleep(5)
-        after = bench_wrk.rss_mb(pids)
+        after = common.rss_mb(*pids)
     rss_values = [r for _, r in samples] or [float("nan")]
     half = samples[len(samples) // 2 :]
     print(

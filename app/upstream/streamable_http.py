@@ -37,6 +37,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.sse_decoder import SSEDecoder
+from app.upstream.tls import upstream_context
 from translators.registry import Version, get_version
 
 SESSION_HEADER = "mcp-session-id"
@@ -427,7 +428,8 @@ def build_client(
             transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
             connect_timeout_s=connect_timeout_s,
         )
-    aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False)
+    # CA certificates read on the first TLS handshake (app/upstream/tls.py).
+    aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False, verify=upstream_context())
 
     def session() -> aiohttp.ClientSession:
         # Made on first use (aiohttp wants a running loop), shared by the
