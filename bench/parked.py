@@ -316,8 +316,12 @@ class Compare:
 
 def _gc(path: Path) -> dict[str, Any]:
     time.sleep(1.2)  # gc_probe rewrites its report every second
-    report: dict[str, Any] = orjson.loads(path.read_bytes())
-    return report
+    for _ in range(50):
+        with contextlib.suppress(orjson.JSONDecodeError):  # caught mid-rewrite
+            report: dict[str, Any] = orjson.loads(path.read_bytes())
+            return report
+        time.sleep(0.1)
+    raise RuntimeError(f"no readable report in {path}")
 
 
 def _gc_rows(label: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -13,13 +13,15 @@ park these passes come one after another, each longer than the last.
 ``gc.freeze()`` moves every tracked object out of the collector's sight (in
 CPython a constant-time list splice); the gateway already does it once after
 start-up (app/server.py). The shelter does it again each time the number of
-parked calls has grown by a quarter, so full passes only walk what is not
-parked, and undoes it (``gc.unfreeze()``, one full pass, freeze again) each
-time the parked calls have drained to a quarter of that number, down to
-none: a parked call that ends leaves some 40 objects in reference cycles
-(measured), which only a pass over unfrozen objects can free. What stays
-frozen meanwhile is bounded by what was alive at the last freeze, and freed
-by the next unfreeze.
+parked calls has grown by a quarter (from `min_parked` on), so full passes
+only walk what is not parked. Once no call is parked any more it undoes it:
+``gc.unfreeze()``, one full pass, ``gc.freeze()`` again (the start-up heap).
+That pass frees what the ended calls left in reference cycles (about 40
+objects each, measured) and whatever else was garbage at a freeze; until
+then they stay frozen, bounded by what was alive at the freezes (a dozen
+freezes take the count from 64 to 1,000). Undoing it earlier, each time a
+quarter had drained, cost more than it saved: that pass walks the start-up
+heap and every call still parked (bench/README.md, the shelter's A/B).
 """
 
 from __future__ import annotations
@@ -53,21 +55,17 @@ class Shelter:
     def parked(self, count: int) -> None:
         """An exchange was parked; `count` are parked now."""
         if count >= self._min and count >= self.frozen_at * self._growth:
-            # The young generations' garbage first: frozen, it would stay.
-            self._collect(1)
             self._freeze()
             self.frozen_at = count
 
     def left(self, count: int) -> None:
         """An exchange left the registry (retried, expired); `count` are parked now."""
-        if self.frozen_at and count <= self.frozen_at // 4:
-            # What the ended calls left in cycles is freed by this one pass; then
-            # the start-up heap and the calls still parked go out of sight again.
+        if self.frozen_at and count == 0:
+            # What the ended calls (and whatever else was alive at a freeze) left
+            # in cycles is freed by this one pass; then the start-up heap goes out
+            # of sight again, as app/server.py left it.
             self._unfreeze()
             freed = self._collect(2)
             self._freeze()
-            log.info("mrtr_heap_unfrozen", parked=count, frozen_at=self.frozen_at, freed=freed)
-            # Those still parked are frozen again: the next quarter of them to
-            # drain unfreezes once more, down to none, so what they leave in
-            # cycles is not kept frozen for good.
-            self.frozen_at = count
+            log.info("mrtr_heap_unfrozen", frozen_at=self.frozen_at, freed=freed)
+            self.frozen_at = 0
