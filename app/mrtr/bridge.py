@@ -42,6 +42,7 @@ from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.parked import ParkedRegistry, RegistryFull
 from app.mrtr.results import Frame
+from app.mrtr.shelter import Shelter
 from app.mrtr.state import Claims, Sealer, caller_digest, params_digest
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, Rejection
 from app.replicas import Replicas, reachable
@@ -161,13 +162,14 @@ class Bridge:
         forwarder: ReplicaForwarder,
         settings: BridgeSettings,
         max_parked: int,
+        shelter: Shelter | None = None,
     ) -> None:
         self._lanes = lanes
         self._sealer = sealer
         self._forwarder = forwarder
         self._settings = settings
         self._registry: ParkedRegistry[LiveExchange] = ParkedRegistry(
-            max_parked=max_parked, on_expire=self._expired
+            max_parked=max_parked, on_expire=self._expired, shelter=shelter
         )
         self._background: set[asyncio.Task[None]] = set()
 
@@ -658,4 +660,5 @@ def build_bridge(settings: Settings, pool: SessionPool, replicas: Replicas) -> B
             replica=replicas.me,
         ),
         max_parked=settings.max_parked,
+        shelter=Shelter(),
     )

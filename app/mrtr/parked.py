@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from app.mrtr.shelter import Shelter
+
 T = TypeVar("T")
 
 
@@ -34,10 +36,19 @@ class _Entry(Generic[T]):
 
 
 class ParkedRegistry(Generic[T]):
-    def __init__(self, *, max_parked: int, on_expire: Callable[[T], None]) -> None:
+    def __init__(
+        self,
+        *,
+        max_parked: int,
+        on_expire: Callable[[T], None],
+        shelter: Shelter | None = None,
+    ) -> None:
         self._max = max_parked
         self._on_expire = on_expire
         self._entries: dict[str, _Entry[T]] = {}
+        # Told how many are parked after each change: keeps them out of full
+        # garbage collections (app/mrtr/shelter.py).
+        self._shelter = shelter
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -57,6 +68,8 @@ class ParkedRegistry(Generic[T]):
         deadline = loop.time() + ttl_s
         timer = loop.call_at(deadline, self._expire, exchange_id)
         self._entries[exchange_id] = _Entry(item, deadline, timer)
+        if self._shelter is not None:
+            self._shelter.parked(len(self._entries))
 
     def peek(self, exchange_id: str) -> T | None:
         entry = self._entries.get(exchange_id)
@@ -68,6 +81,7 @@ class ParkedRegistry(Generic[T]):
         if entry is None:
             return None
         entry.timer.cancel()
+        self._left()
         return entry.item, entry.deadline - asyncio.get_running_loop().time()
 
     def put_back(self, exchange_id: str, item: T, remaining_s: float) -> None:
@@ -85,7 +99,12 @@ class ParkedRegistry(Generic[T]):
     def _expire(self, exchange_id: str) -> None:
         entry = self._entries.pop(exchange_id, None)
         if entry is not None:
+            self._left()
             self._on_expire(entry.item)
+
+    def _left(self) -> None:
+        if self._shelter is not None:
+            self._shelter.left(len(self._entries))
 
     def drain(self) -> list[T]:
         """Remove every entry (shutdown); the caller ends them."""
