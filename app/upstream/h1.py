@@ -30,7 +30,7 @@ import contextlib
 import ssl
 import zlib
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -133,8 +133,8 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, same interface.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.busy or self.complete:
@@ -449,7 +449,8 @@ class H1Client:
                 conn.pooled = False
             transport = conn.transport
             if transport is None or transport.is_closing():
-                raise StaleConnection("the connection closed before the request")
+                lost = StaleConnection if conn.served else ConnectionLost
+                raise lost("the connection closed before the request")
             transport.write(payload)
             while not conn.head_done:
                 await conn.wait()
