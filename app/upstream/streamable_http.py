@@ -355,7 +355,9 @@ def _h1_poster(
             raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
         if names.isdisjoint(k.lower() for k in extra):
             return head + "".join(f"{k}: {v}\r\n" for k, v in extra.items()).encode()
-        both = {**fields, **extra}
+        # A call's field replaces the session's of the same name, in any case.
+        replaced = {k.lower() for k in extra}
+        both = {k: v for k, v in fields.items() if k.lower() not in replaced} | dict(extra)
         return start + "".join(f"{k}: {v}\r\n" for k, v in both.items()).encode()
 
     async def post(content: bytes, extra: Mapping[str, str], resend: bool = False) -> h1.H1Answer:

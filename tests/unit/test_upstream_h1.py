@@ -9,11 +9,15 @@ every transport must read the same way is in tests/unit/test_upstream_answers.py
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ssl
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from app.upstream import h1
@@ -331,3 +335,85 @@ async def test_a_refused_connection_is_the_gateways_error() -> None:
         with pytest.raises(UpstreamError, match="unreachable during tools/call: ConnectFailed"):
             await _call(client, "http://127.0.0.1:9/mcp")
         assert _lean(client).open_connections == 0
+
+
+async def test_a_call_header_of_the_same_name_replaces_the_sessions(
+    serve: Callable[[Script], Awaitable[Peer]],
+) -> None:
+    # `{**merged, **extra}`, as the aiohttp and httpx posters merge them: one field.
+    peer = await serve(_answer)
+    async with _client() as client:
+        post = client.poster(httpx.URL(peer.url), {"traceparent": "old"}, httpx.Timeout(2.0))
+        answer = await post(b"{}", {"TraceParent": "new", "tracestate": "a=1"})
+        await answer.aclose()
+    head = peer.requests[0][1].partition(b"\r\n\r\n")[0].lower()
+    assert head.count(b"traceparent:") == 1
+    assert b"traceparent: new\r\n" in head and b"tracestate: a=1\r\n" in head
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
+
+
+async def test_https_goes_through_tls_with_the_clients_context(tmp_path: Path) -> None:
+    cert, key = _self_signed()
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+    peer = Peer(_answer)
+    peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0, ssl=server_side)
+    port = peer.server.sockets[0].getsockname()[1]
+    lean = h1.H1Client(max_connections=2, keepalive_s=4.0, ssl_context=trusting)
+    try:
+        # The certificate names localhost: the name is checked, not only the chain.
+        origin = lean.origin("https", "localhost", port)
+        for _ in range(2):
+            answer = await lean.request(
+                origin,
+                b"POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n\r\n",
+                connect_timeout=2.0,
+                read_timeout=2.0,
+                pool_timeout=2.0,
+            )
+            assert await answer.aread() == ANSWER
+        assert peer.connections == 1  # kept alive over TLS too
+        untrusting = h1.H1Client(
+            max_connections=1, keepalive_s=1.0, ssl_context=ssl.create_default_context()
+        )
+        with pytest.raises(h1.ConnectFailed):  # a context that does not trust it
+            await untrusting.request(
+                untrusting.origin("https", "localhost", port),
+                b"POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n\r\n",
+                connect_timeout=2.0,
+                read_timeout=2.0,
+                pool_timeout=2.0,
+            )
+    finally:
+        await lean.aclose()
+        peer.server.close()
