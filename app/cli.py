@@ -120,9 +120,10 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
     it, accept() fails and new clients are dropped before any code of ours runs.
 
     The soft RLIMIT_NOFILE is raised to the hard one first. Upstream
-    connections are given MCP_SHIM_MAX_UPSTREAM_CONNECTIONS or half the room,
-    whichever is less; if the client bound does not fit in the rest, it is
-    lowered to it (and a warning says so)."""
+    connections are given MCP_SHIM_MAX_UPSTREAM_CONNECTIONS per pool (two with
+    the h1 transport: its own for the session POSTs, aiohttp's for the rest)
+    or half the room, whichever is less; if the client bound does not fit in
+    the rest, it is lowered to it (and a warning says so)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
         try:
@@ -133,7 +134,8 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
     bound = settings.max_connections
     if soft != resource.RLIM_INFINITY:
         room = soft - _FD_RESERVE
-        upstream = min(settings.max_upstream_connections, room // 2)
+        pools = 2 if settings.upstream_http_transport == "h1" else 1
+        upstream = min(pools * settings.max_upstream_connections, room // 2)
         if bound > room - upstream:
             bound = max(1, room - upstream)
             structlog.get_logger("mcp_shim.connections").warning(

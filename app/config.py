@@ -130,9 +130,10 @@ class Settings(BaseSettings):
         description="seconds an idle upstream connection is kept for reuse; keep it "
         "under the upstream server's own keep-alive timeout",
     )
-    # httpx's API either way; the aiohttp transport is the measured default
-    # (bench/README.md). "httpx" keeps httpx's own transport for comparison.
-    upstream_http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    # h1: a session's POSTs on app/upstream/h1.py, the rest on httpx over
+    # aiohttp (the measured default, bench/README.md); aiohttp: the POSTs on
+    # aiohttp too; httpx: httpx's own transport for everything, for comparison.
+    upstream_http_transport: Literal["h1", "aiohttp", "httpx"] = "h1"
     # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse.py).
     upstream_transport: Literal["auto", "streamable-http", "sse"] = Field(
         default="auto",

@@ -20,20 +20,26 @@ counted), best and median of the rounds, and calls/s:
   headers and timeouts prepared once per session, the answer read through an
   `httpx.Response` around aiohttp's (httpx-aiohttp's stream, exceptions
   mapped by it), SSE through httpx_sse (the gateway before this change);
-- `UpstreamClient.poster (now)`: what `StreamableHttpSession._post` and
-  `HttpExchange` do now: aiohttp's response read directly, one `read()` for
-  JSON, its chunks through app/upstream/sse_decoder.py for SSE;
+- `UpstreamClient.poster, aiohttp`: what `StreamableHttpSession._post` and
+  `HttpExchange` did with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp (the
+  default before app/upstream/h1.py): aiohttp's response read directly, one
+  `read()` for JSON, its chunks through app/upstream/sse_decoder.py for SSE;
+- `UpstreamClient.poster, h1 (now)`: the same on the default transport, h1:
+  app/upstream/h1.py (an asyncio Protocol per connection, httptools' parser,
+  the pool, timeouts, resend bookkeeping and error mapping of the gateway);
 - `aiohttp session.post`: the aiohttp session itself, as bench/hop.py posts,
   the body read whole and parsed with the least code (no SSE decoder);
 - `httptools Protocol (not wired)`: a minimal keep-alive HTTP/1.1 client, an
   asyncio Protocol per connection with httptools' response parser, a list of
   idle connections, the request's bytes joined once; the answer through the
   same SSE decoder and orjson. A measurement for the team's decision only:
-  nothing of the gateway uses it (no timeouts, no errors mapped, no TLS).
+  the sketch app/upstream/h1.py grew from (no timeouts, no errors mapped,
+  no TLS, no bounds).
 
-The first three read the answer's messages as `HttpExchange` did before this
-change (`_OldExchange`: `aread` or httpx_sse's `EventSource`), the fourth
-through `HttpExchange` itself; each closes the response.
+The first three read the answer's messages as `HttpExchange` did before the
+change that read aiohttp's response directly (`_OldExchange`: `aread` or
+httpx_sse's `EventSource`), the two `UpstreamClient.poster` rows through
+`HttpExchange` itself; each closes the response.
 """
 
 from __future__ import annotations
@@ -236,12 +242,13 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
         trust_env=False,
     )
     ours = build_client(connect_timeout_s=5, max_connections=64)
+    on_aiohttp = build_client(connect_timeout_s=5, max_connections=64, transport="aiohttp")
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=64),
         auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),
     )
-    stack += [jar_client, ours, session]
+    stack += [jar_client, ours, on_aiohttp, session]
     init = orjson.dumps(
         {
             "jsonrpc": "2.0",
@@ -297,10 +304,16 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
         await _messages(_OldExchange(response, what), i)
 
     poster = ours.poster(parsed, headers, timeout)
+    aiohttp_poster = on_aiohttp.poster(parsed, headers, timeout)
 
     async def via_poster(i: int) -> None:
         with _library_errors(what):
             answer = await poster(_call(i), {})
+        await _messages(HttpExchange(answer, what), i)
+
+    async def via_aiohttp_poster(i: int) -> None:
+        with _library_errors(what):
+            answer = await aiohttp_poster(_call(i), {})
         await _messages(HttpExchange(answer, what), i)
 
     async def via_aiohttp(i: int) -> None:
@@ -324,7 +337,8 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
         "httpx client.send": via_send,
         "httpx.Request to transport": via_transport,
         "poster, httpx.Response (before)": via_poster_before,
-        "UpstreamClient.poster (now)": via_poster,
+        "UpstreamClient.poster, aiohttp": via_aiohttp_poster,
+        "UpstreamClient.poster, h1 (now)": via_poster,
         "aiohttp session.post": via_aiohttp,
         "httptools Protocol (not wired)": via_httptools,
     }

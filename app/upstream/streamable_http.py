@@ -2,8 +2,9 @@
 
 httpx is the API of the rare paths; its transport is aiohttp's (httpx-aiohttp),
 chosen by measurement: bench/README.md. A session's POSTs (the hot path) go to
-the aiohttp session itself and their answers are read from aiohttp's response
-(`AiohttpAnswer`). Every httpx/aiohttp exception is turned into an
+the lean HTTP/1.1 client of app/upstream/h1.py (`H1Answer`), or with
+MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp to the aiohttp session itself
+(`AiohttpAnswer`). Every httpx/aiohttp/h1 exception is turned into an
 `app.upstream.errors` error in `_library_errors`, and nowhere else.
 """
 
@@ -26,6 +27,7 @@ from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDictProxy
 
 from app import jsonio, metrics, tracing
+from app.upstream import h1
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
@@ -73,6 +75,14 @@ _AIOHTTP_NAMES: tuple[tuple[type[BaseException], str], ...] = (
 
 def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
     """The gateway's error for a library's exception, None for one left as it is."""
+    if isinstance(exc, h1.H1Error):
+        # The hot path (UpstreamClient.poster on app/upstream/h1.py): the same
+        # errors and messages as aiohttp's below.
+        if isinstance(exc, h1.H1Timeout):
+            return UpstreamTimeout(f"upstream timed out during {what}")
+        if isinstance(exc, h1.MalformedAnswer):
+            return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
+        return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
     if isinstance(exc, aiohttp.ClientError):
         # The hot path (UpstreamClient.poster, AiohttpAnswer): aiohttp's own.
         if isinstance(exc, aiohttp.ServerTimeoutError):
@@ -237,6 +247,7 @@ class UpstreamClient(httpx.AsyncClient):
         connect_timeout_s: float,
         aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
         fresh_session: _FreshSession | None = None,
+        lean: h1.H1Client | None = None,
     ) -> None:
         super().__init__(
             transport=transport,
@@ -246,10 +257,13 @@ class UpstreamClient(httpx.AsyncClient):
         )
         self._aiohttp_session = aiohttp_session
         self._fresh_session = fresh_session
+        self._lean = lean
 
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
         merged = {**self.headers, **headers}  # what build_request would merge, once
+        if self._lean is not None:
+            return _h1_poster(self._lean, url, merged, timeout)
         if self._aiohttp_session is None:
             return _httpx_poster(self, url, merged, timeout)
         session = self._aiohttp_session
@@ -311,6 +325,80 @@ class UpstreamClient(httpx.AsyncClient):
         finally:
             if self._fresh_session is not None:
                 await self._fresh_session.close()
+            if self._lean is not None:
+                await self._lean.aclose()
+
+
+# Set by the request itself (h1 writes the body's length); httpx's client
+# headers never carry them, a caller's are not forwarded as they are.
+_FRAMING = frozenset(("host", "content-length", "transfer-encoding"))
+
+
+def _h1_poster(
+    client: h1.H1Client, url: httpx.URL, merged: dict[str, str], timeout: httpx.Timeout
+) -> Post:
+    """The hot path on app/upstream/h1.py: the request's head built once per
+    session (the call's extra headers, the trace context, appended), one write
+    of head and body per POST."""
+    origin = client.origin(url.scheme, url.host, url.port)
+    fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
+    # httpx refuses what is not ASCII, aiohttp a CR or LF: refused here as
+    # httpx did (UnicodeEncodeError, turned into our error in `_library_errors`).
+    unsendable = not all(_token(k) and _printable_ascii(v) for k, v in fields.items())
+    names = frozenset(k.lower() for k in fields)
+    start = b"POST %s HTTP/1.1\r\nhost: %s\r\n" % (url.raw_path, url.netloc)
+    lines = "" if unsendable else "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    head = start + lines.encode()
+    connect, read, pool = timeout.connect, timeout.read, timeout.pool
+
+    def head_with(extra: Mapping[str, str]) -> bytes:
+        if not all(_token(k) and _printable_ascii(v) for k, v in extra.items()):
+            raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
+        if names.isdisjoint(k.lower() for k in extra):
+            return head + "".join(f"{k}: {v}\r\n" for k, v in extra.items()).encode()
+        # A call's field replaces the session's of the same name, in any case.
+        replaced = {k.lower() for k in extra}
+        both = {k: v for k, v in fields.items() if k.lower() not in replaced} | dict(extra)
+        return start + "".join(f"{k}: {v}\r\n" for k, v in both.items()).encode()
+
+    async def post(content: bytes, extra: Mapping[str, str], resend: bool = False) -> h1.H1Answer:
+        # h1's exceptions go up as they are: `_library_errors` around the call maps them.
+        if unsendable:
+            raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
+        payload = b"%scontent-length: %d\r\n\r\n%s" % (
+            head_with(extra) if extra else head,
+            len(content),
+            content,
+        )
+        if not resend:
+            return await client.request(
+                origin, payload, connect_timeout=connect, read_timeout=read, pool_timeout=pool
+            )
+        try:
+            return await client.request(
+                origin, payload, connect_timeout=connect, read_timeout=read, pool_timeout=pool
+            )
+        except h1.StaleConnection as exc:
+            # `_stale`'s rule: a reused connection that failed before any answer.
+            log.info("upstream_post_resent", error=type(exc).__name__)
+        return await client.request(
+            origin,
+            payload,
+            connect_timeout=connect,
+            read_timeout=read,
+            pool_timeout=pool,
+            fresh=True,
+        )
+
+    return post
+
+
+def _token(name: str) -> bool:
+    # RFC 9110 section 5.6.2: a field name is a token.
+    return bool(name) and name.isascii() and all(c in _TCHAR for c in name)
+
+
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 class AiohttpAnswer:
@@ -350,9 +438,9 @@ class AiohttpAnswer:
         await response.wait_for_close()
 
 
-# An answer as its readers see it: aiohttp's on the hot path, httpx's on the
-# rare paths (GET streams, the modern seam, MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx).
-Answer = httpx.Response | AiohttpAnswer
+# An answer as its readers see it: h1's (or aiohttp's) on the hot path, httpx's
+# on the rare paths (GET streams, the modern seam, MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx).
+Answer = httpx.Response | AiohttpAnswer | h1.H1Answer
 
 
 def _printable_ascii(value: str) -> bool:
@@ -415,15 +503,18 @@ def build_client(
     *,
     connect_timeout_s: float,
     max_connections: int,
-    transport: str = "aiohttp",
+    transport: str = "h1",
     keepalive_s: float = KEEPALIVE_S,
 ) -> UpstreamClient:
+    """`transport`: h1 (the session POSTs on app/upstream/h1.py, the rest on httpx
+    over aiohttp), aiohttp (the session POSTs on aiohttp too) or httpx (httpx's
+    own transport for everything)."""
     limits = httpx.Limits(
         max_connections=max_connections,
         max_keepalive_connections=max_connections,
         keepalive_expiry=keepalive_s,
     )
-    if transport != "aiohttp":
+    if transport not in ("aiohttp", "h1"):
         return UpstreamClient(
             transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
             connect_timeout_s=connect_timeout_s,
@@ -446,8 +537,19 @@ def build_client(
             )
         return aiohttp_transport.client
 
-    fresh = _FreshSession(min(max_connections, _FRESH_LIMIT), aiohttp_transport.ssl_context)
     aiohttp_transport.client = session
+    if transport == "h1":
+        return UpstreamClient(
+            transport=aiohttp_transport,
+            connect_timeout_s=connect_timeout_s,
+            aiohttp_session=session,
+            lean=h1.H1Client(
+                max_connections=max_connections,
+                keepalive_s=keepalive_s,
+                ssl_context=aiohttp_transport.ssl_context,
+            ),
+        )
+    fresh = _FreshSession(min(max_connections, _FRESH_LIMIT), aiohttp_transport.ssl_context)
     return UpstreamClient(
         transport=aiohttp_transport,
         connect_timeout_s=connect_timeout_s,
@@ -472,7 +574,7 @@ def _joined(response: Answer, name: str) -> str | None:
     """A header's value, its fields joined with ", " when it came more than once,
     as httpx's `Headers.get` gives it (an upstream may send one WWW-Authenticate
     per scheme, RFC 9110 section 11.6.1); aiohttp's `get` gives the first only."""
-    if isinstance(response, AiohttpAnswer):
+    if not isinstance(response, httpx.Response):  # aiohttp's or h1's multidict
         values = response.headers.getall(name, ())
         return ", ".join(values) if values else None
     value: str | None = response.headers.get(name)

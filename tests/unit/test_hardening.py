@@ -293,7 +293,18 @@ def test_new_settings_are_validated(fields: dict[str, str], says: str) -> None:
         # Room 960: upstream gets min(2048, 480), clients the remaining 480.
         ((1024, 1024), {}, 480),
         ((256, 256), {"max_connections": "64", "max_upstream_connections": "84"}, 64),
-        ((256, 256), {"max_connections": "200", "max_upstream_connections": "84"}, 108),
+        # Room 192: two pools of 84 (h1, the default, and aiohttp) get min(168, 96).
+        ((256, 256), {"max_connections": "200", "max_upstream_connections": "84"}, 96),
+        # One pool of 84 on the aiohttp transport: clients get the other 108.
+        (
+            (256, 256),
+            {
+                "max_connections": "200",
+                "max_upstream_connections": "84",
+                "upstream_http_transport": "aiohttp",
+            },
+            108,
+        ),
     ],
 )
 def test_connection_bound_fits_the_descriptor_limit(

@@ -92,7 +92,7 @@ class ScriptedServer:
         return f"http://127.0.0.1:{port}/mcp"
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+@pytest.fixture(params=["h1", "aiohttp", "httpx"])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[UpstreamClient]:
     upstream = build_client(connect_timeout_s=5.0, max_connections=8, transport=request.param)
     try:

@@ -83,9 +83,10 @@ class HangUpServer:
         return f"http://127.0.0.1:{port}/mcp"
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[UpstreamClient]:
-    upstream = build_client(connect_timeout_s=5.0, max_connections=8)
+@pytest.fixture(params=["h1", "aiohttp"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[UpstreamClient]:
+    # h1 (app/upstream/h1.py) is the default hot path, aiohttp the other one that resends.
+    upstream = build_client(connect_timeout_s=5.0, max_connections=8, transport=request.param)
     try:
         yield upstream
     finally:
