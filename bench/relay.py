@@ -24,17 +24,15 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.wrk import (
     BENCH,
-    LEGACY_CALL,
-    MODERN_CALL,
     ROOT,
     Route,
+    call_bodies,
     legacy_session,
     preflight,
+    run_passes,
     run_wrk,
 )
 from tests import procs
@@ -52,9 +50,7 @@ def main() -> None:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     logs = ROOT / "results" / "bench"
     logs.mkdir(parents=True, exist_ok=True)
-    bodies = {False: logs / "legacy-call.json", True: logs / "modern-call.json"}
-    bodies[False].write_bytes(orjson.dumps(LEGACY_CALL))
-    bodies[True].write_bytes(orjson.dumps(MODERN_CALL))
+    bodies = call_bodies(logs)
     load0 = os.getloadavg()
     key = base64.b64encode(os.urandom(32)).decode()
     with ExitStack() as stack:
@@ -99,18 +95,7 @@ def main() -> None:
         for route in rows:
             preflight(route)
             run_wrk(route, 8, args.warmup, bodies)
-        for n in range(args.passes):
-            for c in concurrencies:
-                for route in rows if n % 2 == 0 else list(reversed(rows)):
-                    result = run_wrk(route, c, args.seconds, bodies)
-                    route.runs.setdefault(c, []).append(result)
-                    print(
-                        f"pass {n + 1} c{c:<3} {route.name.strip():<36} "
-                        f"{result['rps']:>9,.0f} req/s  p50 {result['p50_ms']:6.2f} ms  "
-                        f"p99 {result['p99_ms']:6.1f} ms",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+        run_passes(rows, concurrencies, args.passes, args.seconds, bodies)
     print(
         f"\nwrk -t1, closed loop, tools/call echo on a legacy session; {args.passes} "
         f"alternating passes of {args.seconds:g} s per cell; the better pass by req/s; CPU per "

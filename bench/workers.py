@@ -24,18 +24,15 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import cpu_seconds, rss_mb
 from bench.common import tree as _tree
 from bench.wrk import (
     BENCH,
-    LEGACY_CALL,
-    MODERN_CALL,
     MODERN_HEADERS,
     ROOT,
     Route,
+    call_bodies,
     legacy_session,
     preflight,
     run_wrk,
@@ -58,9 +55,7 @@ def main() -> None:
     counts = [int(n) for n in args.workers.split(",")]
     logs = ROOT / "results" / "bench"
     logs.mkdir(parents=True, exist_ok=True)
-    bodies = {False: logs / "legacy-call.json", True: logs / "modern-call.json"}
-    bodies[False].write_bytes(orjson.dumps(LEGACY_CALL))
-    bodies[True].write_bytes(orjson.dumps(MODERN_CALL))
+    bodies = call_bodies(logs)
     load0 = os.getloadavg()
     busiest: dict[str, float] = {}
     cores: dict[str, float] = {}  # CPU the gateway got: calls/s x CPU per call

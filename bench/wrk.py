@@ -320,6 +320,37 @@ def _fmt_rps(rps: float, ref: float | None) -> str:
     return f"{rps:,.0f} ({rps / ref:.2f}x)"
 
 
+def call_bodies(logs: Path) -> dict[bool, Path]:
+    """The request bodies wrk sends (bench/call.lua), by `Route.modern`, written to `logs`."""
+    bodies = {False: logs / "legacy-call.json", True: logs / "modern-call.json"}
+    bodies[False].write_bytes(orjson.dumps(LEGACY_CALL))
+    bodies[True].write_bytes(orjson.dumps(MODERN_CALL))
+    return bodies
+
+
+def run_passes(
+    paths: list[Route],
+    concurrencies: list[int],
+    passes: int,
+    seconds: float,
+    bodies: dict[bool, Path],
+) -> None:
+    """Every cell `passes` times, the rows' order reversed on every other pass
+    (so no row always runs first or last), each result kept in `Route.runs`."""
+    for n in range(passes):
+        for c in concurrencies:
+            for p in paths if n % 2 == 0 else list(reversed(paths)):
+                result = run_wrk(p, c, seconds, bodies)
+                p.runs.setdefault(c, []).append(result)
+                print(
+                    f"pass {n + 1} c{c:<3} {p.upstream:<6} {p.name.strip():<40} "
+                    f"{result['rps']:>9,.0f} req/s  p50 {result['p50_ms']:6.2f} ms  "
+                    f"p99 {result['p99_ms']:6.1f} ms  CPU {result['cpu_us']:5.0f} us/call",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+
 def table(paths: list[Route], concurrencies: list[int]) -> str:
     head = ["path"] + [f"c{c} req/s" for c in concurrencies]
     head += ["hop CPU/call us", "upstream CPU/call us", f"p50 c{concurrencies[0]} ms"] + [
@@ -389,9 +420,7 @@ def main() -> None:
     shim_env = dict(item.split("=", 1) for item in args.shim_env)
     logs = ROOT / "results" / "bench"
     logs.mkdir(parents=True, exist_ok=True)
-    bodies = {False: logs / "legacy-call.json", True: logs / "modern-call.json"}
-    bodies[False].write_bytes(orjson.dumps(LEGACY_CALL))
-    bodies[True].write_bytes(orjson.dumps(MODERN_CALL))
+    bodies = call_bodies(logs)
     load0 = os.getloadavg()
     with ExitStack() as stack:
         variants = []
@@ -407,18 +436,7 @@ def main() -> None:
             p.rss_idle = common.rss_mb(*common.tree(p.pid)) if p.pid else 0.0
         for p in paths:
             run_wrk(p, 8, args.warmup, bodies)
-        for n in range(args.passes):
-            for c in concurrencies:
-                for p in paths if n % 2 == 0 else list(reversed(paths)):
-                    result = run_wrk(p, c, args.seconds, bodies)
-                    p.runs.setdefault(c, []).append(result)
-                    print(
-                        f"pass {n + 1} c{c:<3} {p.upstream:<6} {p.name.strip():<40} "
-                        f"{result['rps']:>9,.0f} req/s  p99 {result['p99_ms']:6.1f} ms  "
-                        f"CPU {result['cpu_us']:5.0f} us/call",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+        run_passes(paths, concurrencies, args.passes, args.seconds, bodies)
     print(
         f"\nwrk -t1, closed loop, tools/call echo; {args.passes} alternating passes of "
         f"{args.seconds:g} s per cell; req/s of the better pass (x: against direct); "

@@ -32,6 +32,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
+from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
 CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t"}}
@@ -54,7 +55,7 @@ def _chunked(*chunks: bytes, end: bool = True, extra: tuple[bytes, ...] = ()) ->
     return out + (b"0\r\n\r\n" if end else b"")
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackPeer):
     """Reads one request per connection, writes `answer`, then closes the
     connection unless `hold` (then it stays silent until the client leaves)."""
 
@@ -67,13 +68,7 @@ class ScriptedServer:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.decode().split("\r\n"):
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                await read_request(reader)
                 writer.write(self.answer)
                 await writer.drain()
                 if not self.keep_alive:
@@ -84,12 +79,6 @@ class ScriptedServer:
             return
         finally:
             writer.close()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture(params=["h1", "aiohttp", "httpx"])

@@ -23,6 +23,7 @@ import pytest
 from app.upstream import h1
 from app.upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
+from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
 CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t"}}
@@ -35,9 +36,11 @@ Writer = asyncio.StreamWriter
 Script = Callable[[int, bytes, Writer], Awaitable[bool]]
 
 
-class Peer:
+class Peer(LoopbackPeer):
     """Runs `script(request number on the connection, request bytes, writer)` for
     each request; the script returns False to close the connection."""
+
+    path = "/mcp?x=1"  # a query string the client must keep
 
     def __init__(self, script: Script) -> None:
         self.script = script
@@ -50,13 +53,8 @@ class Peer:
         connection, served = self.connections, 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.decode().split("\r\n"):
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                request = head + await reader.readexactly(length)
+                head, body = await read_request(reader)
+                request = head + body
                 served += 1
                 self.requests.append((connection, request))
                 if not await self.script(served, request, writer):
@@ -66,11 +64,6 @@ class Peer:
             return
         finally:
             writer.close()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/mcp?x=1"
 
 
 @pytest.fixture

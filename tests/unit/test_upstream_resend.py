@@ -28,6 +28,7 @@ from app.upstream.streamable_http import (
     build_client,
     resendable,
 )
+from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
 RESPONSE = {"jsonrpc": "2.0", "id": 7, "result": {"action": "cancel"}}
@@ -43,7 +44,7 @@ def test_only_what_is_not_a_request_is_resendable() -> None:
     assert not resendable(REQUEST)
 
 
-class HangUpServer:
+class HangUpServer(LoopbackPeer):
     """Answers 202 to the first request of a connection; with `hang_up_on` set,
     closes the connection without a byte of answer on that request of it."""
 
@@ -58,13 +59,7 @@ class HangUpServer:
         connection, served = self._connections, 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.decode().split("\r\n"):
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                body = await reader.readexactly(length)
+                _, body = await read_request(reader)
                 served += 1
                 self.seen.append((connection, served, body))
                 if served == self.hang_up_on:
@@ -75,12 +70,6 @@ class HangUpServer:
             return
         finally:
             writer.close()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture(params=["h1", "aiohttp"])
