@@ -585,7 +585,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 request.headers,
                 sse_ok=sse_ok,
                 json_ok=json_ok,
-                gateway_url=gateway_url(request),
+                gateway_url=gateway_url(request, headers),
             )
         parsed = modern.parse(body, headers, max_depth=settings.max_json_depth)
         if isinstance(parsed, Rejection):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 import httpx
 import structlog
@@ -28,7 +29,7 @@ from app.front.modern import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay
-from app.upstream.sse_decoder import SSEDecoder
+from app.upstream.sse_decoder import events as sse_events
 
 log = structlog.get_logger("mcp_shim.mrtr.forwarding")
 
@@ -89,9 +90,8 @@ class ReplicaForwarder:
             try:
                 kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if kind == "text/event-stream":
-                    decoder = SSEDecoder()
-                    async for chunk in response.aiter_bytes():
-                        for event in decoder.feed(chunk):
+                    async with aclosing(sse_events(response.aiter_bytes())) as events:
+                        async for event in events:
                             message = jsonio.loads(event.data)
                             if not isinstance(message, dict):
                                 continue

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 import structlog
@@ -48,7 +48,8 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.routing import Exchange, Router, initialize_result
-from app.upstream.sse_decoder import Event, SSEDecoder
+from app.upstream.sse_decoder import Event
+from app.upstream.sse_decoder import events as sse_events
 from app.upstream.streamable_http import (
     StreamableHttpSession,
     StreamableHttpTransport,
@@ -226,7 +227,7 @@ async def open_sse_session(
         )
     session: SseSession | None = None
     try:
-        events = _events(response)
+        events = sse_events(response.aiter_bytes())
         endpoint = await _endpoint(events, response.url, endpoint_timeout_s)
         session = SseSession(client, endpoint, response, events, headers, request_timeout_s)
         exchange = await session.request(initialize)
@@ -247,19 +248,6 @@ async def open_sse_session(
         else:
             await _close(response)
         raise
-
-
-async def _events(response: httpx.Response) -> AsyncIterator[Event]:
-    """The stream's events, as app/upstream/sse_decoder.py decodes its bytes."""
-    decoder = SSEDecoder()
-    chunks = response.aiter_bytes()
-    try:
-        async for chunk in chunks:
-            for event in decoder.feed(chunk):
-                yield event
-    finally:
-        if isinstance(chunks, AsyncGenerator):  # httpx's: closed now, not by the loop later
-            await chunks.aclose()
 
 
 async def _endpoint(

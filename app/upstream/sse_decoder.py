@@ -19,6 +19,7 @@ unfinished line and event; one decoder reads one stream.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import NamedTuple
 
 _BOM = b"\xef\xbb\xbf"
@@ -118,3 +119,18 @@ class SSEDecoder:
             return None
         self._data = []
         return Event(event or "message", "\n".join(data), self._id)
+
+
+async def events(chunks: AsyncIterator[bytes]) -> AsyncGenerator[Event, None]:
+    """The events of a stream's chunks, as they complete. The chunks' iterator
+    is closed with this one (an httpx body generator left open would be
+    finalized later by the event loop, keeping its response alive till then)."""
+    decoder = SSEDecoder()
+    try:
+        async for chunk in chunks:
+            for event in decoder.feed(chunk):
+                yield event
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()

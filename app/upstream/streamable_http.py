@@ -370,16 +370,14 @@ def _h1_poster(
             len(content),
             content,
         )
-        if not resend:
-            return await client.request(
-                origin, payload, connect_timeout=connect, read_timeout=read, pool_timeout=pool
-            )
         try:
             return await client.request(
                 origin, payload, connect_timeout=connect, read_timeout=read, pool_timeout=pool
             )
         except h1.StaleConnection as exc:
             # `_stale`'s rule: a reused connection that failed before any answer.
+            if not resend:
+                raise
             log.info("upstream_post_resent", error=type(exc).__name__)
         return await client.request(
             origin,

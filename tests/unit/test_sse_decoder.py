@@ -23,8 +23,11 @@ discarded."
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
+from app.upstream import sse_decoder
 from app.upstream.sse_decoder import Event, SSEDecoder
 
 M = "message"
@@ -140,3 +143,25 @@ def test_events_arrive_when_their_empty_line_does() -> None:
     assert decoder.last_event_id == ""
     assert decoder.feed(b"\n") == [Event(M, "{}", "1")]
     assert decoder.last_event_id == "1"
+
+
+async def test_events_of_chunks_and_the_chunks_closed_with_them() -> None:
+    closed: list[bool] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            yield b"data: one\n\nda"
+            yield b"ta: two\n\n"
+            yield b"data: never read\n\n"
+        finally:
+            closed.append(True)
+
+    stream = sse_decoder.events(chunks())
+    assert [e.data async for e in _first(stream, 2)] == ["one", "two"]
+    await stream.aclose()
+    assert closed == [True]  # stopped early: the chunks' generator is closed too
+
+
+async def _first(stream: AsyncIterator[Event], n: int) -> AsyncIterator[Event]:
+    for _ in range(n):
+        yield await anext(stream)
