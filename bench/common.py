@@ -216,25 +216,32 @@ def legacy_call(i: int, tool: str = "echo", arguments: dict[str, Any] | None = N
     return orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params})
 
 
-async def legacy_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
-    """Initialize a legacy session as a legacy client would: its headers for later calls."""
-    init = {
+def initialize(client: str = "bench") -> dict[str, Any]:
+    """A legacy client's `initialize` (LEGACY), no capabilities."""
+    return {
         "jsonrpc": "2.0",
         "id": 0,
         "method": "initialize",
         "params": {
             "protocolVersion": LEGACY,
             "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"},
+            "clientInfo": {"name": client, "version": "1"},
         },
     }
+
+
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+async def legacy_session(http: aiohttp.ClientSession, url: str) -> dict[str, str]:
+    """Initialize a legacy session as a legacy client would: its headers for later calls."""
+    init = initialize()
     headers = {"accept": ACCEPT, "content-type": "application/json"}
     async with http.post(url, data=orjson.dumps(init), headers=headers) as r:
         sid = r.headers["mcp-session-id"]
         await r.read()
     session = {**headers, "mcp-session-id": sid, "mcp-protocol-version": LEGACY}
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    async with http.post(url, data=orjson.dumps(note), headers=session) as r:
+    async with http.post(url, data=orjson.dumps(INITIALIZED), headers=session) as r:
         await r.read()
     return session
 

@@ -34,10 +34,9 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import ACCEPT, INITIALIZED, LEGACY, initialize
 from tests import procs
 
-ACCEPT = "application/json, text/event-stream"
-LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
 MARK = b"notifications/tools/list_changed"
 ACK = b"notifications/subscriptions/acknowledged"
@@ -132,18 +131,7 @@ class LegacyPeer:
         return answer
 
     async def start(self) -> None:
-        answer = await self._post(
-            {
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": LEGACY,
-                    "capabilities": {},
-                    "clientInfo": {"name": "bench-listen", "version": "1"},
-                },
-            }
-        )
+        answer = await self._post(initialize("bench-listen"))
         head = answer.split(b"\r\n\r\n", 1)[0].decode()
         sid = next(
             line.split(":", 1)[1].strip()
@@ -151,7 +139,7 @@ class LegacyPeer:
             if line.lower().startswith("mcp-session-id:")
         )
         self.headers = {"mcp-session-id": sid, "mcp-protocol-version": LEGACY}
-        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await self._post(INITIALIZED)
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         head_lines = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
         writer.write(

@@ -100,23 +100,15 @@ def _sse_or_json(response: httpx.Response) -> Any:
 
 def legacy_session(url: str) -> dict[str, str]:
     """Initialize a legacy session through `url`; the headers later calls need."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"},
-        },
-    }
+    init = common.initialize()
     base = {"accept": ACCEPT, "content-type": "application/json"}
     answer = httpx.post(url, content=orjson.dumps(init), headers=base, timeout=10)
     answer.raise_for_status()
     version = _sse_or_json(answer)["result"]["protocolVersion"]
     headers = {"Mcp-Session-Id": answer.headers["mcp-session-id"], "MCP-Protocol-Version": version}
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    httpx.post(url, content=orjson.dumps(note), headers={**base, **headers}, timeout=10)
+    httpx.post(
+        url, content=orjson.dumps(common.INITIALIZED), headers={**base, **headers}, timeout=10
+    )
     return headers
 
 
