@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from starlette.responses import Response
@@ -53,7 +53,7 @@ def _frame(out: Outgoing) -> bytes:
     return sse_event(out.message, out.event_id)
 
 
-def connection_link(scope: Scope) -> ConnectionLink | None:
+def connection_link(scope: Mapping[str, Any]) -> ConnectionLink | None:
     """The gateway's HTTP protocol's link to this request's connection, if the
     server is that protocol (app/http_protocol.py)."""
     extensions = scope.get("extensions")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,8 +230,13 @@ class Gateway:
                         async for step in bridged:
                             yield Outgoing(step.message, step.final, step.status)
                     return
-                async for out in self._forward(call, pooled, upstream_caps, authorization, state):
-                    yield out
+                # Closed here, before the session goes back to the pool: left to
+                # the garbage collector, its clean-up (the exchange's close) ran
+                # later in a task of its own, one more task per call.
+                forwarded = self._forward(call, pooled, upstream_caps, authorization, state)
+                async with contextlib.aclosing(forwarded) as outs:
+                    async for out in outs:
+                        yield out
             finally:
                 self._pool.release(pooled)
         except UpstreamAuthChallenge as exc:
@@ -321,7 +326,7 @@ class Gateway:
         upstream_caps: Mapping[str, Any],
         authorization: str | None,
         state: CallState,
-    ) -> AsyncIterator[Outgoing]:
+    ) -> AsyncGenerator[Outgoing, None]:
         outbound = self._outbound(call, pooled)
         client_token = _progress_token(call.params)
         fresh: PooledSession | None = None

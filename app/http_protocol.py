@@ -158,13 +158,15 @@ class ConnectionLink:
     # Not the cycle: the cycle holds the scope that holds this link, and a
     # reference back would leave every request's cycle and scope to the
     # cyclic garbage collector (its passes were the p99, bench/README.md).
-    __slots__ = ("_flow", "_on_lost", "lost")
+    __slots__ = ("_flow", "_on_lost", "body_complete", "lost")
 
     def __init__(self, flow: Any) -> None:
         self._flow = flow
         self._on_lost: Callable[[], None] | None = None
         # The client went away while this request was being answered.
         self.lost = False
+        # The request's whole body has arrived: reading it cannot wait.
+        self.body_complete = False
 
     @property
     def write_paused(self) -> bool:
@@ -193,6 +195,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._opened_at = time.monotonic()
         self._read_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._link: ConnectionLink | None = None
 
     # -- connection bound ----------------------------------------------------
 
@@ -274,12 +277,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.transport is self.transport:  # this request's cycle
             cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-            extensions[LINK] = ConnectionLink(self.flow)
+            self._link = extensions[LINK] = ConnectionLink(self.flow)
+        else:
+            self._link = None
         self._arm_read(self._body_timed_out, self.limits.read_timeout_s)
 
     def on_message_complete(self) -> None:
         self._cancel_read()
         super().on_message_complete()
+        if self._link is not None:
+            self._link.body_complete = True
+            self._link = None
 
     def _headers_timed_out(self) -> None:
         self._read_timer = None

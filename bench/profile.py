@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import cpu_seconds, rss_mb  # noqa: E402
+from bench.common import cpu_seconds, cpu_split, rss_mb  # noqa: E402
 from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
 
@@ -112,6 +112,12 @@ def main() -> None:
         "legacy fixture, --fixture-arg=--sse to the fast upstream)",
     )
     parser.add_argument("--functions", action="store_true", help="also inclusive per function")
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="py-spy without stopping the process at each sample: a stopped process shows "
+        "the frame its system call returns to, which inflates the socket writes' share",
+    )
     parser.add_argument("--tag", default="", help="suffix of the files kept in results/bench")
     parser.add_argument(
         "--direct",
@@ -176,6 +182,7 @@ def main() -> None:
             wrk_env["BENCH_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in session.items())
         wrk(2).communicate()  # warm-up: sessions, connections, caches
         cpu0, up0 = cpu_seconds(shim.pid), cpu_seconds(up.pid)
+        split0 = cpu_split(shim.pid)
         load = wrk(args.seconds)
         spy = None
         raw = out / f"profile-{tag}.txt"
@@ -183,6 +190,8 @@ def main() -> None:
             spy_argv = [pyspy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(raw)]
             spied = up.pid if args.spy_upstream else shim.pid
             spy_argv += ["-d", str(args.seconds - 1), "-p", str(spied)]
+            if args.nonblocking:
+                spy_argv.append("--nonblocking")
             spy = subprocess.Popen(
                 spy_argv,
                 stdout=subprocess.DEVNULL,
@@ -192,6 +201,7 @@ def main() -> None:
         rss = rss_mb(shim.pid)
         stdout, _ = load.communicate()
         cpu, up_cpu = cpu_seconds(shim.pid) - cpu0, cpu_seconds(up.pid) - up0
+        user, system = (b - a for a, b in zip(split0, cpu_split(shim.pid), strict=True))
         if spy is not None:
             spy.wait()
     line = next(x for x in stdout.decode().splitlines() if x.startswith("BENCH "))
@@ -200,7 +210,8 @@ def main() -> None:
     print(
         f"{tag}: {calls / (summary['duration_us'] / 1e6):,.0f} req/s, p50 "
         f"{summary['p50_us'] / 1000:.2f} ms, p99 {summary['p99_us'] / 1000:.2f} ms, max "
-        f"{summary['max_us'] / 1000:.1f} ms, gateway CPU {cpu * 1e6 / calls:.0f} us/call, "
+        f"{summary['max_us'] / 1000:.1f} ms, gateway CPU {cpu * 1e6 / calls:.0f} us/call "
+        f"(user {user * 1e6 / calls:.0f}, system {system * 1e6 / calls:.0f}), "
         f"upstream CPU {up_cpu * 1e6 / calls:.0f} us/call, RSS {rss:.0f} MB, "
         f"errors {summary['non2xx'] + summary['read'] + summary['timeout']}"
     )

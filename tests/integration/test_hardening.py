@@ -338,7 +338,7 @@ def test_notifications_are_validated_and_logs_bounded(legacy_url: str, logs_dir:
 
 
 @contextmanager
-def gateway_in_process(legacy_url: str) -> Iterator[tuple[str, Any]]:
+def gateway_in_process(legacy_url: str, loop: str = "auto") -> Iterator[tuple[str, Any]]:
     import threading
 
     import uvicorn
@@ -350,7 +350,9 @@ def gateway_in_process(legacy_url: str) -> Iterator[tuple[str, Any]]:
     settings = Settings(upstream_url=legacy_url, port=port)  # type: ignore[arg-type]
     app = create_app(settings)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", loop=loop
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

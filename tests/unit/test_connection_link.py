@@ -124,3 +124,30 @@ async def test_an_answered_request_is_freed_without_the_cycle_collector() -> Non
     finally:
         gc.enable()
         protocol.connection_lost(None)
+
+
+async def test_the_link_says_when_the_whole_body_has_come() -> None:
+    # `_read_body` (app/server.py) times its reads only while the body can still
+    # be on its way; the link is how it knows.
+    seen: list[tuple[bool, bool]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        link = scope["extensions"][LINK]
+        before = link.body_complete
+        while (await receive()).get("more_body"):
+            pass
+        seen.append((before, link.body_complete))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    protocol = _protocol(app)
+    protocol.connection_made(Transport())
+    protocol.data_received(REQUEST)  # head and body in one read
+    await asyncio.sleep(0.05)
+    head, body = REQUEST[:-2], REQUEST[-2:]
+    protocol.data_received(head)  # the body after the application started
+    await asyncio.sleep(0.05)
+    protocol.data_received(body)
+    await asyncio.sleep(0.05)
+    protocol.connection_lost(None)
+    assert seen == [(True, True), (False, True)]

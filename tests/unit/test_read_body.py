@@ -64,3 +64,25 @@ def test_client_gone_and_too_slow() -> None:
         _read(_request([_body(b"ab", True)]), timeout_s=0.05)
     with pytest.raises(server.BodyTimeout):
         _read(_request([_body(b"ab")], wait=1.0), timeout_s=0.05)
+
+
+def test_a_whole_body_is_read_without_a_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Said complete by the gateway's protocol (app/http_protocol.py): nothing
+    # is timed. Not said so: the read is timed, and a slow one fails.
+    from app.http_protocol import LINK, ConnectionLink
+
+    def refused(_delay: float) -> Any:
+        raise AssertionError("a whole body needs no timer")
+
+    def linked(messages: list[dict[str, Any]], complete: bool) -> Request:
+        request = _request(messages)
+        link = ConnectionLink(flow=None)
+        link.body_complete = complete
+        request.scope["extensions"] = {LINK: link}
+        return request
+
+    with monkeypatch.context() as patch:
+        patch.setattr(server.asyncio, "timeout", refused)
+        assert _read(linked([_body(b'{"a":1}')], complete=True)) == b'{"a":1}'
+    with pytest.raises(server.BodyTimeout):
+        _read(linked([_body(b"ab", True)], complete=False), timeout_s=0.05)
