@@ -17,6 +17,7 @@ import structlog
 
 from app import auth, metrics
 from app.auth import AuthRelay
+from app.deadline import StepDeadline
 from app.front import param_headers
 from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
 from app.mrtr import capabilities as mrtr_capabilities
@@ -128,21 +129,21 @@ class Gateway:
         releases the session or lane, and the client gets -32603 with 504.
         """
         steps = self._call(call, authorization, state)
-        deadline = None
+        when = None
         if call.method != subscriptions_listen.METHOD:
-            deadline = asyncio.get_running_loop().time() + self._call_deadline_s
+            when = asyncio.get_running_loop().time() + self._call_deadline_s
+        deadline = StepDeadline(when)
         async with contextlib.aclosing(steps):
             while True:
-                timer = asyncio.timeout_at(deadline)
                 failed = False
                 try:
-                    async with timer:
+                    with deadline:
                         out = await anext(steps)
                 except StopAsyncIteration:
-                    if not timer.expired():
+                    if not deadline.expired:
                         return
                 except Exception as exc:
-                    failed = not (isinstance(exc, TimeoutError) and timer.expired())
+                    failed = not (isinstance(exc, TimeoutError) and deadline.expired)
                     if failed:
                         # A defect of ours: the stack goes to the log, never to the client.
                         log.exception("call_failed", method=call.method)

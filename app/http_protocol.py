@@ -194,6 +194,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._opened_at = time.monotonic()
         self._read_timer: asyncio.TimerHandle | None = None
+        # The read timeout the request being read needs if this read ends with
+        # it unfinished: armed after the parser has taken the whole read, so a
+        # request that comes in one read (the common call) arms no timer.
+        self._pending_read: Callable[[], None] | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._link: ConnectionLink | None = None
 
@@ -263,15 +267,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._read_timer.cancel()
             self._read_timer = None
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # The first request's clock started at connection_made; a later one's
+        # at the read that began it (the keep-alive timeout covers the wait).
+        pending = self._pending_read
+        if pending is not None and self._read_timer is None and not self.transport.is_closing():
+            self._arm_read(pending, self.limits.read_timeout_s)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        # The first request's clock started at connection_made; a later one's
-        # starts at its first byte (the keep-alive timeout covers the wait).
-        if self._read_timer is None:
-            self._arm_read(self._headers_timed_out, self.limits.read_timeout_s)
+        self._pending_read = self._headers_timed_out
 
     def on_headers_complete(self) -> None:
-        self._cancel_read()
+        if self._read_timer is not None:
+            self._cancel_read()
+        self._pending_read = self._body_timed_out
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:  # this request's cycle
@@ -280,10 +291,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._link = extensions[LINK] = ConnectionLink(self.flow)
         else:
             self._link = None
-        self._arm_read(self._body_timed_out, self.limits.read_timeout_s)
 
     def on_message_complete(self) -> None:
-        self._cancel_read()
+        self._pending_read = None
+        if self._read_timer is not None:
+            self._cancel_read()
         super().on_message_complete()
         if self._link is not None:
             self._link.body_complete = True
