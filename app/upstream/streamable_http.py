@@ -27,6 +27,7 @@ from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDictProxy
 
 from app import jsonio, metrics, tracing
+from app.deadline import StepDeadline
 from app.upstream import h1
 from app.upstream.base import Message
 from app.upstream.errors import (
@@ -646,8 +647,9 @@ class HttpExchange:
         stream (servers end it right after the response), so the keep-alive
         connection can serve the next request instead of being dropped."""
         if drain and not self._response.is_closed:
+            # Once per call on an SSE answer: the cheap timer (app/deadline.py).
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(_DRAIN_S):
+                with StepDeadline(asyncio.get_running_loop().time() + _DRAIN_S):
                     async for _ in self._messages:
                         pass
         with contextlib.suppress(Exception):

@@ -292,3 +292,36 @@ async def test_a_malformed_http_answer_is_the_gateways_error(
         assert raised.value.message == f"upstream sent a malformed HTTP answer during {WHAT}"
     else:  # httpx's own parser: its RemoteProtocolError
         assert isinstance(raised.value, UpstreamUnavailable)
+
+
+async def test_the_drain_of_an_answered_stream_left_open_is_bounded(
+    client: UpstreamClient,
+) -> None:
+    # The answer came, the server keeps the stream open and silent: closing
+    # the exchange reads on for at most _DRAIN_S, then gives up quietly, and
+    # leaves no cancel behind on the caller's task.
+    from app.upstream import streamable_http
+
+    answer = _chunked(b"data: " + ANSWER + b"\n\n", end=False)
+    peer = ScriptedServer(answer, hold=True)
+    peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
+    loop = asyncio.get_running_loop()
+    try:
+        session = StreamableHttpSession(client, peer.url, {}, "s-1", get_version("2025-11-25"), 30)
+        exchange = await session.request(CALL)
+        assert [m async for m in _first(exchange)] == [orjson.loads(ANSWER)]
+        started = loop.time()
+        await exchange.aclose(drain=True)
+        waited = loop.time() - started
+        assert streamable_http._DRAIN_S * 0.8 <= waited < streamable_http._DRAIN_S + 2
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        await asyncio.sleep(0)
+    finally:
+        peer.server.close()
+
+
+async def _first(exchange: Any) -> AsyncIterator[Any]:
+    async for message in exchange:
+        yield message
+        return
