@@ -233,8 +233,9 @@ class Bridge:
                 digest=digest,
             )
             await self._send(ex, turn)
-            async for frame in self._drive(ex, turn, supplied):
-                yield frame
+            async with contextlib.aclosing(self._drive(ex, turn, supplied)) as frames:
+                async for frame in frames:
+                    yield frame
         finally:
             if ex is None:
                 self._spawn(self._lanes.release(lane, reusable=False))
@@ -285,8 +286,9 @@ class Bridge:
             )
             return
         if claims.replica != self._settings.replica:
-            async for frame in self._forward(turn, claims):
-                yield frame
+            async with contextlib.aclosing(self._forward(turn, claims)) as frames:
+                async for frame in frames:
+                    yield frame
             return
 
         ex = self._registry.peek(claims.exchange)
@@ -321,16 +323,20 @@ class Bridge:
                 pending=len(ex.pending),
             )
             if ex.url_required is not None:
-                async for frame in self._after_url_elicitation(ex, turn, supplied):
-                    yield frame
+                async with contextlib.aclosing(
+                    self._after_url_elicitation(ex, turn, supplied)
+                ) as frames:
+                    async for frame in frames:
+                        yield frame
                 return
             for key in [k for k in ex.pending if k in supplied]:
                 lost = await self._feed(ex, ex.pending.pop(key), supplied.pop(key), turn)
                 if lost is not None:
                     yield lost
                     return
-            async for frame in self._drive(ex, turn, supplied):
-                yield frame
+            async with contextlib.aclosing(self._drive(ex, turn, supplied)) as frames:
+                async for frame in frames:
+                    yield frame
         finally:
             await self._settle(ex, turn)
 
@@ -377,8 +383,9 @@ class Bridge:
         ex.lane = await self._lanes.acquire(turn.key, turn.upstream_caps, turn.authorization)
         ex.pooled = ex.lane.pooled
         await self._send(ex, turn)
-        async for frame in self._drive(ex, turn, supplied):
-            yield frame
+        async with contextlib.aclosing(self._drive(ex, turn, supplied)) as frames:
+            async for frame in frames:
+                yield frame
 
     # -- driving ------------------------------------------------------------------
 

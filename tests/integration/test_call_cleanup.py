@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration import mrtr_wire as mw
 from tests.integration import wire
 from tests.integration.test_hardening import gateway_in_process, tool_call
 
@@ -96,10 +97,21 @@ def _legacy_calls(url: str) -> None:
             assert wire.answer_messages(response)[-1]["result"]["content"][0]["text"] == "78"
 
 
+def _mrtr_calls(url: str) -> None:
+    # A call the upstream answers with elicitation, sampling and roots requests:
+    # input_required, then the retry that completes it (the MRTR bridge's path).
+    base = url.removesuffix("/mcp")
+    args = {"elicitations": 1, "samplings": 1, "roots": 1, "keyed": True}
+    with httpx.Client(timeout=15) as client:
+        answer, keys = mw.answer_rounds(client, iter([base, base]), "ask_all_at_once", args)
+    assert keys and answer.final.get("result", {}).get("content"), answer.final
+
+
 def test_no_generator_of_a_call_is_left_to_the_loops_finalizer(
     legacy_url: str, finalized: list[str]
 ) -> None:
     with gateway_in_process(legacy_url, loop="asyncio") as (url, _gateway):
         _modern_calls(url)
         _legacy_calls(url)
+        _mrtr_calls(url)
     assert finalized == []
