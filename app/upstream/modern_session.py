@@ -46,7 +46,7 @@ import itertools
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -533,7 +533,7 @@ class _Call:
         self._cancelled = True
         self._cancel.set()
 
-    async def _until_cancelled(self, exchange: HttpExchange) -> AsyncIterator[Message]:
+    async def _until_cancelled(self, exchange: HttpExchange) -> AsyncGenerator[Message, None]:
         """The exchange's messages until the client cancels: the read is raced
         against the cancellation, since closing a response another task reads
         does not wake that read. Leaving closes the upstream stream."""
@@ -589,11 +589,12 @@ class _Call:
         )
         return {"jsonrpc": "2.0", "id": self.client_id, "result": result}
 
-    async def _run(self) -> AsyncIterator[Message]:
+    async def _run(self) -> AsyncGenerator[Message, None]:
         extra: dict[str, Any] = {}
         try:
-            async for message in self._rounds(extra):
-                yield message
+            async with contextlib.aclosing(self._rounds(extra)) as messages:
+                async for message in messages:
+                    yield message
         except UpstreamError:
             if not self._cancelled:
                 raise
@@ -601,7 +602,7 @@ class _Call:
         finally:
             self._session.forget(self)
 
-    async def _rounds(self, extra: dict[str, Any]) -> AsyncIterator[Message]:
+    async def _rounds(self, extra: dict[str, Any]) -> AsyncGenerator[Message, None]:
         for _ in range(MAX_ROUNDS):
             # A modern server may hold the answer's headers until it has
             # something to say: the send itself is raced against a cancel.
@@ -610,14 +611,17 @@ class _Call:
                 return
             final: Message | None = None
             try:
-                async for message in self._until_cancelled(exchange):
-                    if "method" in message and "id" not in message:
-                        note = self._down(message)
-                        if note is not None:
-                            yield note
-                    elif "method" not in message:
-                        final = message
-                        break
+                # Closed here when the answer ends the loop, not later by the
+                # loop's finalizer hook in a task of its own.
+                async with contextlib.aclosing(self._until_cancelled(exchange)) as messages:
+                    async for message in messages:
+                        if "method" in message and "id" not in message:
+                            note = self._down(message)
+                            if note is not None:
+                                yield note
+                        elif "method" not in message:
+                            final = message
+                            break
             finally:
                 await exchange.aclose(drain=final is not None)
                 self._exchange = None
@@ -639,11 +643,13 @@ class _Call:
             # basic/patterns/mrtr: ask the client, gather, retry with the answers.
             gathered: dict[str, Any] = {}
             refusal: Message | None = None
-            async for item in self._ask(result.get("inputRequests") or {}, gathered):
-                if "error" in item and item.get("id") == self.client_id:
-                    refusal = item
-                    break
-                yield item
+            asked = self._ask(result.get("inputRequests") or {}, gathered)
+            async with contextlib.aclosing(asked) as items:
+                async for item in items:
+                    if "error" in item and item.get("id") == self.client_id:
+                        refusal = item
+                        break
+                    yield item
             if refusal is not None:
                 yield refusal
                 return
@@ -658,7 +664,7 @@ class _Call:
 
     async def _ask(
         self, requests: Mapping[str, Any], gathered: dict[str, Any]
-    ) -> AsyncIterator[Message]:
+    ) -> AsyncGenerator[Message, None]:
         """Yield the round's input requests as server requests, then wait for every
         answer; an error message for the client (with its id) ends the call."""
         session = self._session
@@ -711,7 +717,7 @@ class _Call:
             with contextlib.suppress(Exception):
                 await self._exchange.aclose()
         with contextlib.suppress(Exception):
-            await self._messages.aclose()  # type: ignore[attr-defined]
+            await self._messages.aclose()
         self._session.forget(self)
 
 

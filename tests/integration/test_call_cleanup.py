@@ -16,7 +16,6 @@ watch), in front of the real mcp 1.x fixture.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from typing import Any
 
@@ -65,8 +64,9 @@ def _modern_calls(url: str) -> None:
         assert "result" in wire.answer_messages(response)[-1]
 
 
-def _legacy_calls(url: str) -> None:
-    # A 2025-06-18 client of the gateway's legacy front, raw over HTTP.
+def _legacy_calls(url: str, calls: list[tuple[str, dict[str, Any], str]]) -> None:
+    """A 2025-06-18 client of the gateway's legacy front, raw over HTTP: each
+    (tool, arguments, text the answer holds)."""
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     init = {
         "jsonrpc": "2.0",
@@ -85,16 +85,17 @@ def _legacy_calls(url: str) -> None:
         headers = {**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         assert client.post(url, json=note, headers=headers).status_code == 202
-        for rid in (1, 2):
+        for rid, (tool, arguments, text) in enumerate(calls, start=1):
             call = {
                 "jsonrpc": "2.0",
                 "id": rid,
                 "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": base64.b16encode(b"x").decode()}},
+                "params": {"name": tool, "arguments": arguments},
             }
             response = client.post(url, json=call, headers=headers)
             assert response.status_code == 200, response.text[:300]
-            assert wire.answer_messages(response)[-1]["result"]["content"][0]["text"] == "78"
+            final = wire.answer_messages(response)[-1]
+            assert final["id"] == rid and text in json.dumps(final["result"]), final
 
 
 def _mrtr_calls(url: str) -> None:
@@ -112,6 +113,21 @@ def test_no_generator_of_a_call_is_left_to_the_loops_finalizer(
 ) -> None:
     with gateway_in_process(legacy_url, loop="asyncio") as (url, _gateway):
         _modern_calls(url)
-        _legacy_calls(url)
+        _legacy_calls(url, [("echo", {"text": "one"}, "one"), ("echo", {"text": "two"}, "two")])
         _mrtr_calls(url)
+    assert finalized == []
+
+
+def test_nor_in_front_of_a_modern_upstream(modern_url: str, finalized: list[str]) -> None:
+    # A legacy client's calls translated for a 2026-07-28 server (mcp 2.x), one
+    # of them streaming progress before its answer.
+    with gateway_in_process(modern_url, loop="asyncio") as (url, _gateway):
+        _legacy_calls(
+            url,
+            [
+                ("test_simple_text", {}, "simple text response"),
+                ("test_tool_with_progress", {}, "content"),
+                ("test_simple_text", {}, "simple text response"),
+            ],
+        )
     assert finalized == []
