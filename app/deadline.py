@@ -1,12 +1,12 @@
 """A deadline over the steps of one call: armed only while a step is awaited.
 
-What `asyncio.timeout_at` around each step did, at a fraction of its cost:
-that context manager is a coroutine pair, a state machine and a fresh
-`current_task` and loop look-up per step, 4.5 us per enter and exit on the
-development machine (bench/README.md, "Fourth round"), against one timer
-handle here. Same contract: at the deadline the task is cancelled where the
-step waits, the step raises `TimeoutError`, and a cancel that came from
-elsewhere (the client left) stays a `CancelledError`.
+What `asyncio.timeout_at` around each step did, for less: that context
+manager is a coroutine pair and a state machine around the same timer handle,
+4.2 us per enter and exit on the development machine against 3.0 here
+(`bench/asyncio_costs.py`, bench/README.md "Fourth round"). Same contract: at
+the deadline the task is cancelled where the step waits, the step raises
+`TimeoutError`, and a cancel that came from elsewhere (the client left) stays
+a `CancelledError`.
 """
 
 from __future__ import annotations
