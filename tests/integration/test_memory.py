@@ -58,8 +58,11 @@ _SCRIPT = textwrap.dedent(
             from app.mrtr.state import Claims, Sealer, generate_key
             Sealer([generate_key()]).seal(Claims("x", "r", "c", "tools/call", "d", 0, 1))
             after_seal = [m for m in RARE if m in sys.modules]
+        # The lifespan's end closed the upstream session (DELETE).
+        after_stop = [m for m in RARE if m in sys.modules and m not in after_seal]
         print(json.dumps({{"status": answer.status_code, "body": answer.json(),
                           "after_call": after_call, "after_seal": after_seal,
+                          "after_stop": after_stop,
                           "contexts": len(contexts), "certificates": certificates}}))
 
     asyncio.run(main())
@@ -89,6 +92,7 @@ def test_start_up_and_a_plain_call_load_no_rarely_used_library(legacy_url: str) 
     assert report["status"] == 200, report
     assert report["body"]["result"]["content"][0]["text"] == "hi", report
     assert report["after_call"] == [], report
+    assert report["after_stop"] == [], report
     # The check sees a library once something needs it.
     assert "cryptography" in report["after_seal"], report
     # The transport's TLS context exists (h1's, shared with aiohttp's transport
