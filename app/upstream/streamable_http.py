@@ -221,6 +221,7 @@ class UpstreamClient(httpx.AsyncClient):
         aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
         fresh_session: FreshSession | None = None,
         lean: h1.H1Client | None = None,
+        streams: h1.H1Client | None = None,
     ) -> None:
         super().__init__(
             transport=transport,
@@ -231,6 +232,7 @@ class UpstreamClient(httpx.AsyncClient):
         self._aiohttp_session = aiohttp_session
         self._fresh_session = fresh_session
         self._lean = lean
+        self._streams = streams
 
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
@@ -263,6 +265,37 @@ class UpstreamClient(httpx.AsyncClient):
         merged = {**self.headers, **headers}
         return await _h1_poster(self._lean, url, merged, timeouts, method)(content, {})
 
+    async def h1_get(
+        self, url: httpx.URL, headers: Mapping[str, str], timeouts: httpx.Timeout
+    ) -> Answer | None:
+        """A GET (a session's stream, the OAuth metadata) on h1, in a pool of
+        its own (`_streams`: a stream holds its connection as long as anyone
+        listens, and must never take a slot of the POSTs' pool, as it did not
+        when it went to aiohttp's); None without h1 (then httpx's client sends
+        it). With it a gateway in front of a legacy upstream never imports
+        aiohttp, whatever its clients do (bench/README.md, "Third round")."""
+        if self._streams is None:
+            return None
+        merged = {**self.headers, **headers}
+        fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
+        if not all(_token(k) and _printable_ascii(v) for k, v in fields.items()):
+            raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
+        # No body, no Content-Length (RFC 9110 section 8.6: not for a GET
+        # without content), as aiohttp sent it.
+        head = b"GET %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (
+            url.raw_path,
+            url.netloc,
+            "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode(),
+        )
+        streams = self._streams
+        return await streams.request(
+            streams.origin(url.scheme, url.host, url.port),
+            head,
+            connect_timeout=timeouts.connect,
+            read_timeout=timeouts.read,
+            pool_timeout=timeouts.pool,
+        )
+
     async def aclose(self) -> None:
         try:
             await super().aclose()
@@ -271,6 +304,8 @@ class UpstreamClient(httpx.AsyncClient):
                 await self._fresh_session.close()
             if self._lean is not None:
                 await self._lean.aclose()
+            if self._streams is not None:
+                await self._streams.aclose()
 
 
 # Set by the request itself (h1 writes the body's length); httpx's client
@@ -409,6 +444,11 @@ def build_client(
             ),
             connect_timeout_s=connect_timeout_s,
             lean=h1.H1Client(
+                max_connections=max_connections, keepalive_s=keepalive_s, ssl_context=verify
+            ),
+            # GETs (streams, metadata): the bound the aiohttp pool gave them
+            # (app/cli.py counts two pools).
+            streams=h1.H1Client(
                 max_connections=max_connections, keepalive_s=keepalive_s, ssl_context=verify
             ),
         )
@@ -660,14 +700,17 @@ class StreamableHttpSession:
         if last_event_id is not None:
             headers["last-event-id"] = last_event_id
         headers.update(tracing.outgoing_headers())
+        client = self._client
+        timeouts = httpx.Timeout(None, connect=self._timeout.connect)
         with _library_errors("GET stream"):
-            request = self._client.build_request(
-                "GET",
-                self._url,
-                headers=headers,
-                timeout=httpx.Timeout(None, connect=self._timeout.connect),
+            response = (
+                await client.h1_get(self._url, headers, timeouts)
+                if isinstance(client, UpstreamClient)
+                else None
             )
-            response = await self._client.send(request, stream=True)
+            if response is None:
+                request = client.build_request("GET", self._url, headers=headers, timeout=timeouts)
+                response = await client.send(request, stream=True)
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
             raise SessionExpired("upstream no longer knows the session")
@@ -758,14 +801,18 @@ class StreamableHttpTransport:
     async def fetch_document(self, url: str, *, max_bytes: int) -> Any:
         """GET a small JSON document from the upstream's origin (its OAuth
         protected-resource metadata): the parsed JSON, or None unless 200."""
-        request = self._client.build_request(
-            "GET",
-            url,
-            headers={"accept": "application/json", **tracing.outgoing_headers()},
-            timeout=httpx.Timeout(_METADATA_TIMEOUT_S, connect=self._client.timeout.connect),
-        )
+        client = self._client
+        headers = {"accept": "application/json", **tracing.outgoing_headers()}
+        timeouts = httpx.Timeout(_METADATA_TIMEOUT_S, connect=client.timeout.connect)
         with _library_errors("metadata GET"):
-            response = await self._client.send(request, stream=True)
+            response = (
+                await client.h1_get(httpx.URL(url), headers, timeouts)
+                if isinstance(client, UpstreamClient)
+                else None
+            )
+            if response is None:
+                request = client.build_request("GET", url, headers=headers, timeout=timeouts)
+                response = await client.send(request, stream=True)
             try:
                 if response.status_code != 200:
                     return None

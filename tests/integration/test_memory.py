@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -131,3 +132,21 @@ def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
         assert answer.status_code == 200, answer.text
         rss = _rss_mb(proc.pid)
     assert rss <= IDLE_RSS_BOUND_MB, f"idle gateway RSS {rss:.1f} MB (bench/README.md, Memory)"
+
+
+def test_an_mcp1_client_session_loads_no_aiohttp_in_the_gateway(
+    legacy_url: str, logs_dir: Path
+) -> None:
+    # The mcp 1.x client opens a GET stream after `notifications/initialized`,
+    # which the gateway relays to the upstream session's (app/legacy/front.py),
+    # and its tour has the server's sampling and elicitation requests (MRTR
+    # lanes, with their GET streams) and a DELETE: every one of them on h1.
+    # aiohttp's compiled parser and yarl's are mapped once aiohttp is imported.
+    log = logs_dir / "memory-mcp1-gateway.log"
+    env = {"MCP_SHIM_WORKERS": "1"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        out: Any = procs.run_legacy_client("tour.py", base + "/mcp", "2025-11-25")
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    assert out["initialize"]["protocolVersion"] == "2025-11-25", out
+    assert "GET" in log.read_text()  # the client's GET stream reached the gateway
+    assert "/aiohttp/" not in maps and "/yarl/" not in maps
