@@ -121,7 +121,8 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
 
     The soft RLIMIT_NOFILE is raised to the hard one first. Upstream
     connections are given MCP_SHIM_MAX_UPSTREAM_CONNECTIONS per pool (two with
-    the h1 transport: its own for the session POSTs, aiohttp's for the rest)
+    the h1 transport: its own for the session POSTs and one-off requests, and
+    its GETs' for a legacy upstream or aiohttp's for a modern one's pass-through)
     or half the room, whichever is less; if the client bound does not fit in
     the rest, it is lowered to it (and a warning says so)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -164,6 +164,8 @@ class ReplicaRelay:
         if self._session is None:
             import aiohttp
 
+            # aiohttp as the upstream's transport imports it: its CA contexts deferred.
+            import app.upstream.aiohttp_client  # noqa: F401
             from app.upstream.streamable_http import KEEPALIVE_S
 
             # aiohttp's session itself, as for the upstream's POSTs: through

@@ -28,7 +28,9 @@ from app.front.header_values import header_form
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError
 from app.upstream.streamable_http import (
+    Answer,
     HttpExchange,
+    UpstreamClient,
     _content_type,
     _library_errors,
     _refuse_challenge,
@@ -119,6 +121,7 @@ class ModernHttpUpstream:
     def __init__(self, client: httpx.AsyncClient, url: str, *, request_timeout_s: float) -> None:
         self._client = client
         self.url = url
+        self._parsed_url = httpx.URL(url)
         self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
         # A listen stream is quiet for as long as nothing changes.
         self._long_timeout = httpx.Timeout(None, connect=client.timeout.connect)
@@ -144,20 +147,31 @@ class ModernHttpUpstream:
         """POST a message the gateway built; its answer as messages. A 401/403
         raises `UpstreamAuthChallenge`, any other non-JSON error `UpstreamHttpError`."""
         what = str(message.get("method"))
-        request = self._client.build_request(
-            "POST",
-            self.url,
-            content=jsonio.dumps(message),
-            headers={
-                "accept": _ACCEPT,
-                "content-type": "application/json",
-                **headers,
-                **tracing.outgoing_headers(),
-            },
-            timeout=self._long_timeout if long_lived else self._timeout,
-        )
+        content = jsonio.dumps(message)
+        sent = {
+            "accept": _ACCEPT,
+            "content-type": "application/json",
+            **headers,
+            **tracing.outgoing_headers(),
+        }
+        response: Answer | None = None
         with _library_errors(what):
-            response = await self._client.send(request, stream=True)
+            if not long_lived and isinstance(self._client, UpstreamClient):
+                # The era probe and a legacy client's stateless requests: on h1
+                # as a session's POSTs. A long-lived one (listen) keeps its
+                # connection as long as its client: on httpx's pool, as a GET stream.
+                response = await self._client.send_lean(
+                    b"POST", self._parsed_url, sent, content, self._timeout
+                )
+            if response is None:
+                request = self._client.build_request(
+                    "POST",
+                    self.url,
+                    content=content,
+                    headers=sent,
+                    timeout=self._long_timeout if long_lived else self._timeout,
+                )
+                response = await self._client.send(request, stream=True)
         await _refuse_challenge(response, what)
         if response.status_code >= 400 and _content_type(response) != "application/json":
             status = response.status_code

@@ -4,27 +4,25 @@ httpx is the API of the rare paths; its transport is aiohttp's (httpx-aiohttp),
 chosen by measurement: bench/README.md. A session's POSTs (the hot path) go to
 the lean HTTP/1.1 client of app/upstream/h1.py (`H1Answer`), or with
 MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp to the aiohttp session itself
-(`AiohttpAnswer`). Every httpx/aiohttp/h1 exception is turned into an
-`app.upstream.errors` error in `_library_errors`, and nowhere else.
+(`AiohttpAnswer`, app/upstream/aiohttp_client.py). On h1 the one-off requests
+of a plain gateway (the era probe, a session's DELETE: `UpstreamClient.lean`)
+go through h1 too, and aiohttp is imported by the first request that needs
+it (bench/README.md, "Third round"). Every httpx/aiohttp/h1 exception is
+turned into an `app.upstream.errors` error in `_library_errors`, and nowhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import http.cookiejar
-import weakref
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-import aiohttp
 import httpx
 import structlog
-from aiohttp.tracing import Trace
-from httpx_aiohttp import AiohttpTransport
-from multidict import CIMultiDictProxy
 
 from app import jsonio, metrics, tracing
 from app.deadline import StepDeadline
@@ -43,6 +41,11 @@ from app.upstream.sse_decoder import SSEDecoder
 from app.upstream.tls import upstream_context
 from translators.registry import Version, get_version
 
+if TYPE_CHECKING:
+    import aiohttp
+
+    from app.upstream.aiohttp_client import AiohttpAnswer, FreshSession
+
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 _ACCEPT = "application/json, text/event-stream"
@@ -53,25 +56,54 @@ KEEPALIVE_S = 4.0
 log = structlog.get_logger("mcp_shim.upstream")
 
 
+def _aiohttp_loaded() -> bool:
+    # aiohttp is imported by the first request that needs it
+    # (app/upstream/aiohttp_client.py): before that, no exception is aiohttp's.
+    return "aiohttp" in sys.modules
+
+
 def _really_timed_out(exc: httpx.TimeoutException) -> bool:
     """httpx-aiohttp 0.2.0 maps every aiohttp.ClientConnectionError (a refused
     connection, a server that hung up) to httpx.ConnectTimeout; only its cause
     tells a timeout from an upstream that is gone."""
+    if not _aiohttp_loaded():
+        return True
+    import aiohttp
+
     cause = exc.__cause__
     return not isinstance(cause, aiohttp.ClientConnectionError) or isinstance(
         cause, aiohttp.ServerTimeoutError
     )
 
 
-# aiohttp's errors that are not a broken connection (aiohttp.ClientConnectionError,
-# named by its own class) get the name httpx-aiohttp gave them, the name the
-# messages carried when the hot path's answers came through httpx.
-_AIOHTTP_NAMES: tuple[tuple[type[BaseException], str], ...] = (
-    (aiohttp.ClientPayloadError, "ReadError"),
-    (aiohttp.ClientHttpProxyError, "ProxyError"),
-    (aiohttp.InvalidUrlClientError, "UnsupportedProtocol"),
-    (aiohttp.NonHttpUrlClientError, "UnsupportedProtocol"),
-)
+def _aiohttp_error(exc: Exception, what: str) -> UpstreamError | None:
+    """`_upstream_error` for aiohttp's exceptions (the hot path on the aiohttp
+    transport: UpstreamClient.poster, AiohttpAnswer), None for another's."""
+    if not _aiohttp_loaded():
+        return None
+    import aiohttp
+
+    if not isinstance(exc, aiohttp.ClientError):
+        return None
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(f"upstream timed out during {what}")
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
+    # Errors that are not a broken connection (aiohttp.ClientConnectionError,
+    # named by its own class) get the name httpx-aiohttp gave them, the name the
+    # messages carried when the hot path's answers came through httpx.
+    names: tuple[tuple[type[BaseException], str], ...] = (
+        (aiohttp.ClientPayloadError, "ReadError"),
+        (aiohttp.ClientHttpProxyError, "ProxyError"),
+        (aiohttp.InvalidUrlClientError, "UnsupportedProtocol"),
+        (aiohttp.NonHttpUrlClientError, "UnsupportedProtocol"),
+    )
+    for kind, name in names:
+        if isinstance(exc, kind):
+            return UpstreamUnavailable(f"upstream unreachable during {what}: {name}")
+    # What is left is aiohttp's parser refusing the answer (ClientResponseError:
+    # a bad status line, a bad chunk size, headers over 8 KiB).
+    return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
 
 
 def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
@@ -84,18 +116,9 @@ def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
         if isinstance(exc, h1.MalformedAnswer):
             return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
         return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
-    if isinstance(exc, aiohttp.ClientError):
-        # The hot path (UpstreamClient.poster, AiohttpAnswer): aiohttp's own.
-        if isinstance(exc, aiohttp.ServerTimeoutError):
-            return UpstreamTimeout(f"upstream timed out during {what}")
-        if isinstance(exc, aiohttp.ClientConnectionError):
-            return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
-        for kind, name in _AIOHTTP_NAMES:
-            if isinstance(exc, kind):
-                return UpstreamUnavailable(f"upstream unreachable during {what}: {name}")
-        # What is left is aiohttp's parser refusing the answer (ClientResponseError:
-        # a bad status line, a bad chunk size, headers over 8 KiB).
-        return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
+    aiohttp_error = _aiohttp_error(exc, what)
+    if aiohttp_error is not None:
+        return aiohttp_error
     if isinstance(exc, httpx.TimeoutException):
         if not _really_timed_out(exc):
             return UpstreamUnavailable(
@@ -177,56 +200,6 @@ def resendable(message: Message) -> bool:
     return "method" not in message or "id" not in message
 
 
-class _Attempt:
-    """One resendable POST's first attempt: whether it rode on a pooled connection."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
-    "mcp_shim_upstream_attempt", default=None
-)
-
-
-class _Connector(aiohttp.TCPConnector):
-    """aiohttp's connector, telling a resendable POST whether the connection it
-    got had served a request before (a pooled keep-alive connection): only such
-    a connection can have been closed by the server just as it was reused."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._served: weakref.WeakSet[Any] = weakref.WeakSet()
-
-    async def connect(
-        self,
-        req: aiohttp.ClientRequest,
-        traces: list[Trace],
-        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
-    ) -> aiohttp.connector.Connection:
-        connection = await super().connect(req, traces, timeout)
-        protocol = connection.protocol
-        attempt = _ATTEMPT.get()
-        if attempt is not None:
-            attempt.reused = protocol in self._served
-        self._served.add(protocol)
-        return connection
-
-
-def _stale(exc: BaseException, attempt: _Attempt) -> bool:
-    """The connection failed before any answer, and it was a reused one (RFC 9112
-    section 9.3.1, "Retrying Requests": a client MAY retry then, on a new
-    connection, a request it knows to be idempotent). A refused or timed-out
-    connection, or a fresh one that failed, is the upstream's real state."""
-    return (
-        attempt.reused
-        and isinstance(exc, aiohttp.ClientOSError | aiohttp.ServerDisconnectedError)
-        and not isinstance(exc, aiohttp.ClientConnectorError)
-    )
-
-
 class UpstreamClient(httpx.AsyncClient):
     """httpx's client (the API of the rare paths: GET streams, DELETE, metadata,
     the modern pass-through), and `poster`, the hot path: a session's POSTs.
@@ -247,8 +220,9 @@ class UpstreamClient(httpx.AsyncClient):
         transport: httpx.AsyncBaseTransport,
         connect_timeout_s: float,
         aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
-        fresh_session: _FreshSession | None = None,
+        fresh_session: FreshSession | None = None,
         lean: h1.H1Client | None = None,
+        streams: h1.H1Client | None = None,
     ) -> None:
         super().__init__(
             transport=transport,
@@ -259,6 +233,7 @@ class UpstreamClient(httpx.AsyncClient):
         self._aiohttp_session = aiohttp_session
         self._fresh_session = fresh_session
         self._lean = lean
+        self._streams = streams
 
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
@@ -267,58 +242,60 @@ class UpstreamClient(httpx.AsyncClient):
             return _h1_poster(self._lean, url, merged, timeout)
         if self._aiohttp_session is None:
             return _httpx_poster(self, url, merged, timeout)
-        session = self._aiohttp_session
+        from app.upstream.aiohttp_client import aiohttp_poster
+
         fresh = self._fresh_session
         assert fresh is not None  # built with the aiohttp session (build_client)
-        target = str(url)
-        client_timeout = aiohttp.ClientTimeout(
-            sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
+        return aiohttp_poster(self._aiohttp_session, fresh, url, merged, timeout)
+
+    async def send_lean(
+        self,
+        method: bytes,
+        url: httpx.URL,
+        headers: Mapping[str, str],
+        content: bytes,
+        timeouts: httpx.Timeout,
+    ) -> Answer | None:
+        """A one-off request of a plain gateway (the era probe, a session's
+        DELETE) on h1, the session POSTs' client, headers merged as httpx
+        merges them; None without h1 (then httpx's client sends it). On h1 a
+        gateway in front of a legacy upstream then never uses httpx's
+        transport, whose aiohttp is imported by its first request."""
+        if self._lean is None:
+            return None
+        merged = {**self.headers, **headers}
+        return await _h1_poster(self._lean, url, merged, timeouts, method)(content, {})
+
+    async def h1_get(
+        self, url: httpx.URL, headers: Mapping[str, str], timeouts: httpx.Timeout
+    ) -> Answer | None:
+        """A GET (a session's stream, the OAuth metadata) on h1, in a pool of
+        its own (`_streams`: a stream holds its connection as long as anyone
+        listens, and must never take a slot of the POSTs' pool, as it did not
+        when it went to aiohttp's); None without h1 (then httpx's client sends
+        it). With it a gateway in front of a legacy upstream never imports
+        aiohttp, whatever its clients do (bench/README.md, "Third round")."""
+        if self._streams is None:
+            return None
+        merged = {**self.headers, **headers}
+        fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
+        if not all(_token(k) and _printable_ascii(v) for k, v in fields.items()):
+            raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
+        # No body, no Content-Length (RFC 9110 section 8.6: not for a GET
+        # without content), as aiohttp sent it.
+        head = b"GET %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (
+            url.raw_path,
+            url.netloc,
+            "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode(),
         )
-        # httpx refuses what is not ASCII (UnicodeEncodeError, turned into our
-        # error in `_library_errors`); aiohttp would send it as UTF-8. The
-        # session's headers are checked once, the same way for both.
-        unsendable = not all(_printable_ascii(v) for v in merged.values())
-
-        async def send(
-            via: aiohttp.ClientSession, content: bytes, headers: Any
-        ) -> aiohttp.ClientResponse:
-            return await via.request(
-                "POST",
-                target,
-                data=content,
-                headers=headers,
-                timeout=client_timeout,
-                allow_redirects=False,
-                # The headers offer httpx's Accept-Encoding (gzip, deflate), and
-                # httpx.Response decoded what came so: aiohttp decodes it now.
-                auto_decompress=True,
-            )
-
-        async def post(
-            content: bytes, extra: Mapping[str, str], resend: bool = False
-        ) -> AiohttpAnswer:
-            # aiohttp's exceptions go up as they are: `_library_errors` around
-            # the call (StreamableHttpSession._post, SseSession._post) maps them.
-            if unsendable:
-                raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
-            headers = {**merged, **extra} if extra else merged
-            if not resend:
-                return AiohttpAnswer(await send(session(), content, headers))
-            attempt = _Attempt()
-            token = _ATTEMPT.set(attempt)
-            try:
-                answer = await send(session(), content, headers)
-            except aiohttp.ClientError as exc:
-                if not _stale(exc, attempt):
-                    raise
-                log.info("upstream_post_resent", error=type(exc).__name__)
-            else:
-                return AiohttpAnswer(answer)
-            finally:
-                _ATTEMPT.reset(token)
-            return AiohttpAnswer(await send(fresh(), content, headers))
-
-        return post
+        streams = self._streams
+        return await streams.request(
+            streams.origin(url.scheme, url.host, url.port),
+            head,
+            connect_timeout=timeouts.connect,
+            read_timeout=timeouts.read,
+            pool_timeout=timeouts.pool,
+        )
 
     async def aclose(self) -> None:
         try:
@@ -328,6 +305,8 @@ class UpstreamClient(httpx.AsyncClient):
                 await self._fresh_session.close()
             if self._lean is not None:
                 await self._lean.aclose()
+            if self._streams is not None:
+                await self._streams.aclose()
 
 
 # Set by the request itself (h1 writes the body's length); httpx's client
@@ -336,18 +315,22 @@ _FRAMING = frozenset(("host", "content-length", "transfer-encoding"))
 
 
 def _h1_poster(
-    client: h1.H1Client, url: httpx.URL, merged: dict[str, str], timeout: httpx.Timeout
+    client: h1.H1Client,
+    url: httpx.URL,
+    merged: dict[str, str],
+    timeout: httpx.Timeout,
+    method: bytes = b"POST",
 ) -> Post:
     """The hot path on app/upstream/h1.py: the request's head built once per
     session (the call's extra headers, the trace context, appended), one write
-    of head and body per POST."""
+    of head and body per POST. `method`: another for a one-off (`send_lean`)."""
     origin = client.origin(url.scheme, url.host, url.port)
     fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
     # httpx refuses what is not ASCII, aiohttp a CR or LF: refused here as
     # httpx did (UnicodeEncodeError, turned into our error in `_library_errors`).
     unsendable = not all(_token(k) and _printable_ascii(v) for k, v in fields.items())
     names = frozenset(k.lower() for k in fields)
-    start = b"POST %s HTTP/1.1\r\nhost: %s\r\n" % (url.raw_path, url.netloc)
+    start = b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, url.raw_path, url.netloc)
     lines = "" if unsendable else "".join(f"{k}: {v}\r\n" for k, v in fields.items())
     head = start + lines.encode()
     connect, read, pool = timeout.connect, timeout.read, timeout.pool
@@ -400,46 +383,9 @@ def _token(name: str) -> bool:
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-class AiohttpAnswer:
-    """aiohttp's response to a POST of the hot path, with the part of
-    `httpx.Response`'s interface the readers of an answer use (`Answer`):
-    `status_code`, `headers` (case-insensitive `get`), `is_closed`, `aread`,
-    `aiter_bytes`, `aclose`. Its exceptions are aiohttp's, mapped by
-    `_library_errors` around the reads."""
-
-    __slots__ = ("__weakref__", "_response", "headers", "status_code")
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status_code = response.status
-        self.headers: CIMultiDictProxy[str] = response.headers
-
-    @property
-    def is_closed(self) -> bool:
-        # Set once the body was read to its end (the connection went back to
-        # the pool then) or the response was released.
-        return self._response.closed
-
-    async def aread(self) -> bytes:
-        return await self._response.read()
-
-    def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body's chunks as they arrive. aiohttp's iterator, not a generator:
-        an exchange closed mid-stream leaves no generator for the event loop to
-        finalize later (which would keep the response alive until then)."""
-        return self._response.content.iter_any()
-
-    async def aclose(self) -> None:
-        # What `async with` on the response does: the connection goes back to
-        # the pool if the body was read to its end, else it is closed.
-        response = self._response
-        response.release()
-        await response.wait_for_close()
-
-
 # An answer as its readers see it: h1's (or aiohttp's) on the hot path, httpx's
 # on the rare paths (GET streams, the modern seam, MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx).
-Answer = httpx.Response | AiohttpAnswer | h1.H1Answer
+Answer: TypeAlias = "httpx.Response | AiohttpAnswer | h1.H1Answer"
 
 
 def _printable_ascii(value: str) -> bool:
@@ -469,35 +415,6 @@ def _httpx_poster(
     return post
 
 
-# Connections of resends at once: out of the room of file descriptors the
-# connection bounds leave (app/cli.py); a resend waits for one beyond that.
-_FRESH_LIMIT = 16
-
-
-class _FreshSession:
-    """Where the second attempt of a resendable POST (`resendable`) goes: a new
-    connection, closed after its one exchange, never one from the pool (which
-    may hold more connections the server is closing). Rare: the aiohttp session
-    is made on first use, closed with the client."""
-
-    def __init__(self, limit: int, ssl: Any) -> None:
-        self._limit = limit
-        self._ssl = ssl
-        self._session: aiohttp.ClientSession | None = None
-
-    def __call__(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, force_close=True, ssl=self._ssl),
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-        return self._session
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-
 def build_client(
     *,
     connect_timeout_s: float,
@@ -518,43 +435,70 @@ def build_client(
             transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
             connect_timeout_s=connect_timeout_s,
         )
-    # CA certificates read on the first TLS handshake (app/upstream/tls.py).
-    aiohttp_transport = AiohttpTransport(limits=limits, trust_env=False, verify=upstream_context())
-
-    def session() -> aiohttp.ClientSession:
-        # Made on first use (aiohttp wants a running loop), shared by the
-        # transport (which closes it) and the hot path. As httpx-aiohttp builds
-        # it, but with no cookie jar (_NoCookies says why).
-        if not isinstance(aiohttp_transport.client, aiohttp.ClientSession):
-            aiohttp_transport.client = aiohttp.ClientSession(
-                connector=_Connector(
-                    limit=max_connections,
-                    keepalive_timeout=keepalive_s,
-                    ssl=aiohttp_transport.ssl_context,
-                ),
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-        return aiohttp_transport.client
-
-    aiohttp_transport.client = session
+    # CA certificates read on the first TLS handshake (app/upstream/tls.py);
+    # one context for h1 and aiohttp.
+    verify = upstream_context()
     if transport == "h1":
         return UpstreamClient(
-            transport=aiohttp_transport,
+            transport=_OnFirstRequest(
+                lambda: _aiohttp_transport(limits, max_connections, keepalive_s, verify)
+            ),
             connect_timeout_s=connect_timeout_s,
-            aiohttp_session=session,
             lean=h1.H1Client(
-                max_connections=max_connections,
-                keepalive_s=keepalive_s,
-                ssl_context=aiohttp_transport.ssl_context,
+                max_connections=max_connections, keepalive_s=keepalive_s, ssl_context=verify
+            ),
+            # GETs (streams, metadata): the bound the aiohttp pool gave them
+            # (app/cli.py counts two pools).
+            streams=h1.H1Client(
+                max_connections=max_connections, keepalive_s=keepalive_s, ssl_context=verify
             ),
         )
-    fresh = _FreshSession(min(max_connections, _FRESH_LIMIT), aiohttp_transport.ssl_context)
+    from app.upstream import aiohttp_client
+
+    aiohttp_transport, session = aiohttp_client.transport(
+        limits, max_connections, keepalive_s, verify
+    )
     return UpstreamClient(
         transport=aiohttp_transport,
         connect_timeout_s=connect_timeout_s,
         aiohttp_session=session,
-        fresh_session=fresh,
+        fresh_session=aiohttp_client.FreshSession(max_connections, verify),
     )
+
+
+def _aiohttp_transport(
+    limits: httpx.Limits, max_connections: int, keepalive_s: float, verify: Any
+) -> httpx.AsyncBaseTransport:
+    from app.upstream import aiohttp_client
+
+    made, _ = aiohttp_client.transport(limits, max_connections, keepalive_s, verify)
+    return made
+
+
+class _OnFirstRequest(httpx.AsyncBaseTransport):
+    """httpx's transport made by the first request that needs it: on h1 that is
+    a GET stream, the OAuth metadata or a modern pass-through, which a plain
+    gateway in front of a legacy upstream never sends, so it never imports
+    aiohttp (about 6 MB of idle RSS, bench/README.md "Third round")."""
+
+    def __init__(self, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
+        self._make: Callable[[], httpx.AsyncBaseTransport] | None = make
+        self._made: httpx.AsyncBaseTransport | None = None
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        made = self._made
+        if made is None:
+            if self._closed or self._make is None:
+                raise httpx.ConnectError("the client is closed", request=request)
+            made = self._made = self._make()
+            self._make = None
+        return await made.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._made is not None:
+            await self._made.aclose()
 
 
 async def _refuse_challenge(response: Answer, what: str) -> None:
@@ -758,14 +702,17 @@ class StreamableHttpSession:
         if last_event_id is not None:
             headers["last-event-id"] = last_event_id
         headers.update(tracing.outgoing_headers())
+        client = self._client
+        timeouts = httpx.Timeout(None, connect=self._timeout.connect)
         with _library_errors("GET stream"):
-            request = self._client.build_request(
-                "GET",
-                self._url,
-                headers=headers,
-                timeout=httpx.Timeout(None, connect=self._timeout.connect),
+            response = (
+                await client.h1_get(self._url, headers, timeouts)
+                if isinstance(client, UpstreamClient)
+                else None
             )
-            response = await self._client.send(request, stream=True)
+            if response is None:
+                request = client.build_request("GET", self._url, headers=headers, timeout=timeouts)
+                response = await client.send(request, stream=True)
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
             raise SessionExpired("upstream no longer knows the session")
@@ -779,9 +726,19 @@ class StreamableHttpSession:
     async def close(self) -> None:
         if self.session_id is None:
             return
+        client = self._client
         with contextlib.suppress(UpstreamError), _library_errors("DELETE"):
-            request = self._client.build_request("DELETE", self._url, headers=self._headers)
-            response = await self._client.send(request)
+            # On h1 as the session's POSTs (`send_lean`); the same bytes as
+            # httpx over aiohttp sent (aiohttp writes `content-length: 0`).
+            response = (
+                await client.send_lean(b"DELETE", self._url, self._headers, b"", client.timeout)
+                if isinstance(client, UpstreamClient)
+                else None
+            )
+            if response is None:
+                request = client.build_request("DELETE", self._url, headers=self._headers)
+                response = await client.send(request)
+            await response.aread()
             await _close(response)
 
 
@@ -846,14 +803,18 @@ class StreamableHttpTransport:
     async def fetch_document(self, url: str, *, max_bytes: int) -> Any:
         """GET a small JSON document from the upstream's origin (its OAuth
         protected-resource metadata): the parsed JSON, or None unless 200."""
-        request = self._client.build_request(
-            "GET",
-            url,
-            headers={"accept": "application/json", **tracing.outgoing_headers()},
-            timeout=httpx.Timeout(_METADATA_TIMEOUT_S, connect=self._client.timeout.connect),
-        )
+        client = self._client
+        headers = {"accept": "application/json", **tracing.outgoing_headers()}
+        timeouts = httpx.Timeout(_METADATA_TIMEOUT_S, connect=client.timeout.connect)
         with _library_errors("metadata GET"):
-            response = await self._client.send(request, stream=True)
+            response = (
+                await client.h1_get(httpx.URL(url), headers, timeouts)
+                if isinstance(client, UpstreamClient)
+                else None
+            )
+            if response is None:
+                request = client.build_request("GET", url, headers=headers, timeout=timeouts)
+                response = await client.send(request, stream=True)
             try:
                 if response.status_code != 200:
                     return None

@@ -11,10 +11,11 @@ an upstream over plain http never uses any of them:
 - the two aiohttp makes when it is imported (`aiohttp/connector.py`,
   `_SSL_CONTEXT_VERIFIED` and `_SSL_CONTEXT_UNVERIFIED`, the system store),
   which only requests that bring no context of their own use (the gateway's
-  always bring the transport's). Importing this module replaces them with the
-  same contexts, deferred; it is imported right after aiohttp
-  (`app/upstream/streamable_http.py`), so the imports that follow reuse the
-  memory the first ones are given back.
+  always bring the transport's). `defer_aiohttp_defaults` replaces them with
+  the same contexts, deferred; it runs right after aiohttp is imported
+  (`app/upstream/aiohttp_client.py`, itself imported by the first request
+  that needs aiohttp), so the imports that follow reuse the memory the first
+  ones are given back.
 
 Verification itself is unchanged and set at once (CERT_REQUIRED, host names
 checked); only the trust store is filled later, by `wrap_bio`/`wrap_socket`,
@@ -34,8 +35,6 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable
-
-from aiohttp import connector as _aiohttp_connector
 
 
 class DeferredCAContext(ssl.SSLContext):
@@ -137,6 +136,8 @@ def defer_aiohttp_defaults() -> bool:
     """Replace aiohttp's import-time contexts with deferred ones; False if this
     aiohttp has none under those names (then nothing is changed:
     tests/unit/test_tls.py fails, so a version bump is noticed)."""
+    from aiohttp import connector as _aiohttp_connector
+
     if not isinstance(getattr(_aiohttp_connector, "_SSL_CONTEXT_VERIFIED", None), ssl.SSLContext):
         return False
     if not isinstance(getattr(_aiohttp_connector, "_SSL_CONTEXT_UNVERIFIED", None), ssl.SSLContext):
@@ -144,6 +145,3 @@ def defer_aiohttp_defaults() -> bool:
     _aiohttp_connector._SSL_CONTEXT_VERIFIED = _aiohttp_verified()
     _aiohttp_connector._SSL_CONTEXT_UNVERIFIED = _aiohttp_unverified()
     return True
-
-
-defer_aiohttp_defaults()

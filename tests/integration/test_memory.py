@@ -7,7 +7,11 @@ transport with its CA bundle and httpcore (the replica forwarder's client,
 about 3 MB) and `pydantic.v1` (FastAPI checked a declared path parameter
 against it, 1.5 MB). They are now loaded by the first call that needs them.
 So are the CA bundles of the TLS contexts toward the upstream (app/upstream/tls.py,
-2 MB): read by the first TLS handshake, none for a plain http upstream.
+2 MB): read by the first TLS handshake, none for a plain http upstream. And
+aiohttp with httpx-aiohttp (about 6 MB with yarl, attrs, aiohappyeyeballs, ...):
+on the default h1 transport a plain gateway's requests to a legacy upstream
+(era probe, session POSTs, DELETE) all go through app/upstream/h1.py
+("Third round" in bench/README.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +32,7 @@ from tests.integration import wire
 
 pytestmark = pytest.mark.peers
 
-RARE = ("cryptography", "pydantic.v1", "httpcore")
+RARE = ("cryptography", "pydantic.v1", "httpcore", "aiohttp", "httpx_aiohttp")
 
 # Start-up and one call in a process of its own (sys.modules is per process):
 # the app, its lifespan, one tools/call through it to the real upstream; then
@@ -54,8 +59,11 @@ _SCRIPT = textwrap.dedent(
             from app.mrtr.state import Claims, Sealer, generate_key
             Sealer([generate_key()]).seal(Claims("x", "r", "c", "tools/call", "d", 0, 1))
             after_seal = [m for m in RARE if m in sys.modules]
+        # The lifespan's end closed the upstream session (DELETE).
+        after_stop = [m for m in RARE if m in sys.modules and m not in after_seal]
         print(json.dumps({{"status": answer.status_code, "body": answer.json(),
                           "after_call": after_call, "after_seal": after_seal,
+                          "after_stop": after_stop,
                           "contexts": len(contexts), "certificates": certificates}}))
 
     asyncio.run(main())
@@ -85,11 +93,13 @@ def test_start_up_and_a_plain_call_load_no_rarely_used_library(legacy_url: str) 
     assert report["status"] == 200, report
     assert report["body"]["result"]["content"][0]["text"] == "hi", report
     assert report["after_call"] == [], report
+    assert report["after_stop"] == [], report
     # The check sees a library once something needs it.
     assert "cryptography" in report["after_seal"], report
-    # aiohttp's two import-time TLS contexts and the transport's exist, but none
-    # has read a CA bundle: the upstream is plain http (app/upstream/tls.py).
-    assert report["contexts"] >= 3, report
+    # The transport's TLS context exists (h1's, shared with aiohttp's transport
+    # when one is made), but it has read no CA bundle: the upstream is plain
+    # http (app/upstream/tls.py).
+    assert report["contexts"] >= 1, report
     assert report["certificates"] == 0, report
 
 
@@ -101,10 +111,11 @@ def _rss_mb(pid: int) -> float:
 
 
 # VmRSS in MiB, measured on the development image (Python 3.11, the dev venv):
-# 62.9 now (66.0 MB), 65.8 before the second round of bench/README.md
-# ("Where the idle RSS comes from"); the first round measured 78-80 MB with
-# the three libraries above loaded at start.
-IDLE_RSS_BOUND_MB = 65
+# 56.8 now (59.6 MB), 62.9-63.0 before the third round of bench/README.md
+# (aiohttp loaded at start), 65.8 before the second ("Where the idle RSS comes
+# from"); the first round measured 78-80 MB with the three libraries above
+# loaded at start.
+IDLE_RSS_BOUND_MB = 60
 
 
 def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
@@ -121,3 +132,21 @@ def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
         assert answer.status_code == 200, answer.text
         rss = _rss_mb(proc.pid)
     assert rss <= IDLE_RSS_BOUND_MB, f"idle gateway RSS {rss:.1f} MB (bench/README.md, Memory)"
+
+
+def test_an_mcp1_client_session_loads_no_aiohttp_in_the_gateway(
+    legacy_url: str, logs_dir: Path
+) -> None:
+    # The mcp 1.x client opens a GET stream after `notifications/initialized`,
+    # which the gateway relays to the upstream session's (app/legacy/front.py),
+    # and its tour has the server's sampling and elicitation requests (MRTR
+    # lanes, with their GET streams) and a DELETE: every one of them on h1.
+    # aiohttp's compiled parser and yarl's are mapped once aiohttp is imported.
+    log = logs_dir / "memory-mcp1-gateway.log"
+    env = {"MCP_SHIM_WORKERS": "1"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        out: Any = procs.run_legacy_client("tour.py", base + "/mcp", "2025-11-25")
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    assert out["initialize"]["protocolVersion"] == "2025-11-25", out
+    assert "GET" in log.read_text()  # the client's GET stream reached the gateway
+    assert "/aiohttp/" not in maps and "/yarl/" not in maps

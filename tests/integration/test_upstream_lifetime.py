@@ -12,9 +12,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from app.upstream.aiohttp_client import AiohttpAnswer
 from app.upstream.h1 import H1Answer
 from app.upstream.streamable_http import (
-    AiohttpAnswer,
     HttpExchange,
     StreamableHttpSession,
     StreamableHttpTransport,

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+import app.upstream.aiohttp_client  # noqa: F401 - importing it defers aiohttp's contexts
 from app.upstream import tls
 
 # The settings a verifying client context carries; the trust store is compared apart.
@@ -38,7 +39,8 @@ def _store(context: ssl.SSLContext) -> list[dict[str, object]]:
 def test_aiohttp_defaults_are_replaced_by_the_same_contexts_deferred(verified: bool) -> None:
     name = "_SSL_CONTEXT_VERIFIED" if verified else "_SSL_CONTEXT_UNVERIFIED"
     replaced = getattr(aiohttp_connector, name)
-    # Importing app.upstream.tls replaced it (a new aiohttp without these names fails here).
+    # Importing app.upstream.aiohttp_client replaced it (a new aiohttp without
+    # these names fails here).
     assert isinstance(replaced, tls.DeferredCAContext), name
     original = aiohttp_connector._make_ssl_context(verified)
     assert _settings(replaced) == _settings(original)

@@ -287,7 +287,7 @@ async def test_a_malformed_http_answer_is_the_gateways_error(
     # Not aiohttp's ClientResponseError, which escaped the mapping before.
     with pytest.raises(UpstreamError) as raised:
         await _call(client, answer)
-    if client._aiohttp_session is not None:
+    if client._lean is not None or client._aiohttp_session is not None:  # h1's or aiohttp's
         assert isinstance(raised.value, UpstreamProtocolError)
         assert raised.value.message == f"upstream sent a malformed HTTP answer during {WHAT}"
     else:  # httpx's own parser: its RemoteProtocolError

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app import jsonio
 from app.upstream import h1
 from app.upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
@@ -410,3 +411,54 @@ async def test_https_goes_through_tls_with_the_clients_context(tmp_path: Path) -
     finally:
         await lean.aclose()
         peer.server.close()
+
+
+async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_not_httpx(
+    serve: Callable[[Script], Awaitable[Peer]],
+) -> None:
+    # A plain gateway's one-off requests (a session's DELETE, the era probe's
+    # server/discover) on the h1 pool, its GET stream on h1's second pool:
+    # httpx's transport over aiohttp is never made, so aiohttp is never
+    # imported (bench/README.md, "Third round").
+    from app.upstream.modern_http import ModernHttpUpstream
+    from app.upstream.streamable_http import _OnFirstRequest
+
+    peer = await serve(_answer)
+    async with _client() as client:
+        session = StreamableHttpSession(
+            client, peer.url, {"authorization": "Bearer t"}, "s-1", get_version("2025-11-25"), 5.0
+        )
+        stream = await session.listen("e-1")
+        assert [m async for m in stream] == [jsonio.loads(ANSWER)]
+        await stream.aclose()
+        await session.close()
+        modern = ModernHttpUpstream(client, peer.url, request_timeout_s=5.0)
+        exchange = await modern.request(CALL, {"mcp-method": "tools/call"})
+        assert [m async for m in exchange] == [jsonio.loads(ANSWER)]
+        await exchange.aclose()
+        transport = client._transport
+        assert isinstance(transport, _OnFirstRequest)
+        assert transport._made is None
+        assert _lean(client).open_connections == 1  # one keep-alive connection served both
+        # The stream's pool is not the POSTs' (a held stream takes none of their slots).
+        assert client._streams is not None and client._streams.open_connections == 1
+    get, delete, post = (request for _, request in peer.requests)
+    get_head = get.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert get_head[0] == b"GET /mcp?x=1 HTTP/1.1"
+    got = {k.lower(): v for k, v in (line.partition(b": ")[::2] for line in get_head[1:])}
+    assert got[b"accept"] == b"text/event-stream"
+    assert got[b"last-event-id"] == b"e-1"
+    assert got[b"mcp-session-id"] == b"s-1"
+    assert b"content-length" not in got and b"content-type" not in got
+    assert get.endswith(b"\r\n\r\n")
+    head = delete.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"DELETE /mcp?x=1 HTTP/1.1"
+    named = {k.lower(): v for k, v in (line.partition(b": ")[::2] for line in head[1:])}
+    # What httpx over aiohttp sent: the session's headers, aiohttp's empty body.
+    assert named[b"mcp-session-id"] == b"s-1"
+    assert named[b"authorization"] == b"Bearer t"
+    assert named[b"mcp-protocol-version"] == b"2025-11-25"
+    assert named[b"content-length"] == b"0"
+    assert post.startswith(b"POST /mcp?x=1 HTTP/1.1\r\n")
+    assert b"\r\nmcp-method: tools/call\r\n" in post
+    assert post.endswith(b"\r\n\r\n" + jsonio.dumps(CALL))
