@@ -96,11 +96,16 @@ class ModernResponse:
             (k.lower(), v) for k, v in response.headers.items() if k.lower() in RELAYED_HEADERS
         ]
 
+    # Decoded bytes (`aiter_bytes`), never the raw ones: the request offered
+    # gzip and deflate (httpx's Accept-Encoding) and Content-Encoding is not
+    # relayed, so a compressing upstream's raw body would reach the client as
+    # undecodable JSON (tests/unit/test_passthrough_encoding.py).
+
     async def read(self, limit: int) -> bytes | None:
-        """The whole body if it is at most `limit` bytes, else None."""
+        """The whole body, decoded, if it is at most `limit` bytes, else None."""
         body = bytearray()
         with _library_errors("reading the answer"):
-            async for chunk in self._response.aiter_raw():
+            async for chunk in self._response.aiter_bytes():
                 body += chunk
                 if len(body) > limit:
                     return None
@@ -108,7 +113,7 @@ class ModernResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         with _library_errors("streaming the answer"):
-            async for chunk in self._response.aiter_raw():
+            async for chunk in self._response.aiter_bytes():
                 yield chunk
 
     async def aclose(self) -> None:
