@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 import pytest
@@ -61,43 +61,42 @@ def _deflated(body: bytes) -> bytes:
     return zlib.compress(body)
 
 
-ENCODINGS = [(b"", lambda b: b), (b"gzip", gzip.compress), (b"deflate", _deflated)]
+ENCODINGS: list[tuple[bytes, Callable[[bytes], bytes]]] = [
+    (b"", lambda b: b),
+    (b"gzip", gzip.compress),
+    (b"deflate", _deflated),
+]
+
+
+async def _relayed(client: UpstreamClient, answer: bytes, whole: bool) -> bytes | None:
+    """What the pass-through relays of `answer`: read whole, or streamed."""
+    peer = Peer(answer)
+    peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
+    try:
+        upstream = ModernHttpUpstream(client, peer.url, request_timeout_s=5.0)
+        response = await upstream.post(b"{}", {"content-type": "application/json"})
+        try:
+            assert all(name != "content-encoding" for name, _ in response.headers)
+            if whole:
+                return await response.read(1 << 20)
+            return b"".join([chunk async for chunk in response.chunks()])
+        finally:
+            await response.aclose()
+    finally:
+        peer.server.close()
 
 
 @pytest.mark.parametrize(("encoding", "encode"), ENCODINGS, ids=["identity", "gzip", "deflate"])
 async def test_a_compressed_json_answer_is_relayed_decoded(
-    client: UpstreamClient, encoding: bytes, encode: object
+    client: UpstreamClient, encoding: bytes, encode: Callable[[bytes], bytes]
 ) -> None:
-    assert callable(encode)
-    peer = Peer(_answer(encode(ANSWER), b"application/json", encoding))
-    peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
-    try:
-        upstream = ModernHttpUpstream(client, peer.url, request_timeout_s=5.0)
-        answer = await upstream.post(b"{}", {"content-type": "application/json"})
-        try:
-            body = await answer.read(1 << 20)
-        finally:
-            await answer.aclose()
-        assert body is not None and orjson.loads(body) == orjson.loads(ANSWER)
-        assert all(name != "content-encoding" for name, _ in answer.headers)
-    finally:
-        peer.server.close()
+    body = await _relayed(client, _answer(encode(ANSWER), b"application/json", encoding), True)
+    assert body is not None and orjson.loads(body) == orjson.loads(ANSWER)
 
 
 @pytest.mark.parametrize(("encoding", "encode"), ENCODINGS, ids=["identity", "gzip", "deflate"])
 async def test_a_compressed_event_stream_is_relayed_decoded(
-    client: UpstreamClient, encoding: bytes, encode: object
+    client: UpstreamClient, encoding: bytes, encode: Callable[[bytes], bytes]
 ) -> None:
-    assert callable(encode)
-    peer = Peer(_answer(encode(EVENT), b"text/event-stream", encoding))
-    peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
-    try:
-        upstream = ModernHttpUpstream(client, peer.url, request_timeout_s=5.0)
-        answer = await upstream.post(b"{}", {"content-type": "application/json"})
-        try:
-            relayed = b"".join([chunk async for chunk in answer.chunks()])
-        finally:
-            await answer.aclose()
-        assert relayed == EVENT
-    finally:
-        peer.server.close()
+    relayed = await _relayed(client, _answer(encode(EVENT), b"text/event-stream", encoding), False)
+    assert relayed == EVENT

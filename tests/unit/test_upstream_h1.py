@@ -443,17 +443,15 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
         # The stream's pool is not the POSTs' (a held stream takes none of their slots).
         assert client._streams is not None and client._streams.open_connections == 1
     get, delete, post = (request for _, request in peer.requests)
-    get_head = get.partition(b"\r\n\r\n")[0].split(b"\r\n")
-    assert get_head[0] == b"GET /mcp?x=1 HTTP/1.1"
-    got = {k.lower(): v for k, v in (line.partition(b": ")[::2] for line in get_head[1:])}
+    start, got = _head(get)
+    assert start == b"GET /mcp?x=1 HTTP/1.1"
     assert got[b"accept"] == b"text/event-stream"
     assert got[b"last-event-id"] == b"e-1"
     assert got[b"mcp-session-id"] == b"s-1"
     assert b"content-length" not in got and b"content-type" not in got
     assert get.endswith(b"\r\n\r\n")
-    head = delete.partition(b"\r\n\r\n")[0].split(b"\r\n")
-    assert head[0] == b"DELETE /mcp?x=1 HTTP/1.1"
-    named = {k.lower(): v for k, v in (line.partition(b": ")[::2] for line in head[1:])}
+    start, named = _head(delete)
+    assert start == b"DELETE /mcp?x=1 HTTP/1.1"
     # What httpx over aiohttp sent: the session's headers, aiohttp's empty body.
     assert named[b"mcp-session-id"] == b"s-1"
     assert named[b"authorization"] == b"Bearer t"
@@ -462,3 +460,9 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
     assert post.startswith(b"POST /mcp?x=1 HTTP/1.1\r\n")
     assert b"\r\nmcp-method: tools/call\r\n" in post
     assert post.endswith(b"\r\n\r\n" + jsonio.dumps(CALL))
+
+
+def _head(request: bytes) -> tuple[bytes, dict[bytes, bytes]]:
+    """A request's start line and its header fields, names in lower case."""
+    lines = request.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    return lines[0], {k.lower(): v for k, v in (line.partition(b": ")[::2] for line in lines[1:])}
