@@ -110,22 +110,33 @@ def test_reply_lost_on_a_reused_connection_is_resent_and_the_call_completes(
     dropping: tuple[Dropper, RecordingProxy, str], legacy_url: str
 ) -> None:
     dropper, back, gateway = dropping
-    mark = "reply-" + uuid.uuid4().hex[:12]
+    dropped_before = len(dropper.dropped)
     with httpx.Client(timeout=RETRY_WAIT_S) as http:
-        first = _park(http, gateway, mark)
-        start = back.mark()
-        dropper.mode = "reused_once"
-        try:
-            done = _retry(http, gateway, mark, first)
-        finally:
-            dropper.mode = None
-    assert len(dropper.dropped) == 1, "the reply never rode on a reused connection"
+        # The case needs the reply to ride on a pooled connection. On a loaded
+        # machine the echo's connection may not be back in the pool in time
+        # (its drain gives up after 0.25 s and closes it): the reply then goes
+        # on a new connection, nothing is dropped and that call completes as
+        # any other; the case is tried again, at most three times.
+        for _ in range(3):
+            mark = "reply-" + uuid.uuid4().hex[:12]
+            first = _park(http, gateway, mark)
+            start = back.mark()
+            dropper.mode = "reused_once"
+            try:
+                done = _retry(http, gateway, mark, first)
+            finally:
+                dropper.mode = None
+            if len(dropper.dropped) > dropped_before:
+                break
+            assert done.status == 200, done.final
+            assert mw.marker_count(legacy_url, mark) == 1
+    assert len(dropper.dropped) == dropped_before + 1, "the reply never rode on a reused connection"
     assert done.status == 200, done.final
     result: dict[str, Any] = done.result
     assert result.get("resultType", "complete") == "complete", result
     assert "octocat" in str(result["content"]), result
     # The same response, once more, on a new connection; and it arrived.
-    lost = dropper.dropped[0]
+    lost = dropper.dropped[dropped_before]
     again = [r for r in back.since(start) if r.body == lost.body and r.ending != "dropped"]
     assert len(again) == 1, again
     assert again[0].served_before == 0, "the resend must not reuse a pooled connection"
