@@ -529,13 +529,8 @@ def _gateway(
             yield base, proc.pid
         return
     port = procs.free_port()
-    full_env = {
-        "MCP_SHIM_UPSTREAM_URL": upstream,
-        "MCP_SHIM_PORT": str(port),
-        "MCP_SHIM_HOST": "127.0.0.1",
-        "MCP_SHIM_LOG_LEVEL": "info",
-        **env,
-    }
+    # One process, as gc_probe.py and the control measure it (`env` may say otherwise).
+    full_env = common.gateway_env(upstream, port, **env)
     base = f"http://127.0.0.1:{port}"
     argv = [sys.executable, str(ROOT / "bench" / "gc_probe.py")]
     if gc_report is not None:

@@ -127,11 +127,18 @@ def main() -> None:
     parser.add_argument(
         "--spy-upstream", action="store_true", help="profile the upstream, not the gateway"
     )
+    parser.add_argument(
+        "--hop",
+        action="store_true",
+        help="bench/hop.py (the bare Starlette + aiohttp hop) in the gateway's place, on a "
+        "legacy session: its CPU per call, user and system, measured the same way",
+    )
     args = parser.parse_args()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = ROOT / "results" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    tag = f"{args.upstream}-c{args.concurrency}{'-direct' if args.direct else ''}{args.tag}"
+    kind = "-direct" if args.direct else "-hop" if args.hop else ""
+    tag = f"{args.upstream}-c{args.concurrency}{kind}{args.tag}"
     body = out / "modern-call.json"
     body.write_bytes(json.dumps(MODERN_CALL).encode())
     gc_report = out / f"gc-{tag}.json"
@@ -154,6 +161,11 @@ def main() -> None:
         shim_argv = [sys.executable, str(ROOT / "bench" / "gc_probe.py")]
         env["BENCH_GC_REPORT"] = str(gc_report)
     url = f"http://127.0.0.1:{port}/mcp"
+    ready = f"http://127.0.0.1:{port}/healthz"
+    if args.hop:
+        shim_argv = [sys.executable, str(ROOT / "bench" / "hop.py"), "--port", str(port)]
+        shim_argv += ["--upstream", upstream]
+        ready = url
     wrk_env = {
         **os.environ,
         "BENCH_BODY": str(body),
@@ -169,12 +181,10 @@ def main() -> None:
         procs.running(
             [*up_argv, "--port", str(up_port)], upstream, log_path=out / "p-up.log"
         ) as up,
-        procs.running(
-            shim_argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=out / "p-shim.log"
-        ) as shim,
+        procs.running(shim_argv, ready, env=env, log_path=out / "p-shim.log") as shim,
     ):
-        if args.direct:  # the same call, as a legacy client sends it, on a session of its own
-            url = upstream
+        if args.direct or args.hop:  # the call as a legacy client sends it, on its own session
+            url = upstream if args.direct else url
             legacy = out / "legacy-call.json"
             legacy.write_bytes(json.dumps(LEGACY_CALL).encode())
             wrk_env["BENCH_BODY"] = str(legacy)
