@@ -74,7 +74,7 @@ class ClientHeld:
 
     def __init__(self, receive: Receive, scope: Scope | None = None) -> None:
         self._receive = receive
-        self._link = connection_link(scope) if scope is not None else None
+        self.link = connection_link(scope) if scope is not None else None
         self.disconnected = asyncio.Event()
         self._main: asyncio.Task[Any] | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -82,15 +82,15 @@ class ClientHeld:
     async def __aenter__(self) -> ClientHeld:
         self._main = asyncio.current_task()
         assert self._main is not None
-        if self._link is None:
+        if self.link is None:
             self._watcher = asyncio.create_task(self._watch(self._main))
-        elif self._link.lost:
+        elif self.link.lost:
             # Gone before the answer began: a receive() would say so at once.
             # The cancel lands at the body's first await (or in __aexit__),
             # never after the block.
             self._lost()
         else:
-            self._link.on_lost(self._lost)
+            self.link.on_lost(self._lost)
         return self
 
     def _lost(self) -> None:
@@ -112,8 +112,8 @@ class ClientHeld:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        if self._link is not None:
-            self._link.on_lost(None)
+        if self.link is not None:
+            self.link.on_lost(None)
             if self.disconnected.is_set() and kind is not asyncio.CancelledError:
                 # The cancel may still be pending, undelivered (the body ended
                 # first): take it here rather than at the caller's next await.
@@ -144,7 +144,12 @@ class CallAnswer(Response):
         on_done: Callable[[int, str | None], None],
         write_timeout_s: float = 30.0,
     ) -> None:
-        super().__init__(status_code=200)
+        # Response's own __init__ renders a body and headers this class never
+        # sends: only the attributes a Response is expected to have.
+        self.status_code = 200
+        self.background = None
+        self.body = b""
+        self.raw_headers = []
         self._events = events
         self._sse_ok = accepts_sse
         self._json_ok = accepts_json
@@ -157,7 +162,7 @@ class CallAnswer(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         ending: str | None = None
         held = ClientHeld(receive, scope)
-        self._link = connection_link(scope)
+        self._link = held.link
         try:
             async with held:
                 # One frame less between the task and the upstream's socket: each

@@ -7,6 +7,10 @@ manager is a coroutine pair and a state machine around the same timer handle,
 the deadline the task is cancelled where the step waits, the step raises
 `TimeoutError`, and a cancel that came from elsewhere (the client left) stays
 a `CancelledError`.
+
+One timer for all the steps of a call, armed at the first and cancelled by
+`close()`, not one per step: between steps a firing timer only notes that
+the deadline passed, and the next step is cancelled at its first suspension.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from types import TracebackType
 
 
 class StepDeadline:
-    """`with deadline: await step()` for each step; `expired`: it fired during
-    the last step."""
+    """`with deadline: await step()` for each step, then `close()`; `expired`:
+    it fired during the last step."""
 
     __slots__ = ("_cancelling", "_handle", "_loop", "_task", "_when", "expired")
 
@@ -25,6 +29,7 @@ class StepDeadline:
         """`when` on the running loop's clock; None: no deadline."""
         self._when = when
         self._loop = asyncio.get_running_loop()
+        # The task while a step is awaited, else None.
         self._task: asyncio.Task[object] | None = None
         self._handle: asyncio.Handle | None = None
         self._cancelling = 0
@@ -39,18 +44,22 @@ class StepDeadline:
             raise RuntimeError("StepDeadline must be used inside a task")
         self._task = task
         self._cancelling = task.cancelling()
-        if self._when <= self._loop.time():
-            # Past already: the step is cancelled at its first suspension.
-            self._handle = self._loop.call_soon(self._expire)
-        else:
-            self._handle = self._loop.call_at(self._when, self._expire)
+        if self._handle is None:
+            if self._when <= self._loop.time():
+                # Past already (or it passed between steps): the step is
+                # cancelled at its first suspension.
+                self._handle = self._loop.call_soon(self._expire)
+            else:
+                self._handle = self._loop.call_at(self._when, self._expire)
         return self
 
     def _expire(self) -> None:
         self._handle = None
+        task = self._task
+        if task is None:
+            return  # between steps: the next one is cancelled when it starts
         self.expired = True
-        assert self._task is not None
-        self._task.cancel()
+        task.cancel()
 
     def __exit__(
         self,
@@ -58,9 +67,6 @@ class StepDeadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
         task, self._task = self._task, None
         if not self.expired or task is None:
             return
@@ -68,3 +74,9 @@ class StepDeadline:
         # CancelledError a timeout (as asyncio.Timeout decides).
         if task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
             raise TimeoutError from exc
+
+    def close(self) -> None:
+        """No more steps: the timer, if armed, is cancelled."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

@@ -133,48 +133,51 @@ class Gateway:
         if call.method != subscriptions_listen.METHOD:
             when = asyncio.get_running_loop().time() + self._call_deadline_s
         deadline = StepDeadline(when)
-        async with contextlib.aclosing(steps):
-            while True:
-                failed = False
-                try:
-                    with deadline:
-                        out = await anext(steps)
-                except StopAsyncIteration:
-                    if not deadline.expired:
-                        return
-                except Exception as exc:
-                    failed = not (isinstance(exc, TimeoutError) and deadline.expired)
+        try:
+            async with contextlib.aclosing(steps):
+                while True:
+                    failed = False
+                    try:
+                        with deadline:
+                            out = await anext(steps)
+                    except StopAsyncIteration:
+                        if not deadline.expired:
+                            return
+                    except Exception as exc:
+                        failed = not (isinstance(exc, TimeoutError) and deadline.expired)
+                        if failed:
+                            # A defect of ours: the stack goes to the log, never to the client.
+                            log.exception("call_failed", method=call.method)
+                    else:
+                        yield out
+                        continue
                     if failed:
-                        # A defect of ours: the stack goes to the log, never to the client.
-                        log.exception("call_failed", method=call.method)
-                else:
-                    yield out
-                    continue
-                if failed:
-                    state.outcome = "internal_error"
-                    rejection = Rejection(
-                        INTERNAL_ERROR,
-                        "Internal error: the gateway failed to serve the request",
-                        call.id,
-                        status=500,
-                    )
-                else:
-                    state.outcome = "deadline_exceeded"
-                    log.warning(
-                        "call_deadline_exceeded",
-                        method=call.method,
-                        deadline_s=self._call_deadline_s,
-                    )
-                    rejection = Rejection(
-                        INTERNAL_ERROR,
-                        f"Internal error: the call did not complete within "
-                        f"{self._call_deadline_s:g} s (MCP_SHIM_CALL_DEADLINE_S); the "
-                        "upstream request was cancelled",
-                        call.id,
-                        status=504,
-                    )
-                yield Outgoing(rejection.to_message(), True, rejection.http_status)
-                return
+                        state.outcome = "internal_error"
+                        rejection = Rejection(
+                            INTERNAL_ERROR,
+                            "Internal error: the gateway failed to serve the request",
+                            call.id,
+                            status=500,
+                        )
+                    else:
+                        state.outcome = "deadline_exceeded"
+                        log.warning(
+                            "call_deadline_exceeded",
+                            method=call.method,
+                            deadline_s=self._call_deadline_s,
+                        )
+                        rejection = Rejection(
+                            INTERNAL_ERROR,
+                            f"Internal error: the call did not complete within "
+                            f"{self._call_deadline_s:g} s (MCP_SHIM_CALL_DEADLINE_S); the "
+                            "upstream request was cancelled",
+                            call.id,
+                            status=504,
+                        )
+                    yield Outgoing(rejection.to_message(), True, rejection.http_status)
+                    return
+        finally:
+            deadline.close()
 
     async def _call(
         self, call: ModernCall, authorization: str | None, state: CallState

@@ -19,6 +19,11 @@ this process's CPU time per iteration (`time.process_time`), best of
   `aclosing`; the finalizer's task is counted by letting the loop run it;
 - `asyncio.get_running_loop()`, which on Python 3.11 makes a `getpid` system
   call each time (fork detection), for scale.
+
+And the fifth round's (bench/README.md, "Fifth round"): `StepDeadline` over a
+call's two steps, now one timer for both; and one JSON answer's message read
+through an async generator (what `HttpExchange._read` was) against the
+exchange's own iterator (what it is now).
 """
 
 from __future__ import annotations
@@ -71,14 +76,49 @@ async def _nothing() -> None:
     pass
 
 
+class _OneMessage:
+    """An answer's messages read by the object itself (HttpExchange's JSON case)."""
+
+    def __init__(self) -> None:
+        self._left: list[int] | None = None
+
+    def __aiter__(self) -> _OneMessage:
+        return self
+
+    async def __anext__(self) -> int:
+        if self._left is None:
+            self._left = [1]
+        if not self._left:
+            raise StopAsyncIteration
+        return self._left.pop()
+
+
 def cases(loop: asyncio.AbstractEventLoop) -> dict[str, Callable[[], Awaitable[None]]]:
     async def with_timeout() -> None:
         async with asyncio.timeout(30):
             await _nothing()
 
     async def with_step_deadline() -> None:
-        with StepDeadline(loop.time() + 30):
+        deadline = StepDeadline(loop.time() + 30)
+        with deadline:
             await _nothing()
+        deadline.close()
+
+    async def step_deadline_two_steps() -> None:
+        deadline = StepDeadline(loop.time() + 30)
+        with deadline:
+            await _nothing()
+        with deadline:
+            await _nothing()
+        deadline.close()
+
+    async def read_by_generator() -> None:
+        messages = _leaf()
+        await anext(messages)
+        await messages.aclose()
+
+    async def read_by_iterator() -> None:
+        await anext(_OneMessage())
 
     async def finalizer_closed() -> None:
         await _one_message(_abandoning(_leaf()))
@@ -94,6 +134,9 @@ def cases(loop: asyncio.AbstractEventLoop) -> dict[str, Callable[[], Awaitable[N
     table: dict[str, Callable[[], Awaitable[None]]] = {
         "asyncio.timeout enter/exit": with_timeout,
         "StepDeadline enter/exit": with_step_deadline,
+        "StepDeadline, two steps (one timer)": step_deadline_two_steps,
+        "one message read through an async generator": read_by_generator,
+        "one message read through the exchange's iterator": read_by_iterator,
     }
     for depth in (1, 2, 3, 4):
         table[f"generators {depth} deep, one message"] = (

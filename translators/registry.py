@@ -110,19 +110,29 @@ def get_version(name: object) -> Version | None:
     return _BY_NAME.get(name)
 
 
+def _of_era(era: Era) -> tuple[Version, ...]:
+    return tuple(v for v in _VERSIONS if v.era is era)
+
+
+# Built once: the fronts ask on every request.
+_LEGACY: Final = _of_era(Era.LEGACY)
+_DRAFT: Final = _of_era(Era.DRAFT)
+_MODERN: Final = _of_era(Era.MODERN)
+
+
 def legacy_versions() -> tuple[Version, ...]:
     """Stateful versions (initialize handshake, sessions), oldest first."""
-    return tuple(v for v in _VERSIONS if v.era is Era.LEGACY)
+    return _LEGACY
 
 
 def draft_versions() -> tuple[Version, ...]:
     """Pre-release 2026 drafts, oldest first."""
-    return tuple(v for v in _VERSIONS if v.era is Era.DRAFT)
+    return _DRAFT
 
 
 def modern_versions() -> tuple[Version, ...]:
     """Published stateless versions (2026-07-28 on), oldest first. Drafts are not included."""
-    return tuple(v for v in _VERSIONS if v.era is Era.MODERN)
+    return _MODERN
 
 
 def steps_of(version: Version) -> Steps:

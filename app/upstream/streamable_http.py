@@ -538,53 +538,71 @@ _METADATA_TIMEOUT_S = 10.0
 
 
 class HttpExchange:
-    """One POST's answer: a single JSON message, or the events of its SSE stream."""
+    """One POST's answer: a single JSON message, or the events of its SSE stream.
+
+    A JSON answer is iterated by the exchange itself, not by an async
+    generator: one call's answer is most often JSON, and each generator costs
+    the event loop's first-iteration hook (a weak set's add and remove) and a
+    close of its own (bench/README.md, "Fifth round")."""
 
     def __init__(self, response: Answer, what: str) -> None:
         self._response = response
         self._what = what
         # A modern server answers a session's request with 400 (upstream/era_transport.py).
         self.status = response.status_code
-        self._messages = self._read()
+        self._events: AsyncGenerator[Message, None] | None = (
+            self._read_events() if _content_type(response) == "text/event-stream" else None
+        )
+        # A JSON answer's messages not yet taken, last first; None: not read yet.
+        self._left: list[Message] | None = None
         # SSE event id of the last event read: resumption (Last-Event-ID) of
         # the GET stream where the upstream supports it.
         self.last_event_id: str | None = None
 
     def __aiter__(self) -> AsyncIterator[Message]:
-        return self._messages
+        return self if self._events is None else self._events
 
-    async def _read(self) -> AsyncIterator[Message]:
-        response = self._response
-        if _content_type(response) == "text/event-stream":
-            decoder = SSEDecoder()
-            chunks = response.aiter_bytes()
-            try:
-                with _library_errors(self._what):
-                    async for chunk in chunks:
-                        for event in decoder.feed(chunk):
-                            if event.id:
-                                self.last_event_id = event.id
-                            if not event.data or event.event != "message":
-                                continue
-                            for message in _messages_of(jsonio.loads(event.data)):
-                                yield message
-                        # 2025-11-25 priming events carry an id and no data: not
-                        # dispatched, but their id is the stream's last one.
-                        if decoder.last_event_id:
-                            self.last_event_id = decoder.last_event_id
-            finally:
-                if isinstance(chunks, AsyncGenerator):  # httpx's, closed now, not later
-                    await chunks.aclose()
-            return
+    async def __anext__(self) -> Message:
+        left = self._left
+        if left is None:
+            left = self._left = await self._read_json()
+        if not left:
+            raise StopAsyncIteration
+        return left.pop()
+
+    async def _read_json(self) -> list[Message]:
         with _library_errors(self._what):
-            body = await response.aread()
+            body = await self._response.aread()
             parsed = jsonio.loads(body) if body else None
         if parsed is None:
-            return
+            return []
         if not isinstance(parsed, dict | list):
             raise UpstreamProtocolError(f"upstream answered {self._what} with a non-object")
-        for message in _messages_of(parsed):
-            yield message
+        messages = list(_messages_of(parsed))
+        messages.reverse()
+        return messages
+
+    async def _read_events(self) -> AsyncGenerator[Message, None]:
+        response = self._response
+        decoder = SSEDecoder()
+        chunks = response.aiter_bytes()
+        try:
+            with _library_errors(self._what):
+                async for chunk in chunks:
+                    for event in decoder.feed(chunk):
+                        if event.id:
+                            self.last_event_id = event.id
+                        if not event.data or event.event != "message":
+                            continue
+                        for message in _messages_of(jsonio.loads(event.data)):
+                            yield message
+                    # 2025-11-25 priming events carry an id and no data: not
+                    # dispatched, but their id is the stream's last one.
+                    if decoder.last_event_id:
+                        self.last_event_id = decoder.last_event_id
+        finally:
+            if isinstance(chunks, AsyncGenerator):  # httpx's, closed now, not later
+                await chunks.aclose()
 
     async def aclose(self, drain: bool = False) -> None:
         """End the exchange. With `drain`, first read what is left of an answered
@@ -592,12 +610,17 @@ class HttpExchange:
         connection can serve the next request instead of being dropped."""
         if drain and not self._response.is_closed:
             # Once per call on an SSE answer: the cheap timer (app/deadline.py).
-            with contextlib.suppress(Exception):
-                with StepDeadline(asyncio.get_running_loop().time() + _DRAIN_S):
-                    async for _ in self._messages:
+            deadline = StepDeadline(asyncio.get_running_loop().time() + _DRAIN_S)
+            try:
+                with contextlib.suppress(Exception), deadline:
+                    async for _ in self:
                         pass
-        with contextlib.suppress(Exception):
-            await self._messages.aclose()  # type: ignore[attr-defined]
+            finally:
+                deadline.close()
+        events = self._events
+        if events is not None:
+            with contextlib.suppress(Exception):
+                await events.aclose()
         with contextlib.suppress(Exception):
             await self._response.aclose()
         _unbind(self._response)

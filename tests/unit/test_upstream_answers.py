@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import gzip
+import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -133,6 +134,30 @@ async def test_messages_of_an_answer(
     client: UpstreamClient, answer: bytes, messages: list[bytes]
 ) -> None:
     assert await _call(client, answer) == [orjson.loads(m) for m in messages]
+
+
+@pytest.mark.parametrize(
+    ("answer", "generator"),
+    [(_json(ANSWER), False), (_chunked(b"data: " + ANSWER + b"\n\n"), True)],
+    ids=["json", "sse"],
+)
+async def test_a_json_answer_is_read_without_an_async_generator(
+    client: UpstreamClient, answer: bytes, generator: bool
+) -> None:
+    # Each async generator costs the loop's first-iteration hook and a close of
+    # its own; most calls' answers are JSON (bench/asyncio_costs.py).
+    peer = ScriptedServer(answer, hold=False)
+    peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
+    try:
+        session = StreamableHttpSession(client, peer.url, {}, "s-1", get_version("2025-11-25"), 5.0)
+        exchange = await session.request(CALL)
+        try:
+            assert inspect.isasyncgen(aiter(exchange)) is generator
+            assert [m async for m in exchange] == [orjson.loads(ANSWER)]
+        finally:
+            await exchange.aclose(drain=True)
+    finally:
+        peer.server.close()
 
 
 @pytest.mark.parametrize(
