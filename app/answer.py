@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from app import jsonio, metrics
+from app import jsonio, metrics, write_coalescer
 from app.gateway import Outgoing
 from app.http_protocol import LINK, ConnectionLink
 
@@ -169,6 +169,7 @@ class CallAnswer(Response):
                 # of the call's suspensions resumes through every frame above.
                 await self._answer(send)
                 metrics.mark("answer_written")
+            await write_coalescer.let_writes_out()
         except ClientStalled:
             # Ended like a disconnect: the generator's cleanup cancels upstream
             # work; the protocol aborts the connection (app/http_protocol.py).

@@ -38,8 +38,9 @@ from typing import Any, ClassVar
 import structlog
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app import jsonio
+from app import jsonio, write_coalescer
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
+from app.write_coalescer import CoalescedTransport
 
 log = structlog.get_logger("mcp_shim.connections")
 
@@ -99,48 +100,6 @@ def _raw_response(status: int, rejection: Rejection) -> bytes:
             body,
         ]
     )
-
-
-class _HeadWithBody:
-    """The transport as a request's cycle sees it: the response head is held
-    until the body's first write and goes out with it, one send instead of two
-    (uvicorn writes the head as soon as the application starts its answer).
-    A syscall is the biggest single cost of a call here (bench/README.md);
-    the head is flushed alone at the end of the loop iteration when no body
-    followed at once (a stream waiting for its first event), or at close."""
-
-    __slots__ = ("_head_next", "_held", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._held: bytes | None = None
-        # One cycle, one response: its first write (but a 100 Continue) is the
-        # whole head, as uvicorn writes it.
-        self._head_next = True
-
-    def write(self, data: bytes) -> None:
-        if self._head_next and not data.startswith(b"HTTP/1.1 100 "):
-            self._head_next = False
-            self._held = data
-            self._loop.call_soon(self.flush)
-            return
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        self._transport.write(data)
-
-    def flush(self) -> None:
-        if self._held is not None:
-            data, self._held = self._held, None
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
 
 
 # The scope extension under which an answer finds its ConnectionLink.
@@ -204,7 +163,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # -- connection bound ----------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # Every write of the connection (answers, 100 Continue, uvicorn's own
+        # 400s and closes) through the loop's coalescer, in order: a call's
+        # answer goes out with the iteration's others (app/write_coalescer.py).
+        coalesced = CoalescedTransport(transport, write_coalescer.for_loop(self.loop))
+        super().connection_made(coalesced)
         if len(self.connections) > self.limits.max_connections and not self._evict_one():
             self.events.event(
                 "connection_limit_reached",
@@ -286,7 +249,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:  # this request's cycle
-            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
             self._link = extensions[LINK] = ConnectionLink(self.flow)
         else:

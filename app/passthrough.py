@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 from starlette.responses import Response
 
-from app import auth, jsonio
+from app import auth, jsonio, write_coalescer
 from app.answer import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, is_modern_error
@@ -104,6 +104,8 @@ class PassThrough(Response):
             if fallback is not None:
                 # Answered by the legacy path, which watches the client itself.
                 await fallback(scope, receive, send)  # type: ignore[arg-type]
+            else:
+                await write_coalescer.let_writes_out()
         except UpstreamError as exc:
             self._outcome = "upstream_error"
             rejection = Rejection(

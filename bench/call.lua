@@ -36,7 +36,7 @@ function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
     'BENCH {"requests": %d, "duration_us": %d, "p50_us": %d, "p99_us": %d, '
-      .. '"max_us": %d, "non2xx": %d, "connect": %d, "read": %d, "write": %d, "timeout": %d}\n',
+      .. '"p90_us": %d, "p999_us": %d, "max_us": %d, "non2xx": %d, "connect": %d, "read": %d, "write": %d, "timeout": %d}\n',
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    latency.max, e.status, e.connect, e.read, e.write, e.timeout))
+    latency:percentile(90), latency:percentile(99.9), latency.max, e.status, e.connect, e.read, e.write, e.timeout))
 end

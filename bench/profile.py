@@ -219,7 +219,8 @@ def main() -> None:
     calls = summary["requests"]
     print(
         f"{tag}: {calls / (summary['duration_us'] / 1e6):,.0f} req/s, p50 "
-        f"{summary['p50_us'] / 1000:.2f} ms, p99 {summary['p99_us'] / 1000:.2f} ms, max "
+        f"{summary['p50_us'] / 1000:.2f} ms, p90 {summary['p90_us'] / 1000:.2f} ms, p99 "
+        f"{summary['p99_us'] / 1000:.2f} ms, p99.9 {summary['p999_us'] / 1000:.2f} ms, max "
         f"{summary['max_us'] / 1000:.1f} ms, gateway CPU {cpu * 1e6 / calls:.0f} us/call "
         f"(user {user * 1e6 / calls:.0f}, system {system * 1e6 / calls:.0f}), "
         f"upstream CPU {up_cpu * 1e6 / calls:.0f} us/call, RSS {rss:.0f} MB, "

@@ -35,6 +35,8 @@ from typing import Any, cast
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from app import write_coalescer
+
 # aiohttp's parser refuses a status or header line over 8190 bytes; the whole
 # head is bounded too (aiohttp bounds the number of headers instead).
 MAX_LINE = 8190
@@ -89,6 +91,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.writes = write_coalescer.for_loop(loop)
         self.transport: asyncio.Transport | None = None
         self._parser: Any = httptools.HttpResponseParser(self)
         self.lost = False
@@ -451,7 +454,9 @@ class H1Client:
             if transport is None or transport.is_closing():
                 lost = StaleConnection if conn.served else ConnectionLost
                 raise lost("the connection closed before the request")
-            transport.write(payload)
+            # With the iteration's other requests to this upstream: it is woken
+            # once for them (app/write_coalescer.py).
+            conn.writes.write(transport, payload)
             while not conn.head_done:
                 await conn.wait()
         except BaseException:
