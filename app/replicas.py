@@ -33,7 +33,7 @@ import httpx
 import structlog
 from starlette.responses import Response
 
-from app import jsonio
+from app import jsonio, write_coalescer
 from app.config import Settings
 from app.mrtr.state import Sealer, caller_digest, generate_key
 
@@ -332,6 +332,7 @@ class Relayed(Response):
                     ending = "client_stalled"
                     return
                 await send({"type": "http.response.body", "body": b""})
+                await write_coalescer.let_writes_out()
         finally:
             if held.disconnected.is_set():
                 ending = "client_disconnected"
