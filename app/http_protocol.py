@@ -40,7 +40,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app import jsonio, write_coalescer
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
-from app.write_coalescer import CoalescedTransport
 
 log = structlog.get_logger("mcp_shim.connections")
 
@@ -166,8 +165,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # Every write of the connection (answers, 100 Continue, uvicorn's own
         # 400s and closes) through the loop's coalescer, in order: a call's
         # answer goes out with the iteration's others (app/write_coalescer.py).
-        coalesced = CoalescedTransport(transport, write_coalescer.for_loop(self.loop))
-        super().connection_made(coalesced)
+        writes = write_coalescer.for_loop(self.loop)
+        super().connection_made(write_coalescer.CoalescedTransport(transport, writes))
         if len(self.connections) > self.limits.max_connections and not self._evict_one():
             self.events.event(
                 "connection_limit_reached",
