@@ -151,12 +151,13 @@ class SessionPool:
 
     Every session counts against `max_sessions` from the moment its
     `initialize` starts until it is closed: pooled ones, ones being opened, and
-    detached ones (lanes). One credential (the hash of an `Authorization`
-    value; all anonymous callers together) may hold at most
-    `max_per_credential`. When a bound is reached, an idle session (pooled or
-    an idle lane) is closed to make room; when none is idle the call is
-    refused: `PoolExhausted` (503) for the pool, `SessionShareExceeded` (429)
-    for a credential's share.
+    detached ones (lanes); legacy clients' own sessions (`open_owned`) are
+    bounded apart, by app/legacy, so they never take a modern caller's room.
+    One credential (the hash of an `Authorization` value; all anonymous callers
+    together) may hold at most `max_per_credential`. When a bound is reached,
+    an idle session (pooled or an idle lane) is closed to make room; when none
+    is idle the call is refused: `PoolExhausted` (503) for the pool,
+    `SessionShareExceeded` (429) for a credential's share.
     """
 
     def __init__(
@@ -290,15 +291,16 @@ class SessionPool:
         self, key: SessionKey, authorization: str | None, client_info: Mapping[str, Any] | None
     ) -> PooledSession:
         """A fresh session for one owner alone (a legacy client's session, app/legacy),
-        counted against the bounds until `close_owned`. Owned sessions are never
-        reclaimed to make room: their client holds state on them."""
-        pooled = await self._handshake(key, authorization, client_info)
+        until `close_owned`. Not counted against this pool's bounds: owned sessions
+        cannot be closed to make room for a modern caller (their client holds state
+        on them), so they have a bound of their own (app/legacy/bound.py)."""
+        pooled = await self._handshake(key, authorization, client_info, counted=False)
         pooled.detached = True
         log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
         return pooled
 
     async def close_owned(self, pooled: PooledSession) -> None:
-        """End a session from `open_owned` (DELETE upstream) and free its place."""
+        """End a session from `open_owned` (DELETE upstream)."""
         await self._close(pooled)
 
     async def _reserve(self, credentials: str) -> None:
@@ -365,8 +367,11 @@ class SessionPool:
         key: SessionKey,
         authorization: str | None,
         client_info: Mapping[str, Any] | None = None,
+        *,
+        counted: bool = True,
     ) -> PooledSession:
-        await self._reserve(key.credentials)
+        if counted:
+            await self._reserve(key.credentials)
         generation = self._generation
         try:
             headers = {"authorization": authorization} if authorization is not None else {}
@@ -389,9 +394,10 @@ class SessionPool:
                 raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
             self.note_answer(version)
         except BaseException:
-            self._uncount_key(key.credentials)
+            if counted:
+                self._uncount_key(key.credentials)
             raise
-        return PooledSession(key, session, version, result, generation=generation)
+        return PooledSession(key, session, version, result, generation=generation, counted=counted)
 
     async def discard(self, pooled: PooledSession) -> None:
         if self._sessions.get(pooled.key) is pooled:
