@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.config import Settings
 from app.legacy.bound import ADMIT, Held, Limits, Reclaim, Refuse, decide
 
 LIMITS = Limits(total=8, share=3, reclaim_idle_s=60.0)
@@ -78,3 +79,18 @@ def test_the_share_is_checked_before_the_bound() -> None:
     limits = Limits(total=4, share=2, reclaim_idle_s=60.0)
     sessions = held(("a", None), ("a", None), ("b", 500.0), ("c", 500.0))
     assert decide(sessions, "a", limits) == Refuse(True, 60)
+
+
+def test_the_settings_default_share_is_a_quarter_and_never_above_the_bound() -> None:
+    url = "http://127.0.0.1:1/mcp"
+    default = Settings(upstream_url=url)  # type: ignore[arg-type]
+    assert (default.max_legacy_sessions, default.legacy_session_share()) == (1024, 256)
+    assert default.legacy_session_reclaim_idle_s == 60.0
+    small = Settings(upstream_url=url, max_legacy_sessions=3)  # type: ignore[arg-type]
+    assert small.legacy_session_share() == 1
+    wide = Settings(
+        upstream_url=url,  # type: ignore[arg-type]
+        max_legacy_sessions=8,
+        max_legacy_sessions_per_credential=100,
+    )
+    assert wide.legacy_session_share() == 8
