@@ -306,16 +306,8 @@ class SessionPool:
     async def _reserve(self, credentials: str) -> None:
         """Count one more session for `credentials`, closing idle ones to make room."""
         while True:
-            if self._count >= self._max:
-                if await self._reclaim(None):
-                    continue
-                log.warning(
-                    "session_pool_exhausted", limit=self._max, setting="MCP_SHIM_MAX_SESSIONS"
-                )
-                raise PoolExhausted(
-                    f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
-                    "or retry later"
-                )
+            # The share first: a credential at its own bound makes room only from
+            # its own sessions, never by closing another credential's.
             if self._per_credential[credentials] >= self._share:
                 if await self._reclaim(credentials):
                     continue
@@ -327,6 +319,16 @@ class SessionPool:
                 raise SessionShareExceeded(
                     f"this caller's credentials already hold {self._share} upstream sessions, "
                     "all busy (MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL); retry later"
+                )
+            if self._count >= self._max:
+                if await self._reclaim(None):
+                    continue
+                log.warning(
+                    "session_pool_exhausted", limit=self._max, setting="MCP_SHIM_MAX_SESSIONS"
+                )
+                raise PoolExhausted(
+                    f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
+                    "or retry later"
                 )
             # No await between the checks above and the count: the bound is strict.
             self._count += 1
