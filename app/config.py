@@ -113,6 +113,24 @@ class Settings(BaseSettings):
         description="upstream sessions one Authorization value (or all anonymous callers "
         "together) may hold; unset: a quarter of MCP_SHIM_MAX_SESSIONS",
     )
+    # Legacy clients' own sessions (app/legacy/bound.py): bounded apart from the
+    # pooled ones above, which they can never take from a modern caller.
+    max_legacy_sessions: int = Field(
+        default=1024,
+        ge=1,
+        description="legacy clients' sessions at most (each holds one upstream session)",
+    )
+    max_legacy_sessions_per_credential: int | None = Field(
+        default=None,
+        ge=1,
+        description="legacy sessions one Authorization value (or all anonymous callers "
+        "together) may hold; unset: a quarter of MCP_SHIM_MAX_LEGACY_SESSIONS",
+    )
+    legacy_session_reclaim_idle_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="at the legacy bound, a session idle this long is ended to make room",
+    )
     # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/legacy).
     max_batch: int = Field(default=50, ge=1, description="messages in one legacy JSON-RPC batch")
     # Each call parked by the MRTR bridge holds two upstream connections open
@@ -409,6 +427,12 @@ class Settings(BaseSettings):
         if self.max_sessions_per_credential is not None:
             return min(self.max_sessions_per_credential, self.max_sessions)
         return max(1, self.max_sessions // 4)
+
+    def legacy_session_share(self) -> int:
+        """MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL, or its default: a quarter of the bound."""
+        if self.max_legacy_sessions_per_credential is not None:
+            return min(self.max_legacy_sessions_per_credential, self.max_legacy_sessions)
+        return max(1, self.max_legacy_sessions // 4)
 
     def state_keys(self) -> list[bytes] | None:
         """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""

@@ -266,7 +266,10 @@ class Gateway:
                 call.id,
                 status=exc.status,
             )
-            yield Outgoing(rejection.to_message(), True, rejection.http_status)
+            retry = (
+                (("retry-after", str(exc.retry_after_s)),) if isinstance(exc, PoolExhausted) else ()
+            )
+            yield Outgoing(rejection.to_message(), True, rejection.http_status, headers=retry)
 
     # -- server/discover ---------------------------------------------------
 

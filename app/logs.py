@@ -4,6 +4,7 @@ never bodies, never headers' values, never secrets."""
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import sys
 import time
@@ -36,13 +37,60 @@ def _bound(value: str, limit: int) -> str:
     return f"{value[:limit]}... ({len(value)} characters)"
 
 
+def _json_text(value: Any) -> str:
+    try:
+        raw = orjson.dumps(value, default=structlog.processors._json_fallback_handler)
+    except TypeError:  # keys that are not strings, integers past 64 bits: the stdlib's way
+        return json.dumps(value, default=repr)
+    return raw.decode("utf-8", "replace")
+
+
+def _json_size(value: Any) -> int:
+    return len(_json_text(value))
+
+
+def _bound_items(items: list[Any] | tuple[Any, ...], limit: int) -> list[Any]:
+    """The last items that fit in `limit` characters of JSON, each bounded, after a
+    note of how many earlier ones were cut: a list on a log line is a history
+    (a process's last stderr lines), whose end tells most."""
+    kept: list[Any] = []
+    size = 2  # the brackets
+    for item in reversed(items):
+        item = _bound_value(item, limit)
+        width = _json_size(item) + 1
+        if kept and size + width > limit:
+            break
+        kept.append(item)
+        size += width
+    kept.reverse()
+    cut = len(items) - len(kept)
+    return [f"... ({cut} earlier items cut)", *kept] if cut else kept
+
+
+def _bound_value(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return _bound(value, limit)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if _json_size(value) <= limit:
+        return value
+    if isinstance(value, list | tuple):
+        return _bound_items(value, limit)
+    # A mapping or an object: its JSON text, cut as a string would be.
+    return _bound(_json_text(value), limit)
+
+
 def bound_fields(_logger: object, _name: str, event: MutableMapping[str, Any]) -> Any:
-    """Cut every string field to MAX_FIELD_CHARS, in one place for every line."""
+    """Cut every field to MAX_FIELD_CHARS, in one place for every line: strings
+    directly, lists and mappings by the length of their JSON (whatever a call site
+    passes, a line stays bounded)."""
     for key, value in event.items():
         if isinstance(value, str):
             limit = MAX_STACK_CHARS if key in ("exception", "event") else MAX_FIELD_CHARS
             if len(value) > limit:
                 event[key] = _bound(value, limit)
+        elif value is not None and not isinstance(value, bool | int | float):
+            event[key] = _bound_value(value, MAX_FIELD_CHARS)
     return event
 
 

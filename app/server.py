@@ -318,7 +318,14 @@ def create_app(settings: Settings) -> GatewayApp:
         # Who owns what among replicas, and the relay to the owner (app/replicas.py).
         replicas = build_replicas(settings)
         replicas.relay.observer = app_metrics.relayed
-        legacy_sessions = LegacySessions(pool, idle_s=settings.session_idle_s, ids=replicas.ids)
+        legacy_sessions = LegacySessions(
+            pool,
+            idle_s=settings.session_idle_s,
+            ids=replicas.ids,
+            max_sessions=settings.max_legacy_sessions,
+            max_per_credential=settings.legacy_session_share(),
+            reclaim_idle_s=settings.legacy_session_reclaim_idle_s,
+        )
         legacy_sessions.start()
         app.state.legacy = LegacyFront(
             legacy_sessions,

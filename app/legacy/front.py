@@ -33,6 +33,7 @@ from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Re
 from app.replicas import HOP_HEADER, ReplicaRelay, header_items
 from app.upstream.base import Exchange, Message
 from app.upstream.errors import (
+    PoolExhausted,
     SessionExpired,
     UpstreamAuthChallenge,
     UpstreamError,
@@ -57,6 +58,14 @@ def _json_list(messages: list[Message]) -> Response:
 def refuse(rejection: Rejection, headers: Mapping[str, str] | None = None) -> Response:
     log.info("request_rejected", era="legacy", code=rejection.code, status=rejection.http_status)
     return _json(front.error_message(rejection), rejection.http_status, headers)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AtLimit(Rejection):
+    """A refusal at one of the gateway's bounds (429, 503), with the seconds after
+    which a retry may find room: the answer's Retry-After."""
+
+    retry_after_s: int = 1
 
 
 def _internal_error(request_id: RequestId | None) -> Rejection:
@@ -334,6 +343,8 @@ class LegacyFront:
         json_ok: bool,
     ) -> Response:
         opened = await self.open_session(request, authorization)
+        if isinstance(opened, AtLimit):
+            return refuse(opened, {"retry-after": str(opened.retry_after_s)})
         if isinstance(opened, Rejection):
             return refuse(opened)
         session, answer = opened
@@ -361,6 +372,16 @@ class LegacyFront:
             )
         except UpstreamAuthChallenge:
             raise  # the client's to answer (`guarded`): its OAuth flow starts there
+        except PoolExhausted as exc:
+            # The gateway's own bound, not the upstream's failure.
+            log.warning("legacy_initialize_refused", error=exc.message, status=exc.status)
+            return AtLimit(
+                INTERNAL_ERROR,
+                f"Internal error: the gateway is at a limit ({exc.message})",
+                request.id,
+                status=exc.status,
+                retry_after_s=exc.retry_after_s,
+            )
         except UpstreamError as exc:
             log.warning("legacy_initialize_failed", error=exc.message, status=exc.status)
             return _upstream_failure(exc, request.id)

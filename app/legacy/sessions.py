@@ -17,6 +17,11 @@ came (`LegacyFront`, `HttpSseFront`).
 When the upstream forgets its session the client's session ends too (404,
 the client initialises again): never a silent new upstream session under a
 client that holds state on the old one.
+
+These sessions have their own bound and per-credential share, apart from the
+pooled sessions modern callers use; at the bound an idle one may be ended to
+make room (app/legacy/bound.py), its client then gets 404 as for any session
+that expired.
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ import asyncio
 import contextlib
 import hmac
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from app.legacy import bound
 from app.replicas import OwnedIds
+from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
 from translators.registry import Version
 
@@ -76,15 +84,38 @@ def _bounded_put(table: dict[Any, str], key: Any, method: str) -> None:
 
 
 class LegacySessions:
-    def __init__(self, pool: SessionPool, *, idle_s: float, ids: OwnedIds) -> None:
+    def __init__(
+        self,
+        pool: SessionPool,
+        *,
+        idle_s: float,
+        ids: OwnedIds,
+        max_sessions: int = 1024,
+        max_per_credential: int | None = None,
+        reclaim_idle_s: float = 60.0,
+    ) -> None:
         self._pool = pool
         self.ids = ids
         self._idle_s = idle_s
+        self._limits = bound.Limits(
+            total=max_sessions,
+            share=min(max_per_credential or max(1, max_sessions // 4), max_sessions),
+            reclaim_idle_s=reclaim_idle_s,
+        )
         self._sessions: dict[str, LegacySession] = {}
+        # Sessions being opened (counted from the start of their initialize), and
+        # every session held, opened or being opened, per credential hash.
+        self._opening: Counter[str] = Counter()
+        self._held: Counter[str] = Counter()
         self._reaper: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    @property
+    def held(self) -> int:
+        """Sessions counted against MCP_SHIM_MAX_LEGACY_SESSIONS: open or being opened."""
+        return len(self._sessions) + self._opening.total()
 
     def start(self) -> None:
         self._reaper = asyncio.create_task(self._reap_idle())
@@ -98,8 +129,20 @@ class LegacySessions:
         client_info: Mapping[str, Any] | None,
     ) -> LegacySession:
         key = self._pool.key_for(upstream_caps, offered, authorization)
-        upstream = await self._pool.open_owned(key, authorization, client_info)
         credentials = credential_hash(authorization)
+        await self._make_room(credentials)
+        # Counted from here; no await between the room made and the count.
+        self._opening[credentials] += 1
+        self._held[credentials] += 1
+        try:
+            upstream = await self._pool.open_owned(key, authorization, client_info)
+        except BaseException:
+            self._uncount(credentials)
+            raise
+        finally:
+            self._opening[credentials] -= 1
+            if self._opening[credentials] <= 0:
+                del self._opening[credentials]
         session = LegacySession(self.ids.mint(credentials), credentials, client_version, upstream)
         self._sessions[session.id] = session
         log.info(
@@ -143,9 +186,60 @@ class LegacySessions:
         if session.ended:
             return
         session.ended = True
-        self._sessions.pop(session.id, None)
+        if self._sessions.pop(session.id, None) is not None:
+            self._uncount(session.credentials)  # first: the place is free at once
         await self._pool.close_owned(session.upstream)
         log.info("legacy_session_ended", reason=reason, sessions=len(self._sessions))
+
+    def _uncount(self, credentials: str) -> None:
+        self._held[credentials] -= 1
+        if self._held[credentials] <= 0:
+            del self._held[credentials]
+
+    async def _make_room(self, credentials: str) -> None:
+        """Return when a session for `credentials` fits, having ended idle sessions to
+        make room if need be (app/legacy/bound.py); else raise SessionShareExceeded
+        (429) or PoolExhausted (503), with the seconds to wait."""
+        limits = self._limits
+        while self._held[credentials] >= limits.share or self.held >= limits.total:
+            now = time.monotonic()
+            live = list(self._sessions.values())
+            held = [
+                bound.Held(s.credentials, None if s.in_flight else now - s.last_used) for s in live
+            ]
+            held += [bound.Held(c, None) for c, n in self._opening.items() for _ in range(n)]
+            decision = bound.decide(held, credentials, limits)
+            if isinstance(decision, bound.Reclaim):
+                victim = live[decision.index]
+                log.info("legacy_session_reclaimed", idle_s=round(now - victim.last_used, 1))
+                await self.end(victim, "reclaimed")
+                continue
+            if isinstance(decision, bound.Refuse):
+                raise self._refusal(decision)
+            return
+
+    def _refusal(self, refused: bound.Refuse) -> PoolExhausted:
+        limits = self._limits
+        if refused.share:
+            log.warning(
+                "session_share_exceeded",
+                limit=limits.share,
+                setting="MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL",
+            )
+            return SessionShareExceeded(
+                f"this caller's credentials already hold {limits.share} legacy sessions, "
+                f"none idle for {limits.reclaim_idle_s:g} s "
+                "(MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL); end one with DELETE or retry later",
+                refused.retry_after_s,
+            )
+        log.warning(
+            "session_pool_exhausted", limit=limits.total, setting="MCP_SHIM_MAX_LEGACY_SESSIONS"
+        )
+        return PoolExhausted(
+            f"all {limits.total} legacy sessions are in use, none idle for "
+            f"{limits.reclaim_idle_s:g} s; raise MCP_SHIM_MAX_LEGACY_SESSIONS or retry later",
+            refused.retry_after_s,
+        )
 
     async def _reap_idle(self) -> None:
         while True:

@@ -52,6 +52,11 @@ class SessionExpired(UpstreamError):
 class PoolExhausted(UpstreamError):
     status = 503
 
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        # Seconds after which a retry may find room: the answer's Retry-After.
+        self.retry_after_s = retry_after_s
+
 
 class SessionShareExceeded(PoolExhausted):
     """One credential holds its whole share of upstream sessions, all busy: the

@@ -151,12 +151,13 @@ class SessionPool:
 
     Every session counts against `max_sessions` from the moment its
     `initialize` starts until it is closed: pooled ones, ones being opened, and
-    detached ones (lanes). One credential (the hash of an `Authorization`
-    value; all anonymous callers together) may hold at most
-    `max_per_credential`. When a bound is reached, an idle session (pooled or
-    an idle lane) is closed to make room; when none is idle the call is
-    refused: `PoolExhausted` (503) for the pool, `SessionShareExceeded` (429)
-    for a credential's share.
+    detached ones (lanes); legacy clients' own sessions (`open_owned`) are
+    bounded apart, by app/legacy, so they never take a modern caller's room.
+    One credential (the hash of an `Authorization` value; all anonymous callers
+    together) may hold at most `max_per_credential`. When a bound is reached,
+    an idle session (pooled or an idle lane) is closed to make room; when none
+    is idle the call is refused: `PoolExhausted` (503) for the pool,
+    `SessionShareExceeded` (429) for a credential's share.
     """
 
     def __init__(
@@ -290,30 +291,23 @@ class SessionPool:
         self, key: SessionKey, authorization: str | None, client_info: Mapping[str, Any] | None
     ) -> PooledSession:
         """A fresh session for one owner alone (a legacy client's session, app/legacy),
-        counted against the bounds until `close_owned`. Owned sessions are never
-        reclaimed to make room: their client holds state on them."""
-        pooled = await self._handshake(key, authorization, client_info)
+        until `close_owned`. Not counted against this pool's bounds: owned sessions
+        cannot be closed to make room for a modern caller (their client holds state
+        on them), so they have a bound of their own (app/legacy/bound.py)."""
+        pooled = await self._handshake(key, authorization, client_info, counted=False)
         pooled.detached = True
         log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
         return pooled
 
     async def close_owned(self, pooled: PooledSession) -> None:
-        """End a session from `open_owned` (DELETE upstream) and free its place."""
+        """End a session from `open_owned` (DELETE upstream)."""
         await self._close(pooled)
 
     async def _reserve(self, credentials: str) -> None:
         """Count one more session for `credentials`, closing idle ones to make room."""
         while True:
-            if self._count >= self._max:
-                if await self._reclaim(None):
-                    continue
-                log.warning(
-                    "session_pool_exhausted", limit=self._max, setting="MCP_SHIM_MAX_SESSIONS"
-                )
-                raise PoolExhausted(
-                    f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
-                    "or retry later"
-                )
+            # The share first: a credential at its own bound makes room only from
+            # its own sessions, never by closing another credential's.
             if self._per_credential[credentials] >= self._share:
                 if await self._reclaim(credentials):
                     continue
@@ -325,6 +319,16 @@ class SessionPool:
                 raise SessionShareExceeded(
                     f"this caller's credentials already hold {self._share} upstream sessions, "
                     "all busy (MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL); retry later"
+                )
+            if self._count >= self._max:
+                if await self._reclaim(None):
+                    continue
+                log.warning(
+                    "session_pool_exhausted", limit=self._max, setting="MCP_SHIM_MAX_SESSIONS"
+                )
+                raise PoolExhausted(
+                    f"all {self._max} upstream sessions are busy; raise MCP_SHIM_MAX_SESSIONS "
+                    "or retry later"
                 )
             # No await between the checks above and the count: the bound is strict.
             self._count += 1
@@ -365,8 +369,11 @@ class SessionPool:
         key: SessionKey,
         authorization: str | None,
         client_info: Mapping[str, Any] | None = None,
+        *,
+        counted: bool = True,
     ) -> PooledSession:
-        await self._reserve(key.credentials)
+        if counted:
+            await self._reserve(key.credentials)
         generation = self._generation
         try:
             headers = {"authorization": authorization} if authorization is not None else {}
@@ -389,9 +396,10 @@ class SessionPool:
                 raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
             self.note_answer(version)
         except BaseException:
-            self._uncount_key(key.credentials)
+            if counted:
+                self._uncount_key(key.credentials)
             raise
-        return PooledSession(key, session, version, result, generation=generation)
+        return PooledSession(key, session, version, result, generation=generation, counted=counted)
 
     async def discard(self, pooled: PooledSession) -> None:
         if self._sessions.get(pooled.key) is pooled:

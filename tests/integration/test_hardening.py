@@ -242,6 +242,7 @@ def test_one_credential_cannot_take_every_session(legacy_url: str, logs_dir: Pat
         refused = next(r for r in flooded if r.status_code == 429)
         message = assert_json_error(refused, 429, -32603, refused.json()["id"])
         assert "MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL" in message
+        assert refused.headers["retry-after"] == "1"  # RFC 6585: when to try again
         echo_works(url, caps=ELICITATION)
 
 

@@ -472,4 +472,4 @@ def test_a_channel_closed_during_initialize_leaves_no_session(
             assert pending.result(timeout=15).status_code == 202
         sessions = app.state.legacy._sessions
         assert len(sessions) == 0
-        assert sessions._pool.open_sessions == 0
+        assert sessions._pool.open_sessions == 0 and sessions.held == 0

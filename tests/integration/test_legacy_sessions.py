@@ -1,7 +1,7 @@
 """Lifetimes of legacy clients' sessions (issue 9): upstream expiry, the bound, idle end,
 DELETE, cancellation, and both eras on one gateway at once.
 
-Its own fixture and gateway (small MCP_SHIM_MAX_SESSIONS and
+Its own fixture and gateway (small MCP_SHIM_MAX_LEGACY_SESSIONS and
 MCP_SHIM_SESSION_IDLE_S; the fixture's /debug/expire-sessions forgets every
 session, which the shared fixture's other users must not see).
 """
@@ -48,6 +48,8 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
                 # One credential may take the whole (small) pool; parked calls must fit in it.
                 "MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL": str(MAX_SESSIONS),
                 "MCP_SHIM_MAX_PARKED": "1",
+                "MCP_SHIM_MAX_LEGACY_SESSIONS": str(MAX_SESSIONS),
+                "MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL": str(MAX_SESSIONS),
                 "MCP_SHIM_SESSION_IDLE_S": str(IDLE_S),
             },
             log_path=logs / "gateway.log",
@@ -114,11 +116,13 @@ def test_sessions_are_bounded_and_delete_frees_a_place(chain: Chain, client: htt
                 "method": "initialize",
                 "params": {"protocolVersion": "2025-11-25", "capabilities": {}},
             },
-            headers=headers(),
+            # Another credential: the whole bound, not the caller's share, is reached.
+            headers=headers(authorization="Bearer another"),
         )
         assert refused.status_code == 503, refused.text
+        assert int(refused.headers["retry-after"]) >= 1
         error = refused.json()["error"]
-        assert error["code"] == -32603 and "MCP_SHIM_MAX_SESSIONS" in error["message"]
+        assert error["code"] == -32603 and "MCP_SHIM_MAX_LEGACY_SESSIONS" in error["message"]
         # DELETE ends both sides; the place is free again.
         assert (
             client.delete(chain.mcp, headers=headers(sessions[0], "2025-11-25")).status_code == 200

@@ -248,3 +248,33 @@ def test_log_fields_are_bounded() -> None:
     assert (event["event"], event["n"]) == ("notification_accepted", 5)
     stack = logs.bound_fields(None, "error", {"exception": "a" * 50_000 + "Boom"})["exception"]
     assert len(stack) < logs.MAX_STACK_CHARS + 100 and stack.endswith("Boom")
+
+
+def test_every_log_field_is_bounded_lists_and_mappings_too() -> None:
+    # A stdio server's exit line carried its last 20 stderr lines of 500
+    # characters each: a 10 KB line, past the limit every string field had.
+    tail = [f"line {i}: " + "e" * 490 for i in range(20)]
+    event = logs.bound_fields(
+        None,
+        "warning",
+        {
+            "event": "upstream_process_exited",
+            "stderr_tail": tail,
+            "detail": {"k" * 300: "v" * 5000},
+            "n": 10**6,
+            "ok": True,
+            "none": None,
+        },
+    )
+    bounded = event["stderr_tail"]
+    assert len(json.dumps(bounded)) < 2 * logs.MAX_FIELD_CHARS
+    # The end of a history tells most: the last line is kept, the cut is said.
+    assert bounded[-1].startswith("line 19: ") and bounded[0] == "... (19 earlier items cut)"
+    assert len(event["detail"]) < logs.MAX_FIELD_CHARS + 40
+    assert (event["n"], event["ok"], event["none"]) == (10**6, True, None)
+    # Small ones pass as they are.
+    small = {"event": "x", "tail": ["a", "b"], "meta": {"a": 1}}
+    assert logs.bound_fields(None, "info", dict(small)) == small
+    # Whatever a renderer of the standard library would take, still bounded.
+    odd = logs.bound_fields(None, "info", {"event": "x", "m": {1: "v" * 1000}})
+    assert len(odd["m"]) < logs.MAX_FIELD_CHARS + 40

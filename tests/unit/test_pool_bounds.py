@@ -188,3 +188,34 @@ async def test_a_header_httpx_cannot_encode_never_reaches_an_exception(
     rendered = "".join(traceback.format_exception(caught.value)) + repr(caught.value)
     assert "TOPSECRET" not in rendered
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+async def test_a_credential_at_its_share_never_closes_another_credentials_session() -> None:
+    # The bound was checked before the share: a greedy credential at its share,
+    # in a full pool, closed another credential's idle session to make room,
+    # then was refused anyway (429), and did so on every retry.
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=4, idle_s=300, max_per_credential=2)
+    others = [await take(pool, f"Bearer other-{i}") for i in range(2)]
+    for pooled in others:
+        pool.release(pooled)  # idle
+    for i in range(2):
+        await take(pool, "Bearer greedy", {"roots": {"listChanged": i == 0}})  # busy
+    with pytest.raises(SessionShareExceeded):
+        await take(pool, "Bearer greedy", {"sampling": {}})
+    assert not any(p.session.closed for p in others)  # type: ignore[attr-defined]
+    # A third credential still gets room, from the least recently used idle one.
+    assert isinstance(await take(pool, "Bearer third"), PooledSession)
+    assert sum(p.session.closed for p in others) == 1  # type: ignore[attr-defined]
+
+
+async def test_legacy_clients_own_sessions_take_no_room_in_the_pool() -> None:
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=1, idle_s=300, max_per_credential=1)
+    assert LEGACY is not None
+    key = pool.key_for({}, LEGACY, None)
+    owned = [await pool.open_owned(key, None, None) for _ in range(3)]
+    assert pool.open_sessions == 0
+    assert isinstance(await take(pool, None), PooledSession)
+    await pool.close_owned(owned[0])
+    assert pool.open_sessions == 1
