@@ -133,6 +133,19 @@ class Settings(BaseSettings):
     )
     # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/legacy).
     max_batch: int = Field(default=50, ge=1, description="messages in one legacy JSON-RPC batch")
+    # A 2024-11-05 HTTP+SSE channel (GET /sse) holds a connection from its start;
+    # until its initialize it holds nothing else, so it is bounded apart.
+    sse_init_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="an HTTP+SSE channel (GET /sse) not initialized within this long is closed",
+    )
+    max_uninitialized_sse_per_address: int = Field(
+        default=4,
+        ge=1,
+        description="HTTP+SSE channels one client address may hold open before their initialize",
+    )
     # Each call parked by the MRTR bridge holds two upstream connections open
     # (its answer stream and its lane's GET stream; app/mrtr/lanes.py): see max_parked.
     max_upstream_connections: int = Field(default=2048, ge=1)

@@ -343,6 +343,8 @@ def create_app(settings: Settings) -> GatewayApp:
             max_channels=settings.max_sessions,
             keepalive_s=settings.listen_keepalive_s,
             write_timeout_s=settings.write_timeout_s,
+            init_timeout_s=settings.sse_init_timeout_s,
+            max_uninitialized_per_address=settings.max_uninitialized_sse_per_address,
         )
         bridge = build_bridge(settings, pool, replicas)
         app.state.gateway = Gateway(
@@ -513,7 +515,8 @@ def create_app(settings: Settings) -> GatewayApp:
         if refused is not None:
             return refused
         http_sse: HttpSseFront = request.app.state.http_sse
-        return http_sse.open(request.headers)
+        address = request.client.host if request.client is not None else None
+        return http_sse.open(request.headers, address)
 
     @app.post(MESSAGES_PATH)
     async def sse_message(request: Request) -> Response:

@@ -341,3 +341,34 @@ def check_batch(items: list[Any], version: Version | None, max_batch: int) -> Re
             f"{max_batch} (MCP_SHIM_MAX_BATCH)",
         )
     return None
+
+
+def batch_members(
+    items: list[Any], version: Version | None, max_batch: int
+) -> list[LegacyMessage] | Rejection:
+    """The batch rules, for every route a legacy client may send a batch to
+    (`POST /mcp`, `POST /messages`): whether it may be served at all
+    (`check_batch`), each member's shape, and no two requests with one id.
+
+    Ids are compared with their type: 1 and "1" are two ids (JSON-RPC 2.0
+    "Request object": a String or a Number), both served."""
+    refusal = check_batch(items, version, max_batch)
+    if refusal is not None:
+        return refusal
+    members: list[LegacyMessage] = []
+    seen: set[tuple[type, RequestId]] = set()
+    for item in items:
+        checked = check_message(item)
+        if isinstance(checked, Rejection):
+            return checked
+        if isinstance(checked, LegacyRequest):
+            typed = (type(checked.id), checked.id)
+            if typed in seen:
+                return Rejection(
+                    INVALID_REQUEST,
+                    "Invalid request: two requests in the batch share the id "
+                    f"{modern._shown(checked.id)}",
+                )
+            seen.add(typed)
+        members.append(checked)
+    return members

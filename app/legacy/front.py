@@ -210,6 +210,48 @@ async def _reads(
                 await step
 
 
+class IdTurns:
+    """One request in flight upstream per session and id *as text*.
+
+    The client's ids go upstream unchanged (the session is the client's alone),
+    and 1 and "1" are two ids, but servers may key their calls by the id's text:
+    the official Python SDK 1.x's Streamable HTTP transport routes each answer
+    to the POST of `str(id)`, so with both in flight one answer lands on the
+    other's stream and the other call never ends. Such a request waits for its
+    twin to finish; any other request passes without waiting."""
+
+    def __init__(self) -> None:
+        # Taken keys; the value is the event its waiters wait on, once there are any.
+        self._taken: dict[tuple[str, str], asyncio.Event | None] = {}
+
+    def of(self, session_id: str, request_id: RequestId) -> _Turn:
+        return _Turn(self._taken, (session_id, str(request_id)))
+
+    def __len__(self) -> int:
+        return len(self._taken)
+
+
+class _Turn:
+    __slots__ = ("_key", "_taken")
+
+    def __init__(self, taken: dict[tuple[str, str], asyncio.Event | None], key: tuple[str, str]):
+        self._taken = taken
+        self._key = key
+
+    async def __aenter__(self) -> None:
+        while self._key in self._taken:
+            turn = self._taken[self._key]
+            if turn is None:
+                turn = self._taken[self._key] = asyncio.Event()
+            await turn.wait()
+        self._taken[self._key] = None
+
+    async def __aexit__(self, *_exc: object) -> None:
+        turn = self._taken.pop(self._key, None)
+        if turn is not None:
+            turn.set()
+
+
 class LegacyFront:
     def __init__(
         self,
@@ -236,6 +278,7 @@ class LegacyFront:
         self._write_timeout_s = write_timeout_s
         # The calls in flight that the client may cancel, by (session id, request id).
         self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
+        self._turns = IdTurns()
 
     # -- POST /mcp ---------------------------------------------------------
 
@@ -520,7 +563,7 @@ class LegacyFront:
         the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
-        async with self._sessions.lease(session):
+        async with self._sessions.lease(session), self._turns.of(session.id, request.id):
             try:
                 exchange = await session.upstream.session.request(outbound)
             except UpstreamAuthChallenge:
@@ -768,29 +811,20 @@ class LegacyFront:
         answered as one; notifications and responses in it forwarded."""
         items: list[Any] = claim.body
         session = self._find(claim.session_id, headers.get("authorization"))
-        refusal = front.check_batch(
-            items, session.client_version if session is not None else None, self._max_batch
-        )
-        if session is None and (refusal is None or claim.session_id is not None):
-            if not front.holds_initialize(items):
+        if session is None:
+            if claim.session_id is not None and not front.holds_initialize(items):
                 return refuse(session_not_found())
-        if refusal is not None:
-            return refuse(refusal)
+            # Served by no session: refused by the batch rules (an initialize inside).
+        members = self.batch_members(items, session)
+        if isinstance(members, Rejection):
+            return refuse(members)
         assert session is not None
         refusal = front.check_version_header(
             headers.get(front.VERSION_HEADER), session.client_version
         )
         if refusal is not None:
             return refuse(refusal)
-        members = [front.check_message(item) for item in items]
-        for member in members:
-            if isinstance(member, Rejection):
-                return refuse(member)
         requests = [m for m in members if isinstance(m, front.LegacyRequest)]
-        if len({r.id for r in requests}) != len(requests):
-            return refuse(
-                Rejection(INVALID_REQUEST, "Invalid request: two requests in the batch share an id")
-            )
         for member in members:
             if isinstance(member, front.LegacyNotification | front.LegacyResponse):
                 failure = await self.deliver(session, member)
@@ -804,6 +838,14 @@ class LegacyFront:
             return self._answer(self._merged(session, requests), "batch", session, True, False)
         answers = await asyncio.gather(*(self._collect(session, r) for r in requests))
         return _json_list(answers)
+
+    def batch_members(
+        self, items: list[Any], session: LegacySession | None
+    ) -> list[front.LegacyMessage] | Rejection:
+        """The batch rules (`front.batch_members`) as every route applies them, by the
+        session's negotiated version."""
+        version = session.client_version if session is not None else None
+        return front.batch_members(items, version, self._max_batch)
 
     async def _collect(self, session: LegacySession, request: front.LegacyRequest) -> Message:
         """One batch member's response, for a client that takes no event stream: what the

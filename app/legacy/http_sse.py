@@ -8,9 +8,12 @@ its own upstream session, translation both ways); only the way back differs:
 each POST is answered 202 and what it produces goes on the channel's stream.
 
 The channel lives as long as its `GET /sse`: when the client goes away its
-session ends on both sides. Its id names the replica holding it, sealed like a
-session id (app/replicas.py): a POST that reaches another replica is relayed
-there as it came.
+session ends on both sides. A channel takes one `initialize`, and must have it
+within MCP_SHIM_SSE_INIT_TIMEOUT_S, or it is closed; an address holds at most
+MCP_SHIM_MAX_UNINITIALIZED_SSE_PER_ADDRESS channels still waiting for theirs,
+so idle streams cannot take every connection the gateway may hold. Its id
+names the replica holding it, sealed like a session id (app/replicas.py): a
+POST that reaches another replica is relayed there as it came.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import math
+import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +34,7 @@ from starlette.responses import Response
 from app import jsonio
 from app.answer import sse_event
 from app.front import legacy as front
+from app.http_protocol import RateLimitedLog
 from app.legacy.front import LegacyFront, guarded, refuse, session_not_found
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
@@ -51,8 +57,14 @@ Send = Callable[[dict[str, Any]], Any]
 class Channel:
     id: str
     credentials: str
+    # The client's address, while the channel counts among its uninitialized ones.
+    address: str | None = None
+    # By when (monotonic) an initialize must have come.
+    deadline: float = math.inf
     outbox: asyncio.Queue[Message] = field(default_factory=lambda: asyncio.Queue(_QUEUE_BOUND))
     session: LegacySession | None = None
+    # An initialize is under way: a second one is refused, as after it.
+    initializing: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     closed: bool = False
 
@@ -66,6 +78,8 @@ class HttpSseFront:
         max_channels: int,
         keepalive_s: float,
         write_timeout_s: float,
+        init_timeout_s: float = 10.0,
+        max_uninitialized_per_address: int = 4,
     ) -> None:
         self._legacy = legacy
         self.auth_relay = legacy.auth_relay
@@ -74,13 +88,33 @@ class HttpSseFront:
         self._keepalive_s = keepalive_s
         self._write_timeout_s = write_timeout_s
         self._channels: dict[str, Channel] = {}
+        self._init_timeout_s = init_timeout_s
+        self._max_uninitialized = max_uninitialized_per_address
+        # Channels not initialized yet, by client address.
+        self._uninitialized: dict[str, int] = {}
+        self._events = RateLimitedLog()
 
     # -- GET /sse --------------------------------------------------------------
 
-    def open(self, headers: Mapping[str, str]) -> Response:
+    def open(self, headers: Mapping[str, str], address: str | None = None) -> Response:
         unfit = front.check_header_values(headers)
         if unfit is not None:
             return refuse(unfit)
+        address = address or ""
+        waiting = self._uninitialized.get(address, 0)
+        if waiting >= self._max_uninitialized:
+            self._events.event("sse_channel_refused", reason="uninitialized_per_address")
+            retry_after = str(max(1, math.ceil(self._init_timeout_s)))
+            return refuse(
+                Rejection(
+                    INTERNAL_ERROR,
+                    f"Too many HTTP+SSE channels from this address wait for initialize "
+                    f"({self._max_uninitialized}, MCP_SHIM_MAX_UNINITIALIZED_SSE_PER_ADDRESS): "
+                    "send initialize on the open ones, or retry later",
+                    status=429,
+                ),
+                {"retry-after": retry_after},
+            )
         if len(self._channels) >= self._max:
             return refuse(
                 Rejection(
@@ -91,7 +125,13 @@ class HttpSseFront:
                 )
             )
         credentials = credential_hash(headers.get("authorization"))
-        channel = Channel(self._sessions.ids.mint(credentials), credentials)
+        channel = Channel(
+            self._sessions.ids.mint(credentials),
+            credentials,
+            address=address,
+            deadline=time.monotonic() + self._init_timeout_s,
+        )
+        self._uninitialized[address] = waiting + 1
         self._channels[channel.id] = channel
         log.info("sse_channel_opened", channels=len(self._channels))
         return _ChannelStream(self, channel, self._write_timeout_s)
@@ -104,21 +144,40 @@ class HttpSseFront:
                 + b"\n\n"
             )
             while True:
+                wait_s = self._keepalive_s
+                if channel.address is not None and not channel.initializing:
+                    wait_s = min(wait_s, channel.deadline - time.monotonic())
+                    if wait_s <= 0 and channel.outbox.empty():
+                        self._events.event("sse_channel_not_initialized")
+                        return
                 try:
-                    async with asyncio.timeout(self._keepalive_s):
+                    async with asyncio.timeout(max(wait_s, 0.0)):
                         message = await channel.outbox.get()
                 except TimeoutError:
-                    yield _KEEPALIVE
+                    if wait_s >= self._keepalive_s:
+                        yield _KEEPALIVE
                     continue
                 yield sse_event(message)
         finally:
             await self._close(channel)
+
+    def _initialized(self, channel: Channel) -> None:
+        """The channel no longer counts among its address's uninitialized ones."""
+        address, channel.address = channel.address, None
+        if address is None:
+            return
+        left = self._uninitialized.get(address, 0) - 1
+        if left > 0:
+            self._uninitialized[address] = left
+        else:
+            self._uninitialized.pop(address, None)
 
     async def _close(self, channel: Channel) -> None:
         if channel.closed:
             return
         channel.closed = True
         self._channels.pop(channel.id, None)
+        self._initialized(channel)  # or never will be: counted no more either way
         for task in list(channel.tasks):
             task.cancel()
         await asyncio.gather(*channel.tasks, return_exceptions=True)
@@ -164,45 +223,43 @@ class HttpSseFront:
             return refuse(front.parse_error())
         if jsonio.deeper_than(body, parsed, self._legacy.max_json_depth):
             return refuse(front.too_deep(parsed, self._legacy.max_json_depth))
-        items = parsed if isinstance(parsed, list) else [parsed]
-        if not items:
-            return refuse(Rejection(INVALID_REQUEST, "Invalid request: the batch is empty"))
-        members: list[front.LegacyMessage] = []
-        for item in items:
-            checked = front.check_message(item)
+        if isinstance(parsed, list):
+            members = self._batch_members(channel, parsed)
+            if isinstance(members, Rejection):
+                return refuse(members)
+        else:
+            checked = front.check_message(parsed)
             if isinstance(checked, Rejection):
                 return refuse(checked)
-            members.append(checked)
+            members = [checked]
         for member in members:
             refusal = await self._one(channel, member, headers.get("authorization"))
             if refusal is not None:
                 return refuse(refusal)
         return Response(status_code=202)
 
+    def _batch_members(
+        self, channel: Channel, items: list[Any]
+    ) -> list[front.LegacyMessage] | Rejection:
+        """A batch on the channel, by the rules of every route (`LegacyFront.batch_members`);
+        its notifications and responses go first, as on `POST /mcp`. Each request
+        then runs on its own and its answer is an event of its own: a 2024-11-05
+        server's messages are single `JSONRPCMessage`s, one per SSE event."""
+        session = channel.session
+        if session is None or session.ended:
+            if not front.holds_initialize(items):
+                return session_not_found()
+            session = None  # refused by the batch rules: initialize inside
+        members = self._legacy.batch_members(items, session)
+        if isinstance(members, Rejection):
+            return members
+        return sorted(members, key=lambda m: isinstance(m, front.LegacyRequest))
+
     async def _one(
         self, channel: Channel, member: front.LegacyMessage, authorization: str | None
     ) -> Rejection | None:
         if isinstance(member, front.LegacyRequest) and member.method == "initialize":
-            if channel.session is not None:
-                return Rejection(
-                    INVALID_REQUEST,
-                    "Invalid request: this session is initialized already",
-                    member.id,
-                )
-            opened = await self._legacy.open_session(member, authorization)
-            if isinstance(opened, Rejection):
-                await channel.outbox.put(opened.to_message())
-                return None
-            opened_session, answer = opened
-            if channel.closed:
-                # The stream went away during initialize: nothing would ever end it.
-                await self._sessions.end(opened_session, "sse_stream_closed")
-                return None
-            opened_session.in_flight += 1  # held while the channel's stream is open
-            channel.session = opened_session
-            await channel.outbox.put(answer)
-            self._spawn(channel, self._relay_server_stream(channel, opened_session))
-            return None
+            return await self._initialize(channel, member, authorization)
         session = channel.session
         if session is None or session.ended:
             return session_not_found(getattr(member, "id", None))
@@ -210,6 +267,39 @@ class HttpSseFront:
             self._spawn(channel, self._relay_call(channel, session, member))
             return None
         return await self._legacy.deliver(session, member)
+
+    async def _initialize(
+        self, channel: Channel, request: front.LegacyRequest, authorization: str | None
+    ) -> Rejection | None:
+        # Taken before the first await: every initialize that came during the
+        # upstream's would otherwise open a session too, and the channel ends
+        # only the one it holds.
+        if channel.session is not None or channel.initializing:
+            return Rejection(
+                INVALID_REQUEST,
+                "Invalid request: this session is initialized already (one initialize per "
+                "HTTP+SSE channel)",
+                request.id,
+            )
+        channel.initializing = True
+        try:
+            opened = await self._legacy.open_session(request, authorization)
+        finally:
+            channel.initializing = False
+        if isinstance(opened, Rejection):
+            await channel.outbox.put(opened.to_message())
+            return None
+        opened_session, answer = opened
+        if channel.closed:
+            # The stream went away during initialize: nothing would ever end it.
+            await self._sessions.end(opened_session, "sse_stream_closed")
+            return None
+        opened_session.in_flight += 1  # held while the channel's stream is open
+        channel.session = opened_session
+        self._initialized(channel)
+        await channel.outbox.put(answer)
+        self._spawn(channel, self._relay_server_stream(channel, opened_session))
+        return None
 
     async def _relay_call(
         self, channel: Channel, session: LegacySession, request: front.LegacyRequest
@@ -282,6 +372,9 @@ class _ChannelStream(Response):
             async for frame in frames:
                 async with asyncio.timeout(self._write_timeout_s):
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
+            # The gateway closed the channel (no initialize in time).
+            async with asyncio.timeout(self._write_timeout_s):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except TimeoutError:
             log.info("sse_channel_stalled")
         except asyncio.CancelledError:

@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests import fuzzing, procs
+from tests import fuzzing, fuzzing_legacy, procs
+from tests.integration.test_legacy_clients import initialize
 
 settings.register_profile(
     "fuzz-ci",
@@ -112,3 +114,43 @@ def _explain(probe: fuzzing.Probe, answer: fuzzing.Answer, failures: list[str]) 
         f"{probe.body[:300]!r}\n  answer: {answer.status} {answer.error or ''} "
         f"{answer.body[:300]!r}"
     )
+
+
+# ---------------------------------------------------------------------------
+# The legacy front: POST /mcp of a 2025-03-26 session, POST /messages of a
+# 2024-11-05 HTTP+SSE channel, batches (issue 19; tests/fuzzing_legacy.py)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.fuzz
+@pytest.mark.peers
+def test_fuzz_legacy_front_and_batches(target: Target) -> None:
+    base = f"http://127.0.0.1:{target.port}"
+    with httpx.Client(timeout=15.0) as client:
+        session, _ = initialize(client, base + "/mcp", fuzzing_legacy.SESSION_VERSION)
+    channel = fuzzing_legacy.Channel(base)
+    owed = 1  # the channel's initialize
+    sent = 0
+    try:
+
+        @settings(PROFILE, max_examples=max(PROFILE.max_examples // 2, 1))
+        @given(fuzzing_legacy.legacy_probes(target.port, session, channel.path))
+        def one(probe: fuzzing_legacy.LegacyProbe) -> None:
+            nonlocal owed, sent
+            answer = fuzzing.send(target.port, probe)
+            sent += 1
+            owed += fuzzing_legacy.accepted_requests(probe, answer)
+            failures = fuzzing_legacy.check(probe, answer)
+            assert fuzzing.process_alive(target.pid), f"the gateway died on {probe!r}"
+            assert not failures, _explain(probe, answer, failures)
+            if sent % 50 == 0:
+                assert fuzzing.canary(target.port) is None
+                assert channel.settled(owed) is None
+
+        one()
+        # Every request the channel accepted got its one answer on the stream.
+        problem = channel.settled(owed)
+        assert problem is None, problem
+    finally:
+        channel.close()
+    assert fuzzing.canary(target.port) is None

@@ -313,14 +313,14 @@ def planted(*_args: Any, **_kwargs: Any) -> Any:
 
 
 @contextmanager
-def gateway_in_process(legacy_url: str) -> Iterator[tuple[str, Any]]:
+def gateway_in_process(legacy_url: str, **settings_: Any) -> Iterator[tuple[str, Any]]:
     import uvicorn
 
     from app.config import Settings
     from app.server import create_app
 
     port = procs.free_port()
-    settings = Settings(upstream_url=legacy_url, port=port)  # type: ignore[arg-type]
+    settings = Settings(upstream_url=legacy_url, port=port, **settings_)  # type: ignore[arg-type]
     app = create_app(settings)
     # log_config=None: uvicorn's own logging setup would outlive this test
     # (it stops "uvicorn.error" from propagating, which later tests read).

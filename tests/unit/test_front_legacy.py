@@ -229,3 +229,31 @@ def test_an_error_always_carries_an_id() -> None:
     assert unread["id"] == legacy.UNREAD_ID and unread["error"]["code"] == -32700
     read = legacy.error_message(Rejection(-32600, "x", 7))
     assert read["id"] == 7
+
+
+def test_batch_members_apply_every_rule_in_one_place() -> None:
+    """The rules `POST /mcp` and `POST /messages` share (issue 19, defect 4)."""
+    versions = ("2024-11-05", "2025-03-26", "2025-06-18")
+    v2024, v2025, removed = (legacy.negotiate(v) for v in versions)
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    note = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
+    for version in (v2024, v2025):
+        members = legacy.batch_members([ping, {**ping, "id": "1"}, note], version, 50)
+        # 1 and "1" are two ids (JSON-RPC 2.0: a String or a Number).
+        assert isinstance(members, list)
+        assert [getattr(m, "id", None) for m in members] == [1, "1", None]
+    twice = legacy.batch_members([ping, note, ping], v2025, 50)
+    assert isinstance(twice, Rejection) and twice.code == -32600 and twice.http_status == 400
+    assert "share the id 1" in twice.message
+    twice_text = legacy.batch_members([{**ping, "id": "a"}] * 2, v2025, 50)
+    assert isinstance(twice_text, Rejection) and "share the id 'a'" in twice_text.message
+    refusals = {
+        "MCP_SHIM_MAX_BATCH": legacy.batch_members([ping] * 51, v2024, 50),
+        "initialize": legacy.batch_members([INIT, ping], v2025, 50),
+        "empty": legacy.batch_members([], v2024, 50),
+        "2025-06-18 removed batching": legacy.batch_members([ping], removed, 50),
+        '"jsonrpc" must be "2.0"': legacy.batch_members([ping, {"id": 2}], v2024, 50),
+    }
+    for words, refusal in refusals.items():
+        assert isinstance(refusal, Rejection) and refusal.code == -32600, words
+        assert refusal.http_status == 400 and words in refusal.message, refusal
