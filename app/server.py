@@ -340,7 +340,7 @@ def create_app(settings: Settings) -> GatewayApp:
         app.state.http_sse = HttpSseFront(
             app.state.legacy,
             legacy_sessions,
-            max_channels=settings.max_sessions,
+            max_channels=settings.max_legacy_sessions,
             keepalive_s=settings.listen_keepalive_s,
             write_timeout_s=settings.write_timeout_s,
             init_timeout_s=settings.sse_init_timeout_s,

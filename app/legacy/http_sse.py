@@ -119,8 +119,8 @@ class HttpSseFront:
             return refuse(
                 Rejection(
                     INTERNAL_ERROR,
-                    f"all {self._max} sessions are in use; raise MCP_SHIM_MAX_SESSIONS or retry "
-                    "later",
+                    f"all {self._max} legacy sessions are in use; raise "
+                    "MCP_SHIM_MAX_LEGACY_SESSIONS or retry later",
                     status=503,
                 )
             )
