@@ -668,6 +668,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 body,
                 passed_headers(request.headers),
                 call_id=parsed.id,
+                method=parsed.method,
                 long_lived=parsed.method == subscriptions_listen.METHOD,
                 era=era_probe,
                 seen=era,
