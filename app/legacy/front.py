@@ -595,7 +595,11 @@ class LegacyFront:
         cv, uv = session.client_version, session.upstream_version
         error = message.get("error")
         if isinstance(error, dict):
-            return {"jsonrpc": "2.0", "id": message["id"], "error": translate.error(error, uv, cv)}
+            return {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": translate.error(error, uv, cv, method),
+            }
         result = message.get("result")
         translated = translate.result(result if isinstance(result, dict) else {}, method, uv, cv)
         return {"jsonrpc": "2.0", "id": message["id"], "result": translated}

@@ -583,7 +583,7 @@ class _Call:
         if "method" in message:
             return translate.notification(message, session.modern, session.version)
         if "error" in message:
-            error = translate.error(message["error"], session.modern, session.version)
+            error = translate.error(message["error"], session.modern, session.version, self._method)
             return {"jsonrpc": "2.0", "id": self.client_id, "error": error}
         result = translate.result(
             message.get("result") or {}, self._method, session.modern, session.version
