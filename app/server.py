@@ -329,6 +329,7 @@ def create_app(settings: Settings) -> GatewayApp:
             auth_relay=auth_relay,
             relay=replicas.relay,
             keepalive_s=settings.listen_keepalive_s,
+            metrics=app_metrics,
         )
         app.state.http_sse = HttpSseFront(
             app.state.legacy,

@@ -29,6 +29,7 @@ from app.auth import AuthRelay
 from app.front import legacy as front
 from app.gateway import Outgoing
 from app.legacy.sessions import LegacySession, LegacySessions
+from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
 from app.replicas import HOP_HEADER, ReplicaRelay, header_items
 from app.upstream.base import Exchange, Message
@@ -213,8 +214,12 @@ class LegacyFront:
         auth_relay: AuthRelay | None = None,
         relay: ReplicaRelay | None = None,
         keepalive_s: float = 15.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.max_json_depth = max_json_depth
+        # Every legacy call is counted in `call`, the one place POST /mcp (one
+        # request or a batch) and HTTP+SSE's POST /messages all go through.
+        self._metrics = metrics
         # A quiet GET stream gets an SSE comment this often, or proxies cut it.
         self._keepalive_s = keepalive_s
         self.auth_relay = auth_relay
@@ -487,6 +492,45 @@ class LegacyFront:
         )
 
     async def call(
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages (`_call`),
+        counted in /metrics when it ends (`mcp_shim_calls_total`, era legacy)."""
+        calls = self._call(session, request, resumable=resumable, streamed=streamed)
+        if self._metrics is None:
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    yield out
+            return
+        started = time.perf_counter()
+        outcome, status = "client_disconnected", 200
+        try:
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    if out.final or out.keepalive:
+                        # The answer, or a stream ended without one (cancelled,
+                        # or resumed on the GET stream).
+                        error = out.message.get("error")
+                        code = error.get("code") if isinstance(error, dict) else None
+                        outcome = f"error {code}" if code is not None else "ok"
+                        status = out.status
+                    yield out
+        finally:
+            self._metrics.call_done(
+                request.method,
+                session.client_version,
+                outcome,
+                status,
+                time.perf_counter() - started,
+                None,
+            )
+
+    async def _call(
         self,
         session: LegacySession,
         request: front.LegacyRequest,
