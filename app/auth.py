@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import structlog
 
@@ -39,10 +39,16 @@ log = structlog.get_logger("mcp_shim.auth")
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 MCP_PATH = "/mcp"
 
-# An auth-param `resource_metadata=<token or quoted-string>` (RFC 9110 11.2).
+# An auth-param `resource_metadata=<token or quoted-string>` (RFC 9110 11.2),
+# or its extended form `resource_metadata*=UTF-8''<percent-encoded>` (RFC 8187,
+# which RFC 9110 11.2 allows a challenge's parameters): both name the
+# upstream's metadata, so both are rewritten, whatever their value.
 _RESOURCE_METADATA = re.compile(
-    r'(?P<name>\bresource_metadata\s*=\s*)(?P<value>"(?:[^"\\]|\\.)*"|[^\s,]*)', re.IGNORECASE
+    r'(?P<name>\bresource_metadata(?P<ext>\s*\*)?\s*=\s*)(?P<value>"(?:[^"\\]|\\.)*"|[^\s,]*)',
+    re.IGNORECASE,
 )
+# RFC 8187 section 3.2.1: attr-char, what an ext-value leaves unencoded.
+_ATTR_CHARS = "!#$&+-.^_`|~"
 _ERROR_PARAM = re.compile(r'\berror\s*=\s*"?(?P<value>[A-Za-z0-9_]{1,64})"?', re.IGNORECASE)
 # A Host header fit to be put into a URL: a name or IP literal and a port, nothing else.
 _HOST_OK = re.compile(r"^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?$")
@@ -87,22 +93,54 @@ def _unquote(value: str) -> str:
     return value
 
 
+def _ext_decode(value: str) -> str | None:
+    """An RFC 8187 ext-value (`charset'[language]'pct-encoded`), decoded; None
+    when it is not one (an unknown charset, bad escapes)."""
+    charset, quote, rest = value.partition("'")
+    _language, quote2, encoded = rest.partition("'")
+    if not quote or not quote2 or charset.lower() not in ("utf-8", "iso-8859-1"):
+        return None
+    try:
+        return unquote(encoded, encoding=charset, errors="strict")
+    except (UnicodeDecodeError, LookupError):
+        return None
+
+
+def _ext_encode(value: str) -> str:
+    return "UTF-8''" + quote(value, safe=_ATTR_CHARS)
+
+
 def challenge_metadata_url(challenge: str | None) -> str | None:
-    """The `resource_metadata` URL a `WWW-Authenticate` value names, if any."""
+    """The `resource_metadata` URL a `WWW-Authenticate` value names, if any
+    (the extended form decoded)."""
     if challenge is None:
         return None
-    match = _RESOURCE_METADATA.search(challenge)
-    return _unquote(match.group("value")) if match else None
+    for match in _RESOURCE_METADATA.finditer(challenge):
+        value = _unquote(match.group("value"))
+        if match.group("ext") is None:
+            return value
+        decoded = _ext_decode(value)
+        if decoded is not None:
+            return decoded
+    return None
 
 
 def rewrite_challenge(challenge: str, gateway_metadata_url: str | None) -> str:
-    """The upstream's challenge with `resource_metadata` pointing at the gateway.
-    Without a URL of ours the parameter is removed: the upstream's address is
-    not the client's business, and the client falls back to the gateway's
-    well-known URLs (2025-11-25 basic/authorization, "MUST fall back")."""
+    """The upstream's challenge with `resource_metadata` pointing at the gateway,
+    in the form it came in (the extended one encoded again). Without a URL of
+    ours the parameter is removed: the upstream's address is not the client's
+    business, and the client falls back to the gateway's well-known URLs
+    (2025-11-25 basic/authorization, "MUST fall back")."""
     if gateway_metadata_url is None:
         return _drop_resource_metadata(challenge)
-    return _RESOURCE_METADATA.sub(lambda m: f'{m.group("name")}"{gateway_metadata_url}"', challenge)
+    ours = gateway_metadata_url
+
+    def ours_for(match: re.Match[str]) -> str:
+        if match.group("ext") is not None:
+            return f"{match.group('name')}{_ext_encode(ours)}"
+        return f'{match.group("name")}"{ours}"'
+
+    return _RESOURCE_METADATA.sub(ours_for, challenge)
 
 
 def _drop_resource_metadata(challenge: str) -> str:

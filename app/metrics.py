@@ -77,6 +77,8 @@ UPSTREAM_ERROR_KINDS = (
     "PoolExhausted",
     "SessionShareExceeded",
     "StdioProcessExited",
+    # The era probe a caller's call needed was refused with an answer naming no era.
+    "EraInconclusive",
 )
 
 # `CallState.outcome` values the code sets (app/gateway.py, app/mrtr/bridge.py,

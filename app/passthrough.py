@@ -10,10 +10,12 @@ answer, an SSE answer with its progress, a `subscriptions/listen` stream for
 as long as it lasts. The client going away closes the upstream stream, which
 is a modern client's cancellation (2026-07-28 streamable-http "Cancellation").
 
-The one thing looked at is an error status before anything is sent: if it is
-not a modern JSON-RPC error, the upstream may have been redeployed as a legacy
-server. The era is probed again (app/upstream/era.py) and, if it changed, the
-call is served by the translating gateway instead, in the same request.
+The one thing looked at is an error status before anything is sent: if its
+body says the upstream speaks the legacy era (`EraProbe.recheck`), it may have
+been redeployed as a legacy server. The era is probed again
+(app/upstream/era.py) and, if it changed, the call is served by the
+translating gateway instead, in the same request. A refusal that says nothing
+of the era (a rate limiter's plain-text 429) is relayed as it came.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from starlette.responses import Response
 from app import auth, jsonio, write_coalescer
 from app.answer import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.era import Era, EraProbe, is_modern_error
+from app.upstream.era import Era, EraProbe, answer_in
 from app.upstream.errors import UpstreamError
 from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
 
@@ -37,14 +39,6 @@ log = structlog.get_logger("mcp_shim.passthrough")
 
 # An error answer is small; one larger than this is relayed without a look.
 _ERROR_PEEK_BYTES = 64 * 1024
-
-
-def modern_error(body: bytes, request_id: object) -> bool:
-    """The body is a JSON-RPC error a modern server would send (`era.is_modern_error`)."""
-    try:
-        return is_modern_error(jsonio.loads(body), request_id)
-    except jsonio.JSONDecodeError:
-        return False
 
 
 class PassThrough(Response):
@@ -55,6 +49,7 @@ class PassThrough(Response):
         headers: dict[str, str],
         *,
         call_id: Any,
+        method: str,
         long_lived: bool,
         era: EraProbe,
         seen: Era,
@@ -68,6 +63,7 @@ class PassThrough(Response):
         self._body = body
         self._forward = headers
         self._call_id = call_id
+        self._method = method
         self._long_lived = long_lived
         self._era = era
         self._seen = seen
@@ -90,10 +86,15 @@ class PassThrough(Response):
                 peeked: bytes | None = None
                 if answer.status >= 400 and answer.status not in (401, 403):
                     peeked = await answer.read(_ERROR_PEEK_BYTES)
-                    doubt = peeked is not None and not modern_error(peeked, self._call_id)
-                    if doubt and not self._era.fixed:
-                        credential = self._forward.get("authorization")
-                        era = await self._era.reprobe(credential, seen=self._seen)
+                    if peeked is not None:
+                        era = await self._era.recheck(
+                            self._seen,
+                            answer.status,
+                            answer_in(answer.content_type, peeked),
+                            self._call_id,
+                            self._method,
+                            self._forward.get("authorization"),
+                        )
                         if era.name == "legacy":
                             await answer.aclose()
                             answer = None

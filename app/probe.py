@@ -433,7 +433,7 @@ async def _modern(upstream: ModernHttpUpstream, era: Era, step: _Step) -> _Found
     result = era.discover
     if result is None:  # the era came from a modern error, or from MCP_SHIM_UPSTREAM_ERA
         step.now = "server/discover"
-        answer = await discover(upstream, version, None)
+        _, answer = await discover(upstream, version, None)
         error = answer.get("error") if answer is not None else None
         if isinstance(error, dict):
             raise UpstreamProtocolError(

@@ -336,6 +336,7 @@ def create_app(settings: Settings) -> GatewayApp:
             auth_relay=auth_relay,
             relay=replicas.relay,
             keepalive_s=settings.listen_keepalive_s,
+            metrics=app_metrics,
         )
         app.state.http_sse = HttpSseFront(
             app.state.legacy,
@@ -678,6 +679,7 @@ def create_app(settings: Settings) -> GatewayApp:
                 body,
                 passed_headers(request.headers),
                 call_id=parsed.id,
+                method=parsed.method,
                 long_lived=parsed.method == subscriptions_listen.METHOD,
                 era=era_probe,
                 seen=era,

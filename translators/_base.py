@@ -64,6 +64,27 @@ class Era(enum.Enum):
 
 
 @dataclass(frozen=True)
+class ErrorSignature:
+    """How a version signals a meaning it has no code of its own for: a shared
+    code, on some methods, with a member of ``data`` that tells it apart (the
+    2026-07-28 resource not found: -32602 on ``resources/read`` with
+    ``data.uri``). Without it the meaning is lost in the shared code."""
+
+    code: int
+    methods: frozenset[str]
+    data_key: str
+
+    def matches(self, err: Mapping[str, Any], method: str | None) -> bool:
+        data = err.get("data")
+        return (
+            method in self.methods
+            and err.get("code") == self.code
+            and isinstance(data, Mapping)
+            and self.data_key in data
+        )
+
+
+@dataclass(frozen=True)
 class Features:
     """What a protocol version allows, folded from the deltas of every version up to it."""
 
@@ -88,6 +109,8 @@ class Features:
     reserved_error_range: tuple[int, int] | None = None
     # Symbolic meaning -> the meaning to use toward a version that lacks it.
     error_fallbacks: Mapping[str, str] = field(default_factory=_empty_map, hash=False)
+    # Symbolic meaning -> how this version signals it without a code of its own.
+    error_signatures: Mapping[str, ErrorSignature] = field(default_factory=_empty_map, hash=False)
 
     @property
     def notifications(self) -> frozenset[str]:
@@ -158,6 +181,10 @@ class Delta:
     retire_error_codes: Mapping[int, str] = field(default_factory=_empty_map, hash=False)
     reserved_error_range: tuple[int, int] | None = None
     error_fallbacks: Mapping[str, str] = field(default_factory=_empty_map, hash=False)
+    # Added to (or, with None, removed from) the predecessor's signatures.
+    error_signatures: Mapping[str, ErrorSignature | None] = field(
+        default_factory=_empty_map, hash=False
+    )
     client_requests: Change = NO_CHANGE
     client_notifications: Change = NO_CHANGE
     server_requests: Change = NO_CHANGE
@@ -203,6 +230,16 @@ class Delta:
             ),
             reserved_error_range=self.reserved_error_range or prev.reserved_error_range,
             error_fallbacks=MappingProxyType({**prev.error_fallbacks, **self.error_fallbacks}),
+            error_signatures=MappingProxyType(
+                {
+                    meaning: signature
+                    for meaning, signature in {
+                        **prev.error_signatures,
+                        **self.error_signatures,
+                    }.items()
+                    if signature is not None
+                }
+            ),
         )
 
 

@@ -269,7 +269,7 @@ def client_capabilities(caps: JSONObject, src: Version, dst: Version) -> JSONObj
 # ---------------------------------------------------------------------------
 
 
-def error(err: JSONObject, src: Version, dst: Version) -> JSONObject:
+def error(err: JSONObject, src: Version, dst: Version, method: str | None = None) -> JSONObject:
     """Translate a JSON-RPC error object (``{code, message, data?}``) from ``src`` to ``dst``.
 
     The code is decoded with ``src``'s table (current or retired codes) into
@@ -285,16 +285,29 @@ def error(err: JSONObject, src: Version, dst: Version) -> JSONObject:
     ``data.originalError``. Translating to the same version still applies
     these rules, so a modern server's stray -32002 reaches a modern client as
     -32602.
+
+    ``method`` is the request the error answers. Where ``src`` signals a
+    meaning with a shared code (``Features.error_signatures``: 2026-07-28's
+    resource not found is -32602 with ``data.uri`` on ``resources/read``), the
+    error carrying that signal has that meaning, so a 2025 client gets its
+    -32002; every other -32602 stays invalid params.
     """
     code = err.get("code")
     if not isinstance(code, int) or isinstance(code, bool):
         return _wrap(err, dst)  # "Error codes MUST be integers" (basic/index)
-    new_code = _encode(src.features.error_meaning(code), code, dst)
+    new_code = _encode(_meaning(err, code, src, method), code, dst)
     if new_code is None:
         return _wrap(err, dst)
     if new_code == code:
         return err
     return {**err, "code": new_code}
+
+
+def _meaning(err: JSONObject, code: int, src: Version, method: str | None) -> str | None:
+    for meaning, signature in src.features.error_signatures.items():
+        if signature.matches(err, method):
+            return meaning
+    return src.features.error_meaning(code)
 
 
 def _encode(meaning: str | None, code: int, dst: Version) -> int | None:

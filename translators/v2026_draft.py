@@ -61,6 +61,7 @@ from translators._base import (
     Context,
     Delta,
     Era,
+    ErrorSignature,
     JSONObject,
     Steps,
     add_cache_hints,
@@ -100,6 +101,15 @@ DELTA: Final = Delta(
     },
     # SEP-2164: resource not found became -32602; -32002 is still understood.
     retire_error_codes={-32002: "RESOURCE_NOT_FOUND"},
+    # SEP-2164 (2026-07-28 server/resources "Error Handling"): a resources/read
+    # of a URI the server does not have is -32602 with the URI in `data.uri`;
+    # that is how resource not found is told from any other invalid params,
+    # so a legacy client gets its -32002 back.
+    error_signatures={
+        "RESOURCE_NOT_FOUND": ErrorSignature(
+            code=-32602, methods=frozenset({"resources/read"}), data_key="uri"
+        )
+    },
     # What each meaning becomes toward a version that lacks it (documented
     # choices; the data member always travels unchanged):
     error_fallbacks={

@@ -29,6 +29,7 @@ from app.auth import AuthRelay
 from app.front import legacy as front
 from app.gateway import Outgoing
 from app.legacy.sessions import LegacySession, LegacySessions
+from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
 from app.replicas import HOP_HEADER, ReplicaRelay, header_items
 from app.upstream.base import Exchange, Message
@@ -264,8 +265,12 @@ class LegacyFront:
         auth_relay: AuthRelay | None = None,
         relay: ReplicaRelay | None = None,
         keepalive_s: float = 15.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.max_json_depth = max_json_depth
+        # Every legacy call is counted in `call`, the one place POST /mcp (one
+        # request or a batch) and HTTP+SSE's POST /messages all go through.
+        self._metrics = metrics
         # A quiet GET stream gets an SSE comment this often, or proxies cut it.
         self._keepalive_s = keepalive_s
         self.auth_relay = auth_relay
@@ -558,6 +563,45 @@ class LegacyFront:
         resumable: bool,
         streamed: bool = True,
     ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages (`_call`),
+        counted in /metrics when it ends (`mcp_shim_calls_total`, era legacy)."""
+        calls = self._call(session, request, resumable=resumable, streamed=streamed)
+        if self._metrics is None:
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    yield out
+            return
+        started = time.perf_counter()
+        outcome, status = "client_disconnected", 200
+        try:
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    if out.final or out.keepalive:
+                        # The answer, or a stream ended without one (cancelled,
+                        # or resumed on the GET stream).
+                        error = out.message.get("error")
+                        code = error.get("code") if isinstance(error, dict) else None
+                        outcome = f"error {code}" if code is not None else "ok"
+                        status = out.status
+                    yield out
+        finally:
+            self._metrics.call_done(
+                request.method,
+                session.client_version,
+                outcome,
+                status,
+                time.perf_counter() - started,
+                None,
+            )
+
+    async def _call(
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
+    ) -> AsyncGenerator[Outgoing, None]:
         """The upstream's answer to one request, as the client's messages. `streamed`:
         the client takes an event stream; without one, nothing the upstream asks on
         the way can reach the client, so the gateway answers it (never left waiting)."""
@@ -659,7 +703,11 @@ class LegacyFront:
         cv, uv = session.client_version, session.upstream_version
         error = message.get("error")
         if isinstance(error, dict):
-            return {"jsonrpc": "2.0", "id": message["id"], "error": translate.error(error, uv, cv)}
+            return {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": translate.error(error, uv, cv, method),
+            }
         result = message.get("result")
         translated = translate.result(result if isinstance(result, dict) else {}, method, uv, cv)
         return {"jsonrpc": "2.0", "id": message["id"], "result": translated}

@@ -5,12 +5,22 @@ The probe is the one the spec gives a dual-era client (2026-07-28
 basic/transports/streamable-http "Backward Compatibility"): send a modern
 request first, here `server/discover`. A `DiscoverResult`, or a recognised
 modern JSON-RPC error (a header mismatch, a missing capability, an unsupported
-version naming the `supported` ones), means the server is modern; anything
-else (an empty body, a legacy "missing session" refusal, an unknown method)
-means legacy, and the gateway goes on with `initialize` as before.
+version naming the `supported` ones), means the server is modern; a legacy
+server's own refusal (a "missing session" error under an id of its own, an
+unknown method, no POST endpoint at all) means legacy, and the gateway goes on
+with `initialize` as before.
 
-The answer is cached for the upstream. `reprobe` forgets it when the
-assumption fails (an upstream redeployed as modern, or back), and
+The era is stored for every caller, so it is decided only by an answer that
+says which era the server speaks (`verdict`, the one decision, also used on a
+call's error answer to tell whether it puts the era in doubt). A refusal that
+says nothing of the era (429 from a rate limiter in front, a proxy's 502 page,
+a timeout, any 5xx) is inconclusive: it changes nothing, and the caller whose
+probe it was gets the upstream's status in its error. A spec-following client
+would fall back to `initialize` there; a gateway that stored that fallback
+for everyone would hand one caller's refusal to all of them.
+
+The answer is cached for the upstream. `reprobe` probes again when an answer
+puts the era in doubt (an upstream redeployed as modern, or back), and
 `MCP_SHIM_UPSTREAM_ERA=modern|legacy` skips the probe altogether.
 """
 
@@ -23,6 +33,7 @@ from typing import Any, Literal
 
 import structlog
 
+from app import jsonio
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError, UpstreamHttpError
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
@@ -58,19 +69,86 @@ class Era:
 
 # JSON-RPC codes every era defines: a modern server uses them too.
 _SHARED_CODES = frozenset({-32700, -32600, -32601, -32602, -32603})
+# What a legacy server answers a `server/discover` under its id: it does not
+# know the method (-32601), or refuses it as an invalid request or params
+# (the mcp 1.x SDK validates the method against the requests it knows).
+_UNKNOWN_TO_LEGACY = frozenset({-32600, -32601, -32602})
+# Statuses that say "not now" whatever the body: a rate limiter's 429, a
+# timeout, a server or proxy failure. They say nothing of the era.
+_NOT_NOW = frozenset({408, 425, 429})
+# No POST endpoint at the URL: what an HTTP+SSE (2024-11-05) server answers a
+# POST there (2025-03-26 streamable-http "Backward Compatibility"); a modern
+# server takes every request by POST at its one endpoint.
+_NO_POST_ENDPOINT = frozenset({404, 405})
+DISCOVER = "server/discover"
+
+Verdict = Literal["modern", "legacy", "inconclusive"]
 
 
-def is_modern_error(message: object, request_id: object) -> bool:
-    """A JSON-RPC error a modern server would send to the request `request_id`
-    (pure; unit-tested). A legacy server refusing a session-less request
-    answers -32600 under an id of its own (the Python SDK: "server-error"),
-    or with no JSON-RPC body at all."""
-    if not isinstance(message, dict) or not isinstance(message.get("error"), dict):
+class EraInconclusive(UpstreamHttpError):
+    """The probe was refused, or answered with something that names no era:
+    nothing is stored, and the caller learns the upstream's status."""
+
+
+def _is_answer(message: object) -> bool:
+    return isinstance(message, dict) and ("result" in message or "error" in message)
+
+
+def verdict(status: int, answer: object, request_id: object, method: str | None) -> Verdict:
+    """Which era an upstream's answer shows, or that it shows none (pure;
+    unit-tested). `answer` is the answer's JSON-RPC message (None: the body
+    had none), to the request `request_id` for `method`. The one decision
+    behind the era probe (`era_of`) and behind the doubt a call's error answer
+    casts on the stored era (`doubts`)."""
+    if status in _NOT_NOW or status >= 500:
+        return "inconclusive"
+    if not _is_answer(answer):
+        if status in _NO_POST_ENDPOINT:
+            return "legacy"
+        if 200 <= status < 300 and method == DISCOVER:
+            return "legacy"  # every modern server answers server/discover
+        return "inconclusive"
+    assert isinstance(answer, dict)
+    error = answer.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+        if code in MODERN_ERROR_CODES:
+            return "modern"
+        if answer.get("id") != request_id:
+            # A refusal under an id of its own (the mcp 1.x SDK: "server-error";
+            # the TypeScript SDK: null): a legacy server's transport refusing a
+            # request without a session.
+            return "legacy"
+        if method == DISCOVER:
+            return "legacy" if code in _UNKNOWN_TO_LEGACY else "inconclusive"
+        return "modern" if code in _SHARED_CODES else "inconclusive"
+    result = answer.get("result")
+    if method == DISCOVER:
+        modern = isinstance(result, dict) and isinstance(result.get("supportedVersions"), list)
+        return "modern" if modern else "legacy"
+    return "inconclusive"
+
+
+def doubts(
+    seen: EraName, status: int, answer: object, request_id: object, method: str | None
+) -> bool:
+    """A call's error answer says the upstream speaks the other era than `seen`
+    (pure): worth a new probe. A 401/403 is the caller's own business."""
+    if status < 400 or status in (401, 403):
         return False
-    code = message["error"].get("code")
-    if code in MODERN_ERROR_CODES:
-        return True
-    return code in _SHARED_CODES and message.get("id") == request_id
+    shown = verdict(status, answer, request_id, method)
+    return shown != "inconclusive" and shown != seen
+
+
+def answer_in(content_type: str | None, body: bytes) -> Message | None:
+    """The JSON-RPC message of a JSON body, if it is one (pure)."""
+    if content_type is not None and content_type != "application/json":
+        return None
+    try:
+        parsed = jsonio.loads(body)
+    except jsonio.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def newest_common(names: object) -> Version | None:
@@ -82,19 +160,21 @@ def newest_common(names: object) -> Version | None:
     return max(modern, key=lambda v: v.index) if modern else None
 
 
-def classify(answer: Message | None) -> Era:
-    """The era an answer to the probe shows (pure; unit-tested)."""
-    if answer is None:
+def era_of(status: int, answer: Message | None) -> Era | None:
+    """The era the answer to the probe shows; None: inconclusive (pure; unit-tested)."""
+    shown = verdict(status, answer, PROBE_ID, DISCOVER)
+    if shown == "inconclusive":
+        return None
+    if shown == "legacy":
         return Era("legacy")
+    assert answer is not None
     result = answer.get("result")
-    if isinstance(result, dict) and isinstance(result.get("supportedVersions"), list):
-        return Era("modern", newest_common(result["supportedVersions"]), result)
-    error = answer.get("error")
-    if isinstance(error, dict) and error.get("code") in MODERN_ERROR_CODES:
-        data = error.get("data")
-        supported = data.get("supported") if isinstance(data, dict) else None
-        return Era("modern", newest_common(supported) if supported is not None else LATEST_MODERN)
-    return Era("legacy")
+    if isinstance(result, dict):
+        return Era("modern", newest_common(result.get("supportedVersions")), result)
+    error = answer["error"]
+    data = error.get("data")
+    supported = data.get("supported") if isinstance(data, dict) else None
+    return Era("modern", newest_common(supported) if supported is not None else LATEST_MODERN)
 
 
 def probe_message(version: Version) -> Message:
@@ -114,9 +194,9 @@ def probe_message(version: Version) -> Message:
 
 async def discover(
     upstream: ModernHttpUpstream, version: Version, authorization: str | None
-) -> Message | None:
-    """The answer to one `server/discover`, or None when there is none (an error
-    status without a JSON-RPC body). Transport failures and 401/403 raise."""
+) -> tuple[int, Message | None]:
+    """One `server/discover`: the answer's HTTP status and its JSON-RPC answer
+    (None: the body had none). Transport failures and 401/403 raise."""
     message = probe_message(version)
     headers = standard_headers(message, version.name)
     if authorization is not None:
@@ -124,20 +204,32 @@ async def discover(
     try:
         exchange = await upstream.request(message, headers)
     except UpstreamHttpError as exc:
-        if 400 <= exc.http_status < 500:
-            # A refusal without a JSON-RPC body (an HTTP+SSE server's 404 or 405
-            # on POST): no modern server answers so. A 5xx tells nothing: raised.
-            return None
-        raise
+        return exc.http_status, None  # an error status without a JSON body
     try:
         async for answer in exchange:
             if answer.get("id") == PROBE_ID and ("result" in answer or "error" in answer):
-                return answer
+                return exchange.status, answer
             if "id" in answer and "method" not in answer:
-                return answer  # an error with a null id: a legacy refusal
-        return None
+                return exchange.status, answer  # a refusal under an id of its own
+        return exchange.status, None
     finally:
         await exchange.aclose(drain=True)
+
+
+async def probe_era(
+    upstream: ModernHttpUpstream, version: Version, authorization: str | None
+) -> Era:
+    """The era one `server/discover` shows; `EraInconclusive` when it shows none."""
+    status, answer = await discover(upstream, version, authorization)
+    era = era_of(status, answer)
+    if era is None:
+        log.warning("upstream_era_inconclusive", http_status=status)
+        raise EraInconclusive(
+            f"upstream answered server/discover with HTTP {status}, which tells "
+            "nothing of the protocol era it speaks; nothing was changed, retry later",
+            status,
+        )
+    return era
 
 
 class EraProbe:
@@ -149,6 +241,8 @@ class EraProbe:
         self._era: Era | None = None
         self._lock = asyncio.Lock()
         self.probed_at: float | None = None
+        # The last probe sent, whatever it showed: re-probes are spaced from it.
+        self._tried_at: float | None = None
         # Whether a modern upstream also accepts `initialize` (a dual-era server):
         # None until a legacy client's session tried it, reset by a new probe.
         self.legacy_handshake: bool | None = None
@@ -183,46 +277,64 @@ class EraProbe:
 
     async def reprobe(self, authorization: str | None = None, *, seen: Era | None = None) -> Era:
         """The assumption `seen` failed: probe again (once for any number of
-        callers that saw it fail together). With a fixed setting, nothing changes."""
+        callers that saw it fail together). With a fixed setting, nothing changes.
+        A probe that tells nothing (`EraInconclusive`, a transport failure)
+        raises and leaves the stored era as it was."""
         if self.fixed:
             return await self.current(authorization)
         async with self._lock:
             if self._era is not None and self._era is not seen:
                 return self._era  # another caller already probed again
-            probed = self.probed_at
-            recent = probed is not None and time.monotonic() - probed < REPROBE_MIN_S
+            tried = self._tried_at
+            recent = tried is not None and time.monotonic() - tried < REPROBE_MIN_S
             if self._era is not None and recent:
                 return self._era  # an upstream refusing many calls costs one probe
-            self._era = None
             previous = seen.name if seen is not None else None
-            try:
-                self._era = await self._probe(authorization)
-            except UpstreamError:
-                raise
-            if previous != self._era.name:
-                log.info(
-                    "upstream_era_changed",
-                    previous=previous,
-                    **self._era.describe(),
-                )
-            return self._era
+            era = await self._probe(authorization)
+            self._era = era
+            if previous != era.name:
+                log.info("upstream_era_changed", previous=previous, **era.describe())
+            return era
+
+    async def recheck(
+        self,
+        seen: Era,
+        status: int,
+        answer: object,
+        request_id: object,
+        method: str | None,
+        authorization: str | None,
+    ) -> Era:
+        """The era after a call made in `seen`'s era got this error answer: a
+        new probe when the answer says the other era (`doubts`), else `seen`.
+        A probe that tells nothing leaves `seen`: the caller's answer stands
+        as the upstream gave it. The one place the pass-through, a legacy
+        client's modern session and a legacy session act on such an answer."""
+        if self.fixed or not doubts(seen.name, status, answer, request_id, method):
+            return seen
+        try:
+            return await self.reprobe(authorization, seen=seen)
+        except UpstreamError as exc:
+            log.info("upstream_era_kept", era=seen.name, reason=exc.message)
+            return seen
 
     async def _probe(self, authorization: str | None) -> Era:
+        assert self._upstream is not None  # only a fixed era has none
+        self._tried_at = time.monotonic()
         try:
-            assert self._upstream is not None  # only a fixed era has none
-            answer = await discover(self._upstream, LATEST_MODERN, authorization)
+            era = await probe_era(self._upstream, LATEST_MODERN, authorization)
         except UpstreamAuthChallenge:
             # A protected upstream: its era is learnt with the first caller's
             # credentials; callers without any go the legacy way meanwhile.
             self.protected = True
             raise
-        era = classify(answer)
         self.legacy_handshake = None
         if era.name == "modern" and era.discover is None and era.version is not None:
             # A recognised modern error: ask again in a version it supports.
-            assert self._upstream is not None
-            retry = await discover(self._upstream, era.version, authorization)
-            era = classify(retry) if retry is not None else era
+            try:
+                era = await probe_era(self._upstream, era.version, authorization)
+            except EraInconclusive:
+                pass  # the first answer already said modern
         self.probed_at = time.monotonic()
         log.info("upstream_era_probed", **era.describe())
         return era

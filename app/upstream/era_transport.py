@@ -4,9 +4,10 @@ modern ones (app/upstream/modern_session.py), whichever the upstream speaks.
 `EraTransport` is what the pool opens sessions with. It asks `EraProbe` for
 the upstream's era and opens the session of that era; if a legacy handshake is
 refused, the era is probed again (a server redeployed as modern) before the
-refusal stands. Legacy sessions are watched: an HTTP 400 to a request on one
-is what a modern server answers a session's request with, so the era is
-probed again then too, and if it changed the request fails as `SessionExpired`
+refusal stands. Legacy sessions are watched: an HTTP 400 with a JSON-RPC error
+under the request's id is what a modern server answers a session's request
+with, so the era is probed again then too (`EraProbe.recheck`, the decision the
+pass-through and the modern sessions make), and if it changed the request fails as `SessionExpired`
 (the upstream never ran it): the gateway's callers already open a new session
 for that, which is now a modern one, and a legacy client initialises again.
 """
@@ -31,7 +32,7 @@ from app.upstream.errors import (
 from app.upstream.modern_http import ModernHttpUpstream
 from app.upstream.modern_session import ModernTransport
 from app.upstream.pool import SessionPool
-from app.upstream.streamable_http import StreamableHttpTransport
+from app.upstream.streamable_http import HttpExchange, StreamableHttpTransport
 
 log = structlog.get_logger("mcp_shim.era")
 
@@ -92,11 +93,18 @@ class _WatchedSession:
 
     async def request(self, message: Message) -> Exchange:
         exchange = await self._inner.request(message)
-        if getattr(exchange, "status", 200) == 400 and not self._probe.fixed:
-            try:
-                era = await self._probe.reprobe(self._authorization, seen=self._seen)
-            except UpstreamError:
-                return exchange
+        status = getattr(exchange, "status", 200)
+        # A modern server answers a session's request with 400 and a JSON-RPC
+        # error under the request's id; a legacy one's own refusals do not.
+        if status == 400 and not self._probe.fixed and isinstance(exchange, HttpExchange):
+            era = await self._probe.recheck(
+                self._seen,
+                status,
+                await exchange.peek(),
+                message.get("id"),
+                message.get("method"),
+                self._authorization,
+            )
             if era.name == "modern":
                 await exchange.aclose()
                 raise SessionExpired("the upstream now speaks the modern era")

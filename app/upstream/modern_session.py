@@ -55,7 +55,7 @@ from app import jsonio
 from app.front.header_values import header_form
 from app.front.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message
-from app.upstream.era import Era, EraProbe, discover, is_modern_error, newest_common
+from app.upstream.era import Era, EraProbe, newest_common, probe_era
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
 from app.upstream.modern_http import ModernHttpUpstream, header_value, standard_headers
 from app.upstream.pool import credential_hash
@@ -222,11 +222,14 @@ class ModernTransport:
         offered = get_version(params.get("protocolVersion"))
         assert offered is not None
         authorization = headers.get("authorization")
-        answer = await discover(self._upstream, LATEST_MODERN, authorization)
-        result = answer.get("result") if answer is not None else None
-        if not isinstance(result, dict):
-            detail = answer.get("error") if answer is not None else None
-            raise UpstreamProtocolError(f"upstream refused server/discover: {detail!r}")
+        # A refusal that names no era raises `EraInconclusive`: the caller
+        # learns the upstream's status, and the stored era stays as it is.
+        era = await probe_era(self._upstream, LATEST_MODERN, authorization)
+        result = era.discover
+        if result is None:
+            raise UpstreamProtocolError(
+                f"upstream answered server/discover without a DiscoverResult ({era.name} era)"
+            )
         modern = newest_common(result.get("supportedVersions"))
         if modern is None:
             raise UpstreamProtocolError(
@@ -459,20 +462,18 @@ class ModernSession:
         return translate.request(message, self.version, self.modern, ctx)
 
     async def still_modern(
-        self, exchange: HttpExchange, answer: Message | None, request_id: object
+        self, exchange: HttpExchange, answer: Message | None, request_id: object, method: str
     ) -> None:
-        """A refusal that is not a modern error: the upstream may be legacy again.
-        If a new probe says so, the request never ran there: `SessionExpired`,
-        and the caller opens a session of the new era."""
+        """An error answer that says the upstream may be legacy again
+        (`EraProbe.recheck`): if a new probe says so, the request never ran
+        there: `SessionExpired`, and the caller opens a session of the new era."""
         probe = self._probe
-        if probe is None or probe.fixed or exchange.status < 400:
+        if probe is None or self._seen is None or exchange.status < 400:
             return
-        if is_modern_error(answer, request_id):
-            return
-        try:
-            era = await probe.reprobe(self.authorization, seen=self._seen)
-        except UpstreamError:
-            return
+        authorization = self.authorization
+        era = await probe.recheck(
+            self._seen, exchange.status, answer, request_id, method, authorization
+        )
         if era.name == "legacy":
             raise SessionExpired("the upstream now speaks the legacy era")
 
@@ -582,7 +583,7 @@ class _Call:
         if "method" in message:
             return translate.notification(message, session.modern, session.version)
         if "error" in message:
-            error = translate.error(message["error"], session.modern, session.version)
+            error = translate.error(message["error"], session.modern, session.version, self._method)
             return {"jsonrpc": "2.0", "id": self.client_id, "error": error}
         result = translate.result(
             message.get("result") or {}, self._method, session.modern, session.version
@@ -627,7 +628,7 @@ class _Call:
                 self._exchange = None
             if self._cancelled:
                 return
-            await self._session.still_modern(exchange, final, self.client_id)
+            await self._session.still_modern(exchange, final, self.client_id, self._method)
             if final is None:
                 raise UpstreamProtocolError(
                     f"upstream closed the {self._method} stream without answering"

@@ -570,6 +570,15 @@ class HttpExchange:
             raise StopAsyncIteration
         return left.pop()
 
+    async def peek(self) -> Message | None:
+        """The first message of a JSON answer, still to be iterated; None for an
+        SSE stream (not read ahead) or an empty body."""
+        if self._events is not None:
+            return None
+        if self._left is None:
+            self._left = await self._read_json()
+        return self._left[-1] if self._left else None
+
     async def _read_json(self) -> list[Message]:
         with _library_errors(self._what):
             body = await self._response.aread()

@@ -49,6 +49,7 @@ UPSTREAM_KINDS = (
     "PoolExhausted",
     "SessionShareExceeded",
     "StdioProcessExited",
+    "EraInconclusive",
 )
 HISTOGRAMS = ("mcp_shim_call_duration_seconds", "mcp_shim_upstream_duration_seconds")
 
@@ -459,3 +460,63 @@ def test_a_metrics_port_in_use_stops_start_up_naming_the_variable() -> None:
     assert proc.returncode == 2, proc.stderr
     assert f"MCP_SHIM_METRICS_PORT: cannot listen on 127.0.0.1:{busy}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _legacy_calls(series: Series, version: str) -> float:
+    return sum(
+        value
+        for (name, labels), value in series.items()
+        if name == "mcp_shim_calls_total"
+        and ("client_era", "legacy") in labels
+        and ("client_version", version) in labels
+    )
+
+
+def test_legacy_clients_calls_are_counted(legacy_url: str, logs_dir: Path) -> None:
+    """Issue 19: a legacy client's calls left mcp_shim_calls_total unchanged.
+    Both legacy paths count: POST /mcp with a session, and HTTP+SSE's
+    POST /messages (a real mcp 1.x client)."""
+    log = logs_dir / "metrics-legacy.log"
+    with procs.gateway(legacy_url, procs.free_port(), log_path=log) as base:
+        with httpx.Client(timeout=15) as client:
+            init = client.post(
+                base + "/mcp",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "raw", "version": "1"},
+                    },
+                },
+                headers={"accept": "application/json, text/event-stream"},
+            )
+            assert init.status_code == 200, init.text
+            headers = {
+                "accept": "application/json, text/event-stream",
+                "mcp-session-id": init.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-11-25",
+            }
+            for i in range(1, 21):
+                answer = client.post(
+                    base + "/mcp",
+                    json={"jsonrpc": "2.0", "id": i, "method": "tools/list", "params": {}},
+                    headers=headers,
+                )
+                assert answer.status_code == 200, answer.text
+        _, series = scrape(base + "/metrics")
+        listed = key(
+            "mcp_shim_calls_total",
+            method="tools/list",
+            client_era="legacy",
+            client_version="2025-11-25",
+            outcome="ok",
+            status="200",
+        )
+        assert series.get(listed) == 20
+        assert _legacy_calls(series, "2024-11-05") == 0
+        procs.run_legacy_client("sse_tour.py", base + "/sse")
+        _, series = scrape(base + "/metrics")
+        assert _legacy_calls(series, "2024-11-05") > 0

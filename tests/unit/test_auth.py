@@ -65,6 +65,34 @@ def test_unquoted_and_oddly_cased_parameter_is_rewritten() -> None:
     assert rewritten == 'Bearer Resource_Metadata="http://gw/m"'
 
 
+def test_extended_parameter_is_rewritten_and_never_relayed_as_it_came() -> None:
+    """RFC 8187's `resource_metadata*=UTF-8''<pct-encoded>`: decoded, rewritten
+    the same way, encoded again; dropped without a URL of ours."""
+    upstream = "http://10.0.0.9:3001/.well-known/oauth-protected-resource/mcp"
+    encoded = "UTF-8''http%3A%2F%2F10.0.0.9%3A3001%2F.well-known%2Foauth-protected-resource%2Fmcp"
+    challenge = f'Bearer error="invalid_token", resource_metadata*={encoded}, scope="a"'
+    assert auth.challenge_metadata_url(challenge) == upstream
+    ours = "https://gw.example/.well-known/oauth-protected-resource/mcp"
+    rewritten = auth.rewrite_challenge(challenge, ours)
+    assert "10.0.0.9" not in rewritten
+    assert rewritten == (
+        "Bearer error=\"invalid_token\", resource_metadata*=UTF-8''"
+        "https%3A%2F%2Fgw.example%2F.well-known%2Foauth-protected-resource%2Fmcp, "
+        'scope="a"'
+    )
+    assert auth.challenge_metadata_url(rewritten) == ours
+    dropped = auth.rewrite_challenge(challenge, None)
+    assert dropped == 'Bearer error="invalid_token", scope="a"'
+    # Both forms at once, odd spacing and case, an undecodable value: all ours.
+    both = f"Bearer resource_metadata=\"{upstream}\", Resource_Metadata *= ISO-8859-1'en'%FF%ZZ"
+    rewritten = auth.rewrite_challenge(both, "http://gw/m")
+    assert "10.0.0.9" not in rewritten and "%ZZ" not in rewritten
+    assert rewritten == (
+        "Bearer resource_metadata=\"http://gw/m\", Resource_Metadata *= UTF-8''http%3A%2F%2Fgw%2Fm"
+    )
+    assert auth.rewrite_challenge(both, None) == "Bearer"
+
+
 def test_challenge_parts_are_read() -> None:
     assert auth.challenge_metadata_url(UPSTREAM_CHALLENGE) == (
         "http://10.0.0.9:3001/.well-known/oauth-protected-resource/mcp"

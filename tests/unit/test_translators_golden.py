@@ -949,6 +949,56 @@ def test_error_golden(row: Golden, spec: Spec) -> None:
     run_golden(row, fn, check)
 
 
+# 2026-07-28 server/resources "Error Handling" (SEP-2164): a resources/read of
+# a URI the server does not have is -32602 with the URI in data.uri; a 2025
+# client expects -32002 for it. Any other -32602 is invalid params.
+_modern_not_found = _not_found | {"code": -32602}
+READ_ERRORS: list[Golden] = [
+    Golden(
+        "resources/read: modern -32602 with data.uri <-> 2025-11-25 -32002",
+        M,
+        L11,
+        _modern_not_found,
+        _not_found,
+    ),
+    Golden("... <-> 2024-11-05 -32002", M, L4, _modern_not_found, _not_found),
+    Golden("... from the draft too", D, L11, _modern_not_found, _not_found),
+    Golden(
+        "resources/read: -32602 without data.uri stays invalid params",
+        M,
+        L11,
+        err(-32602, "Invalid params: uri must be a string"),
+        err(-32602, "Invalid params: uri must be a string"),
+    ),
+    Golden(
+        "resources/read: -32602 with other data stays invalid params",
+        M,
+        L11,
+        err(-32602, "bad cursor", cursor="x"),
+        err(-32602, "bad cursor", cursor="x"),
+    ),
+]
+
+
+@pytest.mark.parametrize("row", READ_ERRORS, ids=ids(READ_ERRORS))
+def test_resource_read_error_golden(row: Golden, spec: Spec) -> None:
+    def fn(e: Any, src: Version, dst: Version, ctx: Context) -> Any:
+        return translate.error(e, src, dst, "resources/read")
+
+    def check(ver: str, e: Any) -> None:
+        check_error(spec, ver, e)
+
+    run_golden(row, fn, check)
+
+
+@pytest.mark.parametrize("method", [None, "tools/call", "prompts/get", "resources/list"])
+def test_a_modern_invalid_params_with_a_uri_elsewhere_is_not_resource_not_found(
+    method: str | None,
+) -> None:
+    e = _modern_not_found
+    assert translate.error(e, v(M), v(L11), method) is e
+
+
 @pytest.mark.parametrize("code", [-32700, -32600, -32601, -32602, -32603])
 @pytest.mark.parametrize("src", [L4, L3, L6, L11, D, M])
 @pytest.mark.parametrize("dst", [L4, L3, L6, L11, D, M])
