@@ -18,6 +18,7 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
             command_argv(settings.upstream_command),
             env=child_environment(os.environ, settings.upstream_env),
             max_processes=settings.stdio_max_processes,
+            max_per_credential=settings.stdio_process_share(),
             start_timeout_s=settings.stdio_start_timeout_s,
             # Getting a process is this transport's "connecting".
             slot_wait_s=settings.connect_timeout_s,

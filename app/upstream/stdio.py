@@ -45,7 +45,7 @@ import os
 import signal
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -56,10 +56,12 @@ from app.upstream.base import Message
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
+    SessionShareExceeded,
     UpstreamError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstream.pool import credential_hash
 from app.upstream.routing import Exchange, Router, initialize_result
 
 log = structlog.get_logger("mcp_shim.stdio")
@@ -126,10 +128,15 @@ class StdioSession:
         *,
         request_timeout_s: float,
         liveness_s: float,
+        credentials: str,
     ) -> None:
         self._transport = transport
         self.proc = proc
         self.pid = proc.pid
+        self.credentials = credentials  # whose share of the processes it counts in
+        # A legacy client's own session (SessionPool.open_owned): its client holds
+        # state on it, so it is never stopped to make room.
+        self.owned = False
         self._request_timeout_s = request_timeout_s
         self._liveness_s = liveness_s
         self._routes = Router(
@@ -189,6 +196,9 @@ class StdioSession:
         if self.gone is not None or self.closing:
             raise SessionExpired("the stdio upstream process has ended")
         return self._routes.listen()
+
+    def mark_owned(self) -> None:
+        self.owned = True
 
     async def close(self) -> None:
         """Stop the process (stdin closed, then SIGTERM, then SIGKILL), in the background:
@@ -378,7 +388,9 @@ class StdioSession:
 
 
 class StdioTransport:
-    """Starts the server command, one process per session, at most `max_processes`."""
+    """Starts the server command, one process per session, at most `max_processes`,
+    at most `max_per_credential` of them for one credential (the hash of an
+    `Authorization` value; all anonymous callers together)."""
 
     def __init__(
         self,
@@ -390,12 +402,14 @@ class StdioTransport:
         slot_wait_s: float,
         request_timeout_s: float,
         liveness_s: float,
+        max_per_credential: int | None = None,
         stdin_grace_s: float = 2.0,
         term_grace_s: float = 2.0,
     ) -> None:
         self._argv = list(argv)
         self._env = dict(env)
         self.max_processes = max_processes
+        self.max_per_credential = min(max_per_credential or max_processes, max_processes)
         self._start_timeout_s = start_timeout_s
         self._slot_wait_s = slot_wait_s
         self._request_timeout_s = request_timeout_s
@@ -404,6 +418,8 @@ class StdioTransport:
         self._term_grace_s = term_grace_s
         self._live: set[StdioSession] = set()
         self._starting = 0
+        # Processes running or starting, per credential hash.
+        self._held: Counter[str] = Counter()
         self._freed = asyncio.Event()
         self._stoppers: dict[StdioSession, asyncio.Task[None]] = {}
         self._failures = 0
@@ -421,19 +437,21 @@ class StdioTransport:
         self, initialize: Message, headers: Mapping[str, str]
     ) -> tuple[StdioSession, Message]:
         # `headers` (the caller's Authorization) has nowhere to go on stdio; it
-        # still keys the pool, so callers with different credentials never share.
-        await self._take_slot()
+        # still keys the pool, so callers with different credentials never share,
+        # and it decides whose share of the processes this one counts in.
+        credentials = credential_hash(headers.get("authorization"))
+        await self._take_slot(credentials)
         session: StdioSession | None = None
         try:
             delay = self._not_before - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            session = await self._spawn()
+            session = await self._spawn(credentials)
             result = await self._initialize(session, initialize)
         except BaseException as exc:
             if session is None:
                 self._starting -= 1
-                self._freed.set()
+                self._release(credentials)
             else:
                 session.stop("initialize did not complete")
             if isinstance(exc, UpstreamError):
@@ -441,32 +459,71 @@ class StdioTransport:
             raise
         return session, result
 
-    async def _take_slot(self) -> None:
+    async def _take_slot(self, credentials: str = "-") -> None:
+        """A place for one more process of `credentials`: within both bounds, making
+        room by stopping an idle process (of these credentials when it is their
+        share that is full), else waiting `slot_wait_s` for one to end. So a client
+        whose calls never end holds at most its share; the others are served."""
         if self._closed:
             raise UpstreamUnavailable("the gateway is shutting down")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._slot_wait_s
-        while self.processes >= self.max_processes:
-            self._reclaim_one()
+        while True:
+            if self.processes >= self.max_processes:
+                full: str | None = None
+            elif self._held[credentials] >= self.max_per_credential:
+                full = credentials
+            else:
+                break
+            self._reclaim_one(full)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise PoolExhausted(
-                    f"all {self.max_processes} stdio upstream processes are busy; raise "
-                    "MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
-                )
+                raise self._refusal(full)
             self._freed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._freed.wait()
+        # No await between the checks and the counts: the bounds are strict.
         self._starting += 1
+        self._held[credentials] += 1
 
-    def _reclaim_one(self) -> None:
-        """Stop the least recently used process with no call in flight, one without a
-        listen stream first. Whoever held it sees `SessionExpired` next time and
-        gets a new process, as after any exit (the pool, the lanes, the hub)."""
-        if any(s.closing or s.gone is not None for s in self._live):
+    def _refusal(self, credentials: str | None) -> PoolExhausted:
+        if credentials is None:
+            log.warning(
+                "stdio_processes_exhausted",
+                limit=self.max_processes,
+                setting="MCP_SHIM_STDIO_MAX_PROCESSES",
+            )
+            return PoolExhausted(
+                f"all {self.max_processes} stdio upstream processes are busy; raise "
+                "MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
+            )
+        log.warning(
+            "stdio_process_share_exceeded",
+            limit=self.max_per_credential,
+            setting="MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL",
+        )
+        return SessionShareExceeded(
+            f"this caller's credentials already hold {self.max_per_credential} stdio upstream "
+            "processes, all busy (MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL); retry later"
+        )
+
+    def _release(self, credentials: str) -> None:
+        self._held[credentials] -= 1
+        if self._held[credentials] <= 0:
+            del self._held[credentials]
+        self._freed.set()
+
+    def _reclaim_one(self, credentials: str | None = None) -> None:
+        """Stop the least recently used process with no call in flight (of these
+        credentials, or of any), one without a listen stream first. Never one a
+        legacy client owns (its session would be gone), nor one still starting.
+        Whoever held it sees `SessionExpired` next time and gets a new process, as
+        after any exit (the pool, the lanes, the hub)."""
+        mine = [s for s in self._live if credentials is None or s.credentials == credentials]
+        if any(s.closing or s.gone is not None for s in mine):
             return  # one is already on its way out
-        idle = [s for s in self._live if s.in_flight == 0]
+        idle = [s for s in mine if s.in_flight == 0 and s.initialized and not s.owned]
         if not idle:
             return
         victim = min(idle, key=lambda s: (s.listening, s.last_active))
@@ -474,7 +531,7 @@ class StdioTransport:
         victim.closing = True
         self.stop_in_background(victim)
 
-    async def _spawn(self) -> StdioSession:
+    async def _spawn(self, credentials: str = "-") -> StdioSession:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self._argv,
@@ -491,7 +548,11 @@ class StdioTransport:
                 f"the stdio upstream command could not be started: {exc.strerror or exc}"
             ) from None
         session = StdioSession(
-            self, proc, request_timeout_s=self._request_timeout_s, liveness_s=self._liveness_s
+            self,
+            proc,
+            request_timeout_s=self._request_timeout_s,
+            liveness_s=self._liveness_s,
+            credentials=credentials,
         )
         self._starting -= 1
         self._live.add(session)
@@ -539,8 +600,9 @@ class StdioTransport:
         self._not_before = 0.0
 
     def exited(self, session: StdioSession, *, expected: bool) -> None:
-        self._live.discard(session)
-        self._freed.set()
+        if session in self._live:
+            self._live.discard(session)
+            self._release(session.credentials)
         if not expected:
             self._failed(session)
 
