@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import contextvars
 import ctypes
+import functools
 import itertools
 import os
 import signal
@@ -53,6 +54,7 @@ import structlog
 
 from app import jsonio
 from app.upstream.base import Message
+from app.upstream.containment import Cgroup, OrphanReaper, ServerCgroups
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
@@ -107,6 +109,14 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _prepare_child(cgroup_fd: int | None) -> None:  # pragma: no cover - in the child
+    _die_with_parent()
+    if cgroup_fd is not None:
+        # Into its cgroup before exec, so all it starts is in it from the first.
+        with contextlib.suppress(OSError):
+            os.write(cgroup_fd, b"0")
+
+
 def _killpg(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -137,6 +147,8 @@ class StdioSession:
         # A legacy client's own session (SessionPool.open_owned): its client holds
         # state on it, so it is never stopped to make room.
         self.owned = False
+        # Where it and all it starts run, when the gateway could make one (containment.py).
+        self.cgroup: Cgroup | None = None
         self._request_timeout_s = request_timeout_s
         self._liveness_s = liveness_s
         self._routes = Router(
@@ -356,12 +368,23 @@ class StdioSession:
             self.closing = True
             self._transport.stop_in_background(self)
         else:
-            _killpg(self.pid, signal.SIGKILL)
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to its process group and to everything in its cgroup."""
+        _killpg(self.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def signal_all(self, sig: signal.Signals) -> None:
+        _killpg(self.pid, sig)
+        if self.cgroup is not None:
+            self.cgroup.signal(sig)
 
     async def _wait_exit(self) -> int:
         code = await self.proc.wait()
-        # Whatever the server started in its group goes with it.
-        _killpg(self.pid, signal.SIGKILL)
+        # Whatever the server started in its group (and its cgroup) goes with it.
+        self.kill()
         # What it wrote just before exiting (last responses, last stderr lines) is read.
         await asyncio.wait(self._tasks[:2], timeout=1.0)
         for task in self._tasks:
@@ -384,6 +407,8 @@ class StdioSession:
         else:
             log.warning("upstream_process_exited", **fields, stderr_tail=list(self.stderr_tail))
         self._transport.exited(self, expected=expected)
+        if self.cgroup is not None:
+            await self.cgroup.remove()
         return code
 
 
@@ -405,7 +430,11 @@ class StdioTransport:
         max_per_credential: int | None = None,
         stdin_grace_s: float = 2.0,
         term_grace_s: float = 2.0,
+        contain: bool = False,
     ) -> None:
+        """`contain`: the gateway's own transport (not a test's in a shared process):
+        a cgroup per server where one is writable, and the gateway a subreaper
+        that reaps and, at shutdown, ends what its servers leave behind."""
         self._argv = list(argv)
         self._env = dict(env)
         self.max_processes = max_processes
@@ -425,6 +454,26 @@ class StdioTransport:
         self._failures = 0
         self._not_before = 0.0
         self._closed = False
+        self._spawning = 0
+        self._cgroups: ServerCgroups | None = None
+        self._reaper: OrphanReaper | None = None
+        if contain:
+            self._contain()
+
+    def _contain(self) -> None:
+        self._cgroups, why_not = ServerCgroups.find()
+        self._reaper = OrphanReaper(self._server_pids)
+        if self._cgroups is not None:
+            log.info("stdio_containment", mechanism="cgroup", cgroup=str(self._cgroups.parent))
+        else:
+            # A setsid() descendant escapes its server's stop, until the gateway stops.
+            log.info("stdio_containment", mechanism="process_group", reason=why_not)
+
+    def _server_pids(self) -> list[int] | None:
+        """The children asyncio waits for; None while one is being started."""
+        if self._spawning:
+            return None
+        return [s.pid for s in self._live]
 
     @property
     def processes(self) -> int:
@@ -532,6 +581,10 @@ class StdioTransport:
         self.stop_in_background(victim)
 
     async def _spawn(self, credentials: str = "-") -> StdioSession:
+        if self._reaper is not None:
+            self._reaper.start()
+        cgroup = self._cgroups.create() if self._cgroups is not None else None
+        self._spawning += 1
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self._argv,
@@ -540,13 +593,23 @@ class StdioTransport:
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
                 start_new_session=True,  # its own process group: stopped as a whole
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(
+                    _prepare_child, cgroup.procs_fd if cgroup is not None else None
+                ),
                 limit=MAX_LINE_BYTES,
             )
         except OSError as exc:
+            if cgroup is not None:
+                await cgroup.remove()
             raise UpstreamUnavailable(
                 f"the stdio upstream command could not be started: {exc.strerror or exc}"
             ) from None
+        finally:
+            self._spawning -= 1
+            if cgroup is not None:
+                cgroup.joined()
+            if self._reaper is not None:
+                self._reaper.reap()  # a SIGCHLD may have come while it could not
         session = StdioSession(
             self,
             proc,
@@ -554,6 +617,7 @@ class StdioTransport:
             liveness_s=self._liveness_s,
             credentials=credentials,
         )
+        session.cgroup = cgroup
         self._starting -= 1
         self._live.add(session)
         log.info("upstream_process_started", pid=proc.pid, processes=self.processes)
@@ -603,6 +667,8 @@ class StdioTransport:
         if session in self._live:
             self._live.discard(session)
             self._release(session.credentials)
+        if self._reaper is not None:
+            self._reaper.reap()  # what it left behind may be dead already
         if not expected:
             self._failed(session)
 
@@ -630,7 +696,7 @@ class StdioTransport:
                     await asyncio.shield(session.exited)
                 return
             log.info("upstream_process_signalled", pid=session.pid, signal=sig.name)
-            _killpg(session.pid, sig)
+            session.signal_all(sig)
         await asyncio.shield(session.exited)
 
     async def aclose(self) -> None:
@@ -643,4 +709,8 @@ class StdioTransport:
         if stoppers:
             await asyncio.wait(stoppers, timeout=self._stdin_grace_s + self._term_grace_s + 2)
         for session in list(self._live):  # never expected: SIGKILL did not end it in time
-            _killpg(session.pid, signal.SIGKILL)
+            session.kill()
+        if self._reaper is not None:
+            # Without a cgroup, a setsid() descendant got no signal: it ends here.
+            await self._reaper.end_leftovers()
+            await self._reaper.aclose()

@@ -10,14 +10,21 @@ child that leaves its process group with setsid(). Processes are read from
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
+import shutil
+import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests import procs
 from tests.integration import mrtr_wire as mw
@@ -27,6 +34,7 @@ from tests.integration.test_legacy_clients import call as legacy_call
 from tests.integration.test_legacy_clients import initialize
 from tests.integration.test_stdio import stdio_gateway
 
+SUBREAPER_WRAPPER = procs.ROOT / "tests" / "misbehaving" / "subreaper.py"
 SERVER = procs.ROOT / "tests" / "misbehaving" / "stdio_server.py"
 VERSION = "2025-06-18"
 SAMPLING: dict[str, Any] = {"sampling": {}}
@@ -159,3 +167,183 @@ def test_calls_that_never_answer_hold_only_their_credentials_share(tmp_path: Pat
         finally:
             for worker in workers:
                 worker.join(30)
+
+
+# ---------------------------------------------------------------------------
+# 9, 10. What a server leaves behind: orphans reaped, a setsid() child ended
+# ---------------------------------------------------------------------------
+
+CAN_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") is not None
+# A PID namespace of its own, whose PID 1 the gateway is, as in the image
+# (ENTRYPOINT mcp-shim, one worker): every orphan in it is re-parented to it.
+AS_PID_1 = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"]
+# A mount namespace with no cgroup hierarchy, as a container whose /sys/fs/cgroup
+# the gateway cannot write: the process group is all it has.
+# Without the privilege for a PID namespace: a subreaper, which orphans re-parent
+# to as they would to PID 1.
+SUBREAPER = [sys.executable, str(SUBREAPER_WRAPPER)]
+NO_CGROUPS = [
+    "unshare",
+    "--mount",
+    "sh",
+    "-c",
+    'mount -t tmpfs none /sys/fs/cgroup && exec "$@"',
+    "-",
+]
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (state(int(name)) or ("", 0))[1] == parent:
+                out.append(int(name))
+                todo.append(int(name))
+    return out
+
+
+def _is_gateway(pid: int) -> bool:
+    """Python running app.cli (not a wrapper whose arguments name it)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[0] == sys.executable.encode() and argv[1:3] == [b"-m", b"app.cli"]
+
+
+@contextmanager
+def wrapped_gateway(
+    wrapper: list[str], command: str, log_path: Path, **settings: str
+) -> Iterator[tuple[str, int]]:
+    """A gateway started through `wrapper` (namespaces); yields its base URL and its
+    pid as seen from here. Stopped with SIGTERM to the gateway itself."""
+    port = procs.free_port()
+    env = {
+        "MCP_SHIM_UPSTREAM_COMMAND": command,
+        "MCP_SHIM_PORT": str(port),
+        "MCP_SHIM_HOST": "127.0.0.1",
+        **{f"MCP_SHIM_{k.upper()}": v for k, v in settings.items()},
+    }
+    argv = [*wrapper, sys.executable, "-m", "app.cli"]
+    with procs.running(argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=log_path) as p:
+        gateway = next(pid for pid in [p.pid, *_descendants(p.pid)] if _is_gateway(pid))
+        try:
+            yield f"http://127.0.0.1:{port}", gateway
+        finally:
+            os.kill(gateway, signal.SIGTERM)
+            p.wait(30)
+
+
+def pids_of(http: httpx.Client, base: str) -> dict[str, int]:
+    answer = tool(http, base, "pids")
+    assert answer.status == 200, answer.final
+    found: dict[str, int] = json.loads(text_of(answer))
+    return found
+
+
+def host_pid(gateway: int, pid: int) -> int:
+    """The pid, as seen here, of the gateway's descendant that sees itself as `pid`
+    (the same number unless the gateway runs in a PID namespace of its own)."""
+    for candidate in _descendants(gateway):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{candidate}/status").read_text().splitlines():
+                if line.startswith("NSpid:") and int(line.split()[-1]) == pid:
+                    return candidate
+    raise AssertionError(f"no descendant of {gateway} is {pid} in its namespace")
+
+
+def reaped(pid: int) -> bool:
+    return state(pid) is None
+
+
+def test_a_pid_1_gateway_reaps_what_its_servers_leave(tmp_path: Path) -> None:
+    """Each server starts a child, then exits: the child, orphaned, is re-parented
+    to PID 1, the gateway, and killed with its server's group. A gateway that
+    does not reap it keeps it as a zombie for as long as it runs (four servers,
+    four zombies)."""
+    wrapper = AS_PID_1 if CAN_UNSHARE else SUBREAPER
+    log = tmp_path / "gateway.log"
+    children: list[int] = []
+    try:
+        with (
+            wrapped_gateway(wrapper, server_command("--child"), log) as (base, gateway),
+            httpx.Client(timeout=30.0) as http,
+        ):
+            for _ in range(4):
+                started = pids_of(http, base)
+                children.append(host_pid(gateway, started["child"]))
+                assert tool(http, base, "exit").status == 502
+            assert len(set(children)) == 4
+            wait_for(
+                lambda: all(reaped(child) for child in children),
+                what=f"the servers' children {children} reaped, not zombies of the gateway",
+            )
+            assert zombies_of(gateway) == []
+        assert any(line.get("event") == "stdio_orphans_reaped" for line in wire.log_lines(log))
+    finally:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+
+def _setsid_child_ends(tmp_path: Path, wrapper: list[str] | None, mechanism: str) -> None:
+    log = tmp_path / "gateway.log"
+    command = server_command("--setsid-grandchild")
+    escaped: list[int] = []
+    try:
+        with (
+            (
+                stdio_gateway(command, log)
+                if wrapper is None
+                else wrapped_gateway(wrapper, command, log)
+            ) as (base, _),
+            httpx.Client(timeout=30.0) as http,
+        ):
+            started = pids_of(http, base)
+            escaped.append(started["setsid"])
+            server_group = os.getpgid(started["server"])
+            assert os.getpgid(started["setsid"]) != server_group  # out of the group's reach
+            assert os.getsid(started["setsid"]) == started["setsid"]
+        # The gateway has exited (SIGTERM): nothing it started is left.
+        wait_for(lambda: reaped(escaped[0]), what="the setsid() child to be gone")
+        (containment,) = [
+            line for line in wire.log_lines(log) if line.get("event") == "stdio_containment"
+        ]
+        assert containment["mechanism"] == mechanism
+    finally:
+        for pid in escaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_setsid_child_does_not_outlive_the_gateway(tmp_path: Path) -> None:
+    """Where the gateway can make cgroups (here: cgroup v2, writable), each server
+    runs in one, and the cgroup is ended as a whole."""
+    _setsid_child_ends(tmp_path, None, "cgroup")
+
+
+@pytest.mark.skipif(not CAN_UNSHARE, reason="needs root and unshare(1) for a mount namespace")
+def test_a_setsid_child_does_not_outlive_a_gateway_without_cgroups(tmp_path: Path) -> None:
+    """Without a cgroup: the gateway, a subreaper, ends its servers' leftovers when
+    it stops."""
+    _setsid_child_ends(tmp_path, NO_CGROUPS, "process_group")
+
+
+def test_a_setsid_child_ends_with_its_server(tmp_path: Path) -> None:
+    """In its cgroup, a server's setsid() child ends when the server does, not only
+    when the gateway stops."""
+    log = tmp_path / "gateway.log"
+    escaped: list[int] = []
+    try:
+        with (
+            stdio_gateway(server_command("--setsid-grandchild"), log) as (base, _),
+            httpx.Client(timeout=30.0) as http,
+        ):
+            escaped.append(pids_of(http, base)["setsid"])
+            assert tool(http, base, "exit").status == 502
+            wait_for(lambda: reaped(escaped[0]), what="the setsid() child to be gone")
+    finally:
+        for pid in escaped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
