@@ -105,6 +105,12 @@ class Cgroup:
         except (OSError, ValueError):
             return []
 
+    def holds(self, pid: int) -> bool:
+        """`pid` is in it, or has ended already (nothing to hold then)."""
+        if pid in self.pids():
+            return True
+        return not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+
     def signal(self, sig: signal.Signals) -> None:
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -617,6 +617,9 @@ class StdioTransport:
             liveness_s=self._liveness_s,
             credentials=credentials,
         )
+        if cgroup is not None and not cgroup.holds(proc.pid):
+            # It could not join (the write is not checked in the child): its group only.
+            log.warning("stdio_cgroup_not_joined", pid=proc.pid, cgroup=str(cgroup.path))
         session.cgroup = cgroup
         self._starting -= 1
         self._live.add(session)
