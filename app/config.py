@@ -180,6 +180,12 @@ class Settings(BaseSettings):
     stdio_max_processes: int = Field(
         default=8, ge=1, description="stdio server processes running at once, lanes included"
     )
+    stdio_max_processes_per_credential: int | None = Field(
+        default=None,
+        ge=1,
+        description="stdio server processes one Authorization value (or all anonymous "
+        "callers together) may hold; unset: half of MCP_SHIM_STDIO_MAX_PROCESSES",
+    )
     stdio_start_timeout_s: float = Field(
         default=30.0, gt=0, description="longest wait for a new stdio server's initialize answer"
     )
@@ -446,6 +452,13 @@ class Settings(BaseSettings):
         if self.max_legacy_sessions_per_credential is not None:
             return min(self.max_legacy_sessions_per_credential, self.max_legacy_sessions)
         return max(1, self.max_legacy_sessions // 4)
+
+    def stdio_process_share(self) -> int:
+        """MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL, or its default: half the processes,
+        so that with more than one no credential can hold them all."""
+        if self.stdio_max_processes_per_credential is not None:
+            return min(self.stdio_max_processes_per_credential, self.stdio_max_processes)
+        return max(1, self.stdio_max_processes // 2)
 
     def state_keys(self) -> list[bytes] | None:
         """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""

@@ -9,7 +9,7 @@ in parsed JSON-RPC dicts and the errors of `app.upstream.errors`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, Any]
 
@@ -40,6 +40,15 @@ class Session(Protocol):
         """The session's standalone stream of server messages (legacy GET stream)."""
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Reclaimable(Protocol):
+    """A session its transport may stop on its own to make room (a stdio process)."""
+
+    def mark_owned(self) -> None:
+        """One client holds state on it (a legacy client's own session): never stopped
+        to make room, only closed by its owner."""
 
 
 class Transport(Protocol):

@@ -18,11 +18,13 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
             command_argv(settings.upstream_command),
             env=child_environment(os.environ, settings.upstream_env),
             max_processes=settings.stdio_max_processes,
+            max_per_credential=settings.stdio_process_share(),
             start_timeout_s=settings.stdio_start_timeout_s,
             # Getting a process is this transport's "connecting".
             slot_wait_s=settings.connect_timeout_s,
             request_timeout_s=settings.request_timeout_s,
             liveness_s=settings.stdio_liveness_s,
+            contain=True,
         )
         # Every stdio session is a process, and the transport bounds processes
         # itself: when full it stops the least recently used one with no call in

@@ -22,7 +22,7 @@ import structlog
 
 from app import jsonio
 from app.front.param_headers import HeaderPaths, annotated_paths
-from app.upstream.base import Message, Session, Transport
+from app.upstream.base import Message, Reclaimable, Session, Transport
 from app.upstream.capabilities import canonical
 from app.upstream.errors import (
     PoolExhausted,
@@ -296,6 +296,8 @@ class SessionPool:
         on them), so they have a bound of their own (app/legacy/bound.py)."""
         pooled = await self._handshake(key, authorization, client_info, counted=False)
         pooled.detached = True
+        if isinstance(pooled.session, Reclaimable):
+            pooled.session.mark_owned()
         log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
         return pooled
 

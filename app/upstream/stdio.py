@@ -40,12 +40,13 @@ import asyncio
 import contextlib
 import contextvars
 import ctypes
+import functools
 import itertools
 import os
 import signal
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,13 +54,16 @@ import structlog
 
 from app import jsonio
 from app.upstream.base import Message
+from app.upstream.containment import Cgroup, OrphanReaper, ServerCgroups
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
+    SessionShareExceeded,
     UpstreamError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstream.pool import credential_hash
 from app.upstream.routing import Exchange, Router, initialize_result
 
 log = structlog.get_logger("mcp_shim.stdio")
@@ -105,6 +109,14 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _prepare_child(cgroup_fd: int | None) -> None:  # pragma: no cover - in the child
+    _die_with_parent()
+    if cgroup_fd is not None:
+        # Into its cgroup before exec, so all it starts is in it from the first.
+        with contextlib.suppress(OSError):
+            os.write(cgroup_fd, b"0")
+
+
 def _killpg(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -126,10 +138,17 @@ class StdioSession:
         *,
         request_timeout_s: float,
         liveness_s: float,
+        credentials: str,
     ) -> None:
         self._transport = transport
         self.proc = proc
         self.pid = proc.pid
+        self.credentials = credentials  # whose share of the processes it counts in
+        # A legacy client's own session (SessionPool.open_owned): its client holds
+        # state on it, so it is never stopped to make room.
+        self.owned = False
+        # Where it and all it starts run, when the gateway could make one (containment.py).
+        self.cgroup: Cgroup | None = None
         self._request_timeout_s = request_timeout_s
         self._liveness_s = liveness_s
         self._routes = Router(
@@ -189,6 +208,9 @@ class StdioSession:
         if self.gone is not None or self.closing:
             raise SessionExpired("the stdio upstream process has ended")
         return self._routes.listen()
+
+    def mark_owned(self) -> None:
+        self.owned = True
 
     async def close(self) -> None:
         """Stop the process (stdin closed, then SIGTERM, then SIGKILL), in the background:
@@ -346,12 +368,23 @@ class StdioSession:
             self.closing = True
             self._transport.stop_in_background(self)
         else:
-            _killpg(self.pid, signal.SIGKILL)
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to its process group and to everything in its cgroup."""
+        _killpg(self.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def signal_all(self, sig: signal.Signals) -> None:
+        _killpg(self.pid, sig)
+        if self.cgroup is not None:
+            self.cgroup.signal(sig)
 
     async def _wait_exit(self) -> int:
         code = await self.proc.wait()
-        # Whatever the server started in its group goes with it.
-        _killpg(self.pid, signal.SIGKILL)
+        # Whatever the server started in its group (and its cgroup) goes with it.
+        self.kill()
         # What it wrote just before exiting (last responses, last stderr lines) is read.
         await asyncio.wait(self._tasks[:2], timeout=1.0)
         for task in self._tasks:
@@ -374,11 +407,15 @@ class StdioSession:
         else:
             log.warning("upstream_process_exited", **fields, stderr_tail=list(self.stderr_tail))
         self._transport.exited(self, expected=expected)
+        if self.cgroup is not None:
+            await self.cgroup.remove()
         return code
 
 
 class StdioTransport:
-    """Starts the server command, one process per session, at most `max_processes`."""
+    """Starts the server command, one process per session, at most `max_processes`,
+    at most `max_per_credential` of them for one credential (the hash of an
+    `Authorization` value; all anonymous callers together)."""
 
     def __init__(
         self,
@@ -390,12 +427,18 @@ class StdioTransport:
         slot_wait_s: float,
         request_timeout_s: float,
         liveness_s: float,
+        max_per_credential: int | None = None,
         stdin_grace_s: float = 2.0,
         term_grace_s: float = 2.0,
+        contain: bool = False,
     ) -> None:
+        """`contain`: the gateway's own transport (not a test's in a shared process):
+        a cgroup per server where one is writable, and the gateway a subreaper
+        that reaps and, at shutdown, ends what its servers leave behind."""
         self._argv = list(argv)
         self._env = dict(env)
         self.max_processes = max_processes
+        self.max_per_credential = min(max_per_credential or max_processes, max_processes)
         self._start_timeout_s = start_timeout_s
         self._slot_wait_s = slot_wait_s
         self._request_timeout_s = request_timeout_s
@@ -404,11 +447,33 @@ class StdioTransport:
         self._term_grace_s = term_grace_s
         self._live: set[StdioSession] = set()
         self._starting = 0
+        # Processes running or starting, per credential hash.
+        self._held: Counter[str] = Counter()
         self._freed = asyncio.Event()
         self._stoppers: dict[StdioSession, asyncio.Task[None]] = {}
         self._failures = 0
         self._not_before = 0.0
         self._closed = False
+        self._spawning = 0
+        self._cgroups: ServerCgroups | None = None
+        self._reaper: OrphanReaper | None = None
+        if contain:
+            self._contain()
+
+    def _contain(self) -> None:
+        self._cgroups, why_not = ServerCgroups.find()
+        self._reaper = OrphanReaper(self._server_pids)
+        if self._cgroups is not None:
+            log.info("stdio_containment", mechanism="cgroup", cgroup=str(self._cgroups.parent))
+        else:
+            # A setsid() descendant escapes its server's stop, until the gateway stops.
+            log.info("stdio_containment", mechanism="process_group", reason=why_not)
+
+    def _server_pids(self) -> list[int] | None:
+        """The children asyncio waits for; None while one is being started."""
+        if self._spawning:
+            return None
+        return [s.pid for s in self._live]
 
     @property
     def processes(self) -> int:
@@ -421,19 +486,21 @@ class StdioTransport:
         self, initialize: Message, headers: Mapping[str, str]
     ) -> tuple[StdioSession, Message]:
         # `headers` (the caller's Authorization) has nowhere to go on stdio; it
-        # still keys the pool, so callers with different credentials never share.
-        await self._take_slot()
+        # still keys the pool, so callers with different credentials never share,
+        # and it decides whose share of the processes this one counts in.
+        credentials = credential_hash(headers.get("authorization"))
+        await self._take_slot(credentials)
         session: StdioSession | None = None
         try:
             delay = self._not_before - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            session = await self._spawn()
+            session = await self._spawn(credentials)
             result = await self._initialize(session, initialize)
         except BaseException as exc:
             if session is None:
                 self._starting -= 1
-                self._freed.set()
+                self._release(credentials)
             else:
                 session.stop("initialize did not complete")
             if isinstance(exc, UpstreamError):
@@ -441,32 +508,71 @@ class StdioTransport:
             raise
         return session, result
 
-    async def _take_slot(self) -> None:
+    async def _take_slot(self, credentials: str = "-") -> None:
+        """A place for one more process of `credentials`: within both bounds, making
+        room by stopping an idle process (of these credentials when it is their
+        share that is full), else waiting `slot_wait_s` for one to end. So a client
+        whose calls never end holds at most its share; the others are served."""
         if self._closed:
             raise UpstreamUnavailable("the gateway is shutting down")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._slot_wait_s
-        while self.processes >= self.max_processes:
-            self._reclaim_one()
+        while True:
+            if self.processes >= self.max_processes:
+                full: str | None = None
+            elif self._held[credentials] >= self.max_per_credential:
+                full = credentials
+            else:
+                break
+            self._reclaim_one(full)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise PoolExhausted(
-                    f"all {self.max_processes} stdio upstream processes are busy; raise "
-                    "MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
-                )
+                raise self._refusal(full)
             self._freed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._freed.wait()
+        # No await between the checks and the counts: the bounds are strict.
         self._starting += 1
+        self._held[credentials] += 1
 
-    def _reclaim_one(self) -> None:
-        """Stop the least recently used process with no call in flight, one without a
-        listen stream first. Whoever held it sees `SessionExpired` next time and
-        gets a new process, as after any exit (the pool, the lanes, the hub)."""
-        if any(s.closing or s.gone is not None for s in self._live):
+    def _refusal(self, credentials: str | None) -> PoolExhausted:
+        if credentials is None:
+            log.warning(
+                "stdio_processes_exhausted",
+                limit=self.max_processes,
+                setting="MCP_SHIM_STDIO_MAX_PROCESSES",
+            )
+            return PoolExhausted(
+                f"all {self.max_processes} stdio upstream processes are busy; raise "
+                "MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
+            )
+        log.warning(
+            "stdio_process_share_exceeded",
+            limit=self.max_per_credential,
+            setting="MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL",
+        )
+        return SessionShareExceeded(
+            f"this caller's credentials already hold {self.max_per_credential} stdio upstream "
+            "processes, all busy (MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL); retry later"
+        )
+
+    def _release(self, credentials: str) -> None:
+        self._held[credentials] -= 1
+        if self._held[credentials] <= 0:
+            del self._held[credentials]
+        self._freed.set()
+
+    def _reclaim_one(self, credentials: str | None = None) -> None:
+        """Stop the least recently used process with no call in flight (of these
+        credentials, or of any), one without a listen stream first. Never one a
+        legacy client owns (its session would be gone), nor one still starting.
+        Whoever held it sees `SessionExpired` next time and gets a new process, as
+        after any exit (the pool, the lanes, the hub)."""
+        mine = [s for s in self._live if credentials is None or s.credentials == credentials]
+        if any(s.closing or s.gone is not None for s in mine):
             return  # one is already on its way out
-        idle = [s for s in self._live if s.in_flight == 0]
+        idle = [s for s in mine if s.in_flight == 0 and s.initialized and not s.owned]
         if not idle:
             return
         victim = min(idle, key=lambda s: (s.listening, s.last_active))
@@ -474,7 +580,11 @@ class StdioTransport:
         victim.closing = True
         self.stop_in_background(victim)
 
-    async def _spawn(self) -> StdioSession:
+    async def _spawn(self, credentials: str = "-") -> StdioSession:
+        if self._reaper is not None:
+            self._reaper.start()
+        cgroup = self._cgroups.create() if self._cgroups is not None else None
+        self._spawning += 1
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self._argv,
@@ -483,16 +593,34 @@ class StdioTransport:
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
                 start_new_session=True,  # its own process group: stopped as a whole
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(
+                    _prepare_child, cgroup.procs_fd if cgroup is not None else None
+                ),
                 limit=MAX_LINE_BYTES,
             )
         except OSError as exc:
+            if cgroup is not None:
+                await cgroup.remove()
             raise UpstreamUnavailable(
                 f"the stdio upstream command could not be started: {exc.strerror or exc}"
             ) from None
+        finally:
+            self._spawning -= 1
+            if cgroup is not None:
+                cgroup.joined()
+            if self._reaper is not None:
+                self._reaper.reap()  # a SIGCHLD may have come while it could not
         session = StdioSession(
-            self, proc, request_timeout_s=self._request_timeout_s, liveness_s=self._liveness_s
+            self,
+            proc,
+            request_timeout_s=self._request_timeout_s,
+            liveness_s=self._liveness_s,
+            credentials=credentials,
         )
+        if cgroup is not None and not cgroup.holds(proc.pid):
+            # It could not join (the write is not checked in the child): its group only.
+            log.warning("stdio_cgroup_not_joined", pid=proc.pid, cgroup=str(cgroup.path))
+        session.cgroup = cgroup
         self._starting -= 1
         self._live.add(session)
         log.info("upstream_process_started", pid=proc.pid, processes=self.processes)
@@ -539,8 +667,11 @@ class StdioTransport:
         self._not_before = 0.0
 
     def exited(self, session: StdioSession, *, expected: bool) -> None:
-        self._live.discard(session)
-        self._freed.set()
+        if session in self._live:
+            self._live.discard(session)
+            self._release(session.credentials)
+        if self._reaper is not None:
+            self._reaper.reap()  # what it left behind may be dead already
         if not expected:
             self._failed(session)
 
@@ -568,7 +699,7 @@ class StdioTransport:
                     await asyncio.shield(session.exited)
                 return
             log.info("upstream_process_signalled", pid=session.pid, signal=sig.name)
-            _killpg(session.pid, sig)
+            session.signal_all(sig)
         await asyncio.shield(session.exited)
 
     async def aclose(self) -> None:
@@ -581,4 +712,8 @@ class StdioTransport:
         if stoppers:
             await asyncio.wait(stoppers, timeout=self._stdin_grace_s + self._term_grace_s + 2)
         for session in list(self._live):  # never expected: SIGKILL did not end it in time
-            _killpg(session.pid, signal.SIGKILL)
+            session.kill()
+        if self._reaper is not None:
+            # Without a cgroup, a setsid() descendant got no signal: it ends here.
+            await self._reaper.end_leftovers()
+            await self._reaper.aclose()

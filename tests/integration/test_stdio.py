@@ -243,7 +243,12 @@ def test_a_server_that_stops_answering(tmp_path: Path, http: httpx.Client) -> No
 def test_process_bound_and_what_a_caller_gets_beyond_it(tmp_path: Path, http: httpx.Client) -> None:
     log = tmp_path / "gateway.log"
     with stdio_gateway(
-        node_command(EVERYTHING), log, stdio_max_processes="2", connect_timeout_s="3"
+        node_command(EVERYTHING),
+        log,
+        stdio_max_processes="2",
+        # One caller here: the bound of all processes, not a caller's share of them.
+        stdio_max_processes_per_credential="2",
+        connect_timeout_s="3",
     ) as (base, gateway_pid):
         most = 0
         watching = True
