@@ -254,6 +254,7 @@ class Gateway:
         except UpstreamError as exc:
             state.outcome = type(exc).__name__
             log.warning("upstream_error", error=exc.message)
+            self._pool.note_failure(exc)
             # The gateway's own bounds (503, 429) are not the upstream's failure.
             what = (
                 "the gateway is at a limit"

@@ -94,6 +94,10 @@ def bound_fields(_logger: object, _name: str, event: MutableMapping[str, Any]) -
     return event
 
 
+def _orjson_text(value: Any, **kwargs: Any) -> str:
+    return orjson.dumps(value, **kwargs).decode()
+
+
 def configure(level: str, *, worker: int | None = None) -> None:
     """`worker`: the index of one of MCP_SHIM_WORKERS processes, on each of its lines."""
     tagged: list[Any] = []
@@ -104,13 +108,16 @@ def configure(level: str, *, worker: int | None = None) -> None:
             return event
 
         tagged.append(tag)
-    # Libraries log through the standard library (uvicorn's server errors,
-    # asyncio's unhandled ones): render those as the same JSON lines.
+    # Libraries log through the standard library (uvicorn's lifecycle lines and
+    # server errors, asyncio's unhandled ones): their lines go through the same
+    # processors and the same orjson renderer as the gateway's own, so every
+    # line has one rendering (compact, the same key order).
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
                 *tagged,
+                structlog.contextvars.merge_contextvars,
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
                 # A record's exc_info arrives as a tuple; without this it is
@@ -120,7 +127,8 @@ def configure(level: str, *, worker: int | None = None) -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 bound_fields,
-                structlog.processors.JSONRenderer(),
+                # A logging handler writes text: the same bytes, decoded.
+                structlog.processors.JSONRenderer(serializer=_orjson_text),
             ],
         )
     )

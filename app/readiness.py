@@ -3,10 +3,13 @@
 Liveness (`/healthz`) says the process serves HTTP. Readiness says a call
 would reach an upstream that answers: the pool notes every answer the
 upstream gives (`SessionPool.note_answer`: an `initialize`, any response).
-If the last one is older than `MCP_SHIM_READY_MAX_AGE_S`, the check opens a
-session of its own with `initialize` (no tool, no side effect), closes it,
-and keeps the outcome for a few seconds, so a storm of probes costs the
-upstream one handshake at a time.
+If the last one is older than `MCP_SHIM_READY_MAX_AGE_S`, or a call failed to
+reach the upstream since (`SessionPool.note_failure`: refused, broken, timed
+out), the check opens a session of its own with `initialize` (no tool, no side
+effect), closes it, and keeps the outcome for a few seconds, so a storm of
+probes costs the upstream one handshake at a time. So an upstream that died
+turns `/readyz` 503 at the first failed call, and without traffic at most
+`MCP_SHIM_READY_MAX_AGE_S` after its last answer (plus the probe's own time).
 
 An upstream that refuses the probe with 401/403 is up (it answered); it is
 protected, and the probe has no credentials: ready, with the version of
@@ -62,10 +65,14 @@ class ReadinessCheck:
         self._probed: tuple[float, Readiness] | None = None
         self._lock = asyncio.Lock()
 
+    def _failed_since(self, moment: float) -> bool:
+        failure = self._pool.last_failure
+        return failure is not None and failure >= moment
+
     def _recent(self) -> Readiness | None:
         last = self._pool.last_answer
-        if last is None:
-            return None
+        if last is None or self._failed_since(last[0]):
+            return None  # a call failed after the last answer: ask the upstream now
         age = time.monotonic() - last[0]
         if age > self._max_age_s:
             return None
@@ -76,8 +83,13 @@ class ReadinessCheck:
         if recent is not None:
             return recent
         async with self._lock:  # concurrent checks share one probe
-            if self._probed is not None and time.monotonic() - self._probed[0] < self._cache_s:
-                return self._probed[1]
+            probed = self._probed
+            if (
+                probed is not None
+                and time.monotonic() - probed[0] < self._cache_s
+                and not (probed[1].ready and self._failed_since(probed[0]))
+            ):
+                return probed[1]
             outcome = await self._probe()
             self._probed = (time.monotonic(), outcome)
             return outcome

@@ -147,6 +147,18 @@ set +e
 wait -n
 status=$?
 set -e
+# Ctrl-C reaches every process of the terminal's foreground group, so the
+# servers may stop on it before this shell's INT trap runs; and a shell started
+# with SIGINT ignored (a background job of another script) cannot trap it at
+# all, while the servers still stop on it. A server that stops on SIGINT or
+# SIGTERM exits 130 or 143, or 0 after a graceful shutdown (uvicorn's, which
+# runs only on those signals): the stop the user asked for, not an error.
+if [[ $status -eq 0 || $status -eq 130 || $status -eq 143 ]]; then
+    echo
+    say "stopping ..."
+    stop
+    exit "$((status == 0 ? 130 : status))"
+fi
 for pid in $LEGACY_PID $GATEWAY_PID; do
     if ! kill -0 "$pid" 2>/dev/null; then
         name=$([[ $pid == "$LEGACY_PID" ]] && echo "legacy server" || echo "gateway")

@@ -11,6 +11,10 @@
 #   haproxy         Debian's haproxy (system package, not under .peers/): the real
 #                   load balancer of tests/integration/test_replicas.py; installed
 #                   with apt-get when missing and run as root, else an error
+#   podman          Debian's podman, buildah, runc and debootstrap (system packages)
+#                   and the stand-in for the Dockerfile's base image that
+#                   scripts/container_base.sh makes when it is missing; for
+#                   tests/integration/test_container.py (as root, like haproxy)
 #
 # mcp 1.x and 2.x cannot share a virtual environment, hence two venvs.
 #
@@ -26,7 +30,7 @@
 #   scripts/setup_peers.sh --refresh-pins [PEER...]  re-resolve the top-level pins below and
 #                                                    rewrite their tests/peers/* files, then build
 #
-#   PEER is legacy, modern, node or haproxy; without one, all four. `legacy` alone
+#   PEER is legacy, modern, node, haproxy or podman; without one, all five. `legacy` alone
 #   (what scripts/demo.sh needs) takes neither npm nor the ~300 MB of the node peer.
 #
 # Environment: PYTHON (interpreter for the venvs, default python3),
@@ -54,11 +58,11 @@ for arg in "$@"; do
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
         -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
-        legacy|modern|node|haproxy) SELECTED+=("$arg") ;;
+        legacy|modern|node|haproxy|podman) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy)
+[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy podman)
 wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 
 say() { printf 'setup_peers: %s\n' "$*"; }
@@ -171,6 +175,27 @@ if wanted haproxy; then
         die "haproxy is missing and cannot be installed here (not root, or no apt-get): run \
 'sudo apt-get install haproxy'; tests/integration/test_replicas.py needs it"
     fi
+fi
+
+# The container test's tools. runc: podman's default crun refuses this kind of
+# machine's hybrid cgroups; debootstrap makes the stand-in base image.
+if wanted podman; then
+    if command -v podman >/dev/null && command -v runc >/dev/null \
+        && command -v buildah >/dev/null && command -v debootstrap >/dev/null; then
+        say "podman: present"
+    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        say "podman: apt-get install podman buildah runc debootstrap ..."
+        run_logged "apt-get update" "$LOG_DIR/podman.log" apt-get update -q
+        run_logged "apt-get install podman buildah runc debootstrap" "$LOG_DIR/podman.log" \
+            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+            podman buildah runc debootstrap
+    else
+        die "podman is missing and cannot be installed here (not root, or no apt-get): run \
+'sudo apt-get install podman buildah runc debootstrap'; tests/integration/test_container.py needs it"
+    fi
+    run_logged "making the stand-in base image (scripts/container_base.sh)" \
+        "$LOG_DIR/container-base.log" bash "$ROOT/scripts/container_base.sh"
+    say "podman: ready ($(tail -n 1 "$LOG_DIR/container-base.log"))"
 fi
 
 if ! wanted node; then

@@ -29,6 +29,8 @@ from app.upstream.errors import (
     SessionExpired,
     SessionShareExceeded,
     UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
 )
 from app.upstream.listener import SessionListener
 from translators.registry import Version, get_version
@@ -186,10 +188,19 @@ class SessionPool:
         self._background: set[asyncio.Task[None]] = set()
         # When the upstream last answered (monotonic) and in which version: /readyz.
         self.last_answer: tuple[float, Version] | None = None
+        # When a call last failed to reach it, or it stopped answering one: /readyz.
+        self.last_failure: float | None = None
 
     def note_answer(self, version: Version) -> None:
         """The upstream just answered something (a response, even an error)."""
         self.last_answer = (time.monotonic(), version)
+
+    def note_failure(self, exc: BaseException) -> None:
+        """A call could not reach the upstream (refused, broken, timed out): /readyz
+        stops trusting the last answer at once. The gateway's own limits and the
+        upstream's answers, even refusals, are not failures of the upstream."""
+        if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout)):
+            self.last_failure = time.monotonic()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -397,7 +408,8 @@ class SessionPool:
                 await session.close()
                 raise UpstreamProtocolError("upstream negotiated an unknown protocol version")
             self.note_answer(version)
-        except BaseException:
+        except BaseException as exc:
+            self.note_failure(exc)
             if counted:
                 self._uncount_key(key.credentials)
             raise

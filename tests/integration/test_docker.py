@@ -764,8 +764,25 @@ def _read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout: float) ->
     return out
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.peers
-def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "ctrl_c",
+    [
+        # SIGINT to the script's shell alone.
+        pytest.param("shell", id="shell"),
+        # A terminal's Ctrl-C: SIGINT to the whole foreground process group, the
+        # servers included, from a shell started with SIGINT ignored (a
+        # background job of another script), whose own trap cannot run.
+        pytest.param("group", id="group-sigint-ignored"),
+    ],
+)
+def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
+    tmp_path: Path, ctrl_c: str
+) -> None:
     if shutil.which("curl") is None:
         raise AssertionError("curl is needed to run the demo's example command")
     legacy_port, port = procs.free_port(), procs.free_port()
@@ -784,6 +801,7 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(tmp_path: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_ignore_sigint if ctrl_c == "group" else None,
     )
     try:
         printed = _read_until(proc, b"Press Ctrl-C", timeout=60).decode()
@@ -797,8 +815,17 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(tmp_path: Path)
         assert answer["result"]["content"] == [{"type": "text", "text": "hello"}], answer
         assert answer["result"]["resultType"] == "complete"
 
-        os.kill(proc.pid, signal.SIGINT)  # Ctrl-C
-        assert proc.wait(30) == 130
+        if ctrl_c == "group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        code = proc.wait(30)
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), True)
+        after = proc.stdout.read().decode()
+        assert code == 130, after
+        assert "demo: stopping" in after, after
+        assert "ERROR" not in after, f"a stop on Ctrl-C is not an error:\n{after}"
         assert not _port_open(port) and not _port_open(legacy_port), "demo.sh left a server running"
     finally:
         if proc.poll() is None:

@@ -91,3 +91,26 @@ def test_a_probe_storm_costs_the_upstream_one_initialize(legacy_url: str, logs_d
             "notifications/initialized",
             "DELETE",
         ]
+
+
+def test_a_failed_call_turns_readyz_503_at_once(logs_dir: Path) -> None:
+    """With the default max age (30 s) the last answer stays recent long after
+    the upstream died; a call that cannot reach it makes /readyz ask it at once."""
+    port = procs.free_port()
+    upstream = f"http://127.0.0.1:{port}/mcp"
+    message = wire.body("tools/list")
+    with (
+        procs.gateway(
+            upstream, procs.free_port(), log_path=logs_dir / "gateway-ready-fail.log"
+        ) as base,
+        httpx.Client(timeout=30.0) as client,
+    ):
+        with procs.legacy_server(port, log_path=logs_dir / "legacy-ready-fail.log"):
+            answered = wire.post(client, base + "/mcp", message, wire.headers_for(message))
+            assert answered.is_success, answered.text
+            assert readyz(base).json()["upstream"]["source"] == "traffic"
+        failed = wire.post(client, base + "/mcp", message, wire.headers_for(message))
+        assert failed.status_code >= 500, failed.text
+        down = readyz(base)
+        assert down.status_code == 503, down.text
+        assert "unreachable" in down.json()["reason"]
