@@ -57,5 +57,5 @@ def test_the_key_handed_over_is_validated_like_the_variable(
     with pytest.raises(SettingsError, match="MCP_SHIM_STATE_KEY"):
         load_settings(state_key="not base64!")
     monkeypatch.setenv("MCP_SHIM_STATE_KEY", ",".join([KEY] * 100))
-    with pytest.raises(SettingsError, match="MCP_SHIM_STATE_KEY: .*longer than 4096 characters"):
+    with pytest.raises(SettingsError, match=r"MCP_SHIM_STATE_KEY: .*longer than 4096 characters"):
         load_settings()
