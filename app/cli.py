@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import jsonio, logs, metrics, probe, workers
+from app import jsonio, logs, metrics, probe, state_key, workers
 from app.config import Settings, SettingsError, load_settings
 from app.http_protocol import ConnectionLimits, protocol_class
 from app.rejections import INVALID_REQUEST, Rejection
@@ -186,6 +186,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Example: MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp mcp-shim",
     )
     parser.add_argument("--version", action="version", version=f"mcp-shim {_version()}")
+    # Internal: MCP_SHIM_STATE_KEY comes from this descriptor (app/state_key.py).
+    parser.add_argument(state_key.FD_OPTION, type=int, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     # A subcommand from the start, so that others (a `probe`) can join it.
     commands.add_parser("serve", help="run the gateway (the default when no command is given)")
@@ -276,11 +278,11 @@ def serve(
         sys.exit(3)  # uvicorn's STARTUP_FAILURE, as uvicorn.run does
 
 
-def run_worker(args: argparse.Namespace) -> None:
+def run_worker(args: argparse.Namespace, key: str | None) -> None:
     """One of MCP_SHIM_WORKERS processes, started by the supervisor (app/workers.py)
-    with the shared listening socket and its own internal one."""
+    with the shared listening socket and its own internal one, and the state key."""
     try:
-        settings = load_settings()
+        settings = load_settings(state_key=key)
     except SettingsError as exc:
         print(f"mcp-shim worker {args.index}: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -289,27 +291,50 @@ def run_worker(args: argparse.Namespace) -> None:
     serve(settings, sockets, metrics_internal_only=args.metrics_internal_only)
 
 
+def received_state_key(args: argparse.Namespace) -> str | None:
+    """MCP_SHIM_STATE_KEY when handed over by a descriptor (app/state_key.py),
+    which is closed before anything else starts."""
+    if args.state_key_fd is None:
+        return None
+    try:
+        return state_key.take(args.state_key_fd)
+    except SettingsError as exc:
+        print(f"mcp-shim: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    key = received_state_key(args)
+    # The key in this process's environment: it is replaced by a process without
+    # it (app/state_key.py), or stdio servers could read it in /proc/<pid>/environ.
+    in_environ = state_key.ENV_NAME in os.environ
+    arguments = sys.argv[1:] if argv is None else argv
     if args.command == "probe":
+        if in_environ:
+            state_key.exec_module("app.cli", arguments, None)  # the probe has no use for it
         sys.exit(probe.main(args))
     if args.command == "worker":
-        run_worker(args)
+        run_worker(args, key)
         return
     try:
-        settings = load_settings()
+        settings = load_settings(state_key=key)
         check_listen_address(settings)
         metrics.check_port(settings.host, settings.metrics_port)
     except SettingsError as exc:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)
-    logs.configure(settings.log_level)
+    secret = settings.state_key
+    key = None if secret is None else secret.get_secret_value()  # validated: fits the pipe
     if workers.worker_count(settings) > 1:
         # The supervisor in a fresh interpreter that imports only what it needs
         # (38 MB of RSS instead of this one's 70: the app's modules are the
-        # workers'). Same process id, so it may be PID 1 of a container.
-        sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "app.workers"])
+        # workers'). Same process id, so it may be PID 1 of a container. The
+        # key, if any, by a descriptor as well.
+        state_key.exec_module("app.workers", [], key)
+    if in_environ:
+        state_key.exec_module("app.cli", arguments, key)
+    logs.configure(settings.log_level)
     # One worker: this process serves, with no supervisor and no extra hop.
     serve(settings)
 

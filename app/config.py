@@ -21,6 +21,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # Upstream connections kept free of parked exchanges for everything else.
 _SPARE_CONNECTIONS = 64
+# MCP_SHIM_STATE_KEY's length: the key list travels between the gateway's
+# processes in a pipe written at once (app/state_key.py), which holds at least
+# one page. About 90 keys of 32 bytes.
+STATE_KEY_MAX_CHARS = 4096
 
 
 def _split_csv(value: object) -> object:
@@ -353,6 +357,8 @@ class Settings(BaseSettings):
     @classmethod
     def _state_keys(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
+            if len(value.get_secret_value()) > STATE_KEY_MAX_CHARS:
+                raise ValueError(f"longer than {STATE_KEY_MAX_CHARS} characters")
             from app.mrtr.state import parse_keys
 
             parse_keys(value.get_secret_value())  # ValueError names the bad key, not its value
@@ -490,8 +496,12 @@ class SettingsError(Exception):
     """Start-up configuration is invalid; the message names each bad variable."""
 
 
-def load_settings() -> Settings:
+def load_settings(state_key: str | None = None) -> Settings:
+    """The settings from the environment; `state_key`: MCP_SHIM_STATE_KEY when it
+    was handed over by a descriptor rather than the environment (app/state_key.py)."""
     try:
+        if state_key is not None:
+            return Settings(state_key=SecretStr(state_key))
         return Settings()
     except ValidationError as exc:
         lines = []

@@ -19,8 +19,10 @@ small supervisor (no event loop, no app) that:
   mechanism (app/mrtr/forwarding.py), whichever worker the kernel picked. A
   TCP port rather than a unix socket: the same URL must be reachable from the
   other pods of a deployment, not only from the sibling workers;
-- with no `MCP_SHIM_STATE_KEY`, generates one key for all workers (their
-  environment only; never logged; stdio servers get a minimal environment);
+- with no `MCP_SHIM_STATE_KEY`, generates one key for all workers, and hands
+  each worker the key (that one or the operator's) through a pipe of its own,
+  never in its environment, where a stdio server could read it in
+  `/proc/<pid>/environ` (app/state_key.py); never logged;
 - restarts a worker that exits (a log line with its exit code, then a delay
   doubling from 0.5 s to 30 s while it keeps failing), forwards SIGTERM/SIGINT
   for the graceful stop (a second SIGINT forces, as for uvicorn), kills what is
@@ -58,7 +60,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from app import logs
+from app import logs, state_key
 from app.config import Settings, SettingsError, load_settings
 
 log = structlog.get_logger("mcp_shim.workers")
@@ -177,16 +179,13 @@ def local_url(bind_host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def worker_environment(
-    source: Mapping[str, str], advertise: str, state_key: str | None
-) -> dict[str, str]:
-    """A worker's environment: the supervisor's, with its own advertise URL, the
-    shared key when one was generated, and no metrics port (the supervisor's)."""
+def worker_environment(source: Mapping[str, str], advertise: str) -> dict[str, str]:
+    """A worker's environment: the supervisor's, with its own advertise URL, no
+    metrics port (the supervisor's) and never the state key (a descriptor's)."""
     env = dict(source)
     env["MCP_SHIM_ADVERTISE_URL"] = advertise
-    if state_key is not None:
-        env["MCP_SHIM_STATE_KEY"] = state_key
     env.pop("MCP_SHIM_METRICS_PORT", None)
+    env.pop(state_key.ENV_NAME, None)
     return env
 
 
@@ -297,22 +296,39 @@ class Supervisor:
         listener: socket.socket,
         workers: list[Worker],
         environ: Mapping[str, str],
-        state_key: str | None,
+        key: str,
     ) -> None:
         self._settings = settings
         self._listener = listener
         self._workers = workers
         self._environ = environ
-        self._state_key = state_key
+        self._key = key
         self._by_pid: dict[int, Worker] = {}
         self._stopping: signal.Signals | None = None
         self._kill_at = 0.0
 
     def _spawn(self, worker: Worker) -> None:
+        try:
+            # A pipe per start, closed here once the worker has it: no descriptor
+            # of ours keeps the key for a process of this user to open in /proc.
+            key_fd = state_key.hand_over(self._key)
+        except OSError as exc:  # out of descriptors: try again later
+            worker.started = time.monotonic()
+            fields = {"worker": worker.index, "error": exc.strerror}
+            self._schedule_restart(worker, "worker_start_failed", fields)
+            return
+        try:
+            self._start(worker, key_fd)
+        finally:
+            os.close(key_fd)
+
+    def _start(self, worker: Worker, key_fd: int) -> None:
         argv = [
             sys.executable,
             "-m",
             "app.cli",
+            state_key.FD_OPTION,
+            str(key_fd),
             "worker",
             "--index",
             str(worker.index),
@@ -327,8 +343,8 @@ class Supervisor:
         try:
             proc = subprocess.Popen(
                 argv,
-                env=worker_environment(self._environ, worker.advertise, self._state_key),
-                pass_fds=(self._listener.fileno(), worker.internal.fileno()),
+                env=worker_environment(self._environ, worker.advertise),
+                pass_fds=(self._listener.fileno(), worker.internal.fileno(), key_fd),
                 # Its own process group: a terminal's Ctrl-C reaches the supervisor
                 # only, which stops the workers once, gracefully.
                 process_group=0,
@@ -463,11 +479,12 @@ def supervise(settings: Settings, count: int) -> int:
                     local_url(address.bind_host, port),
                 )
             )
-        state_key: str | None = None
-        if settings.state_key is None:
+        if settings.state_key is not None:
+            key = settings.state_key.get_secret_value()
+        else:
             import base64
 
-            state_key = base64.b64encode(generate_key()).decode("ascii")
+            key = base64.b64encode(generate_key()).decode("ascii")
             log.warning(
                 "mrtr_state_key_generated",
                 consequence="shared by this gateway's workers only: requestState cannot be "
@@ -480,7 +497,7 @@ def supervise(settings: Settings, count: int) -> int:
             port=settings.port,
             internal_ports=[int(w.internal.getsockname()[1]) for w in workers],
         )
-        supervisor = Supervisor(settings, listener, workers, os.environ, state_key)
+        supervisor = Supervisor(settings, listener, workers, os.environ, key)
         server = None
         if settings.metrics_port is not None:
             # Blocked before the thread starts, which inherits the mask: the signals
@@ -504,9 +521,13 @@ def supervise(settings: Settings, count: int) -> int:
 
 
 def main() -> None:
-    """The supervisor's process (app/cli.py execs it when MCP_SHIM_WORKERS > 1)."""
+    """The supervisor's process (app/cli.py execs it when MCP_SHIM_WORKERS > 1),
+    with `--state-key-fd N` when MCP_SHIM_STATE_KEY is set (app/state_key.py)."""
+    key: str | None = None
     try:
-        settings = load_settings()
+        if sys.argv[1:2] == [state_key.FD_OPTION]:
+            key = state_key.take(int(sys.argv[2]))
+        settings = load_settings(state_key=key)
     except SettingsError as exc:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -1,5 +1,5 @@
 """app/workers.py without processes: how many workers, where each is reached,
-what each gets in its environment, and the merged /metrics of all of them."""
+what each gets in its environment (never the state key), and the merged /metrics of all of them."""
 
 from __future__ import annotations
 
@@ -120,21 +120,23 @@ def test_the_supervisor_reaches_a_wildcard_listener_on_loopback() -> None:
     assert workers.local_url("::1", 9100) == "http://[::1]:9100"
 
 
-def test_a_worker_environment_names_it_and_carries_the_shared_key() -> None:
+def test_a_worker_environment_names_it_and_never_carries_the_key() -> None:
     source = {
         "MCP_SHIM_UPSTREAM_URL": UPSTREAM,
         "MCP_SHIM_METRICS_PORT": "9090",
         "MCP_SHIM_ADVERTISE_URL": "http://10.1.2.3:8080",
+        "MCP_SHIM_STATE_KEY": "S2V5",
         "PATH": "/usr/bin",
     }
-    env = workers.worker_environment(source, "http://10.1.2.3:8081", "S2V5")
+    env = workers.worker_environment(source, "http://10.1.2.3:8081")
     assert env["MCP_SHIM_ADVERTISE_URL"] == "http://10.1.2.3:8081"
-    assert env["MCP_SHIM_STATE_KEY"] == "S2V5"
+    # The key reaches a worker by a pipe (app/state_key.py), even when the
+    # supervisor was started with it in its own environment.
+    assert "MCP_SHIM_STATE_KEY" not in env
     assert "MCP_SHIM_METRICS_PORT" not in env  # the supervisor serves it
     assert env["PATH"] == "/usr/bin"
     assert source["MCP_SHIM_ADVERTISE_URL"] == "http://10.1.2.3:8080"  # not mutated
-    # A configured key is the workers' own already: nothing to add.
-    assert "MCP_SHIM_STATE_KEY" not in workers.worker_environment(source, "http://x:1", None)
+    assert source["MCP_SHIM_STATE_KEY"] == "S2V5"
 
 
 def _exposition(calls: float, parked: float) -> str:
