@@ -34,6 +34,7 @@ from app.upstream.streamable_http import (
     _content_type,
     _library_errors,
     _refuse_challenge,
+    answer_limit,
 )
 
 VERSION_HEADER = "mcp-protocol-version"
@@ -182,4 +183,4 @@ class ModernHttpUpstream:
             status = response.status_code
             await response.aclose()
             raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
-        return HttpExchange(response, what)
+        return HttpExchange(response, what, answer_limit(self._client))

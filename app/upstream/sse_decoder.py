@@ -14,7 +14,9 @@ UTF-8 sequence is never cut), and a line is decoded as UTF-8 with invalid
 sequences replaced, as the standard's "UTF-8 decode" does.
 
 Fed chunk by chunk as they arrive (`feed`), it holds what it has seen of an
-unfinished line and event; one decoder reads one stream.
+unfinished line and event, at most `max_event_bytes` of them (`EventTooLarge`
+beyond: an upstream cannot grow the gateway's memory with one endless event);
+one decoder reads one stream.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import NamedTuple
 
 _BOM = b"\xef\xbb\xbf"
+
+
+class EventTooLarge(ValueError):
+    """An unfinished event (its data and the line being read) over the bound."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an event of the stream exceeded {limit} bytes")
+        self.limit = limit
 
 
 class Event(NamedTuple):
@@ -37,8 +47,10 @@ class Event(NamedTuple):
 class SSEDecoder:
     __slots__ = (
         "_data",
+        "_data_size",
         "_event",
         "_id",
+        "_max",
         "_partial",
         "_skip_lf",
         "_start",
@@ -46,7 +58,9 @@ class SSEDecoder:
         "retry",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._max = max_event_bytes
+        self._data_size = 0  # bytes of the data lines buffered for the event
         self._partial = b""  # an unfinished line (or the first bytes, for the BOM)
         self._skip_lf = False  # the previous chunk ended with CR: a leading LF is its CRLF
         self._start = True  # nothing of the stream seen yet: a BOM may come
@@ -93,6 +107,8 @@ class SSEDecoder:
                     events.append(event)
             elif line[0] != 0x3A:  # ':' starts a comment
                 self._field(line)
+        if self._max is not None and len(self._partial) + self._data_size > self._max:
+            raise EventTooLarge(self._max)
         return events
 
     def _field(self, line: bytes) -> None:
@@ -101,6 +117,7 @@ class SSEDecoder:
             value = value[1:]
         if name == b"data":
             self._data.append(value.decode("utf-8", "replace"))
+            self._data_size += len(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         elif name == b"id":
@@ -118,6 +135,7 @@ class SSEDecoder:
         if not data:
             return None
         self._data = []
+        self._data_size = 0
         return Event(event or "message", "\n".join(data), self._id)
 
 
