@@ -429,20 +429,27 @@ class H1Answer:
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(conn.headers))
         self.is_closed = False
 
-    async def aread(self) -> bytes:
+    async def aread(self) -> bytes | bytearray:
         conn = self._conn
         if conn is None:
             return b""
         # The body's chunks taken as they come: left in the connection, more
         # than `_HIGH_WATER` of them would pause reading before the end came.
-        parts: list[bytes] = []
-        while not conn.complete:
-            if conn.chunks:
-                parts.append(conn.take())
-            await conn.wait()
-        parts.append(conn.take())
+        # Into one growing buffer (a large one grows in place, mremap), not
+        # pieces joined at the end: one copy of a large body, not two.
+        body: bytes | bytearray
+        if conn.complete:
+            body = conn.take()
+        else:
+            grown = bytearray()
+            while not conn.complete:
+                if conn.chunks:
+                    grown += conn.take()
+                await conn.wait()
+            grown += conn.take()
+            body = grown
         self._end(reusable=True)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return body
 
     def aiter_bytes(self) -> _Chunks:
         return _Chunks(self)

@@ -141,6 +141,8 @@ def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
         return UpstreamTimeout(f"upstream timed out during {what}")
     if isinstance(exc, httpx.TransportError | OSError):
         return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
+    if isinstance(exc, EventTooLarge):
+        return too_large(exc.limit, what)
     if isinstance(exc, jsonio.JSONDecodeError | UnicodeDecodeError):
         return UpstreamProtocolError(f"upstream sent malformed data during {what}")
     if isinstance(exc, UnicodeEncodeError):
@@ -630,23 +632,22 @@ class HttpExchange:
         messages.reverse()
         return messages
 
-    async def _body(self) -> bytes:
+    async def _body(self) -> bytes | bytearray:
         """The whole body, at most `_limit` bytes (decoded). h1 counts its
         POSTs' answers as they arrive (`whole`) and closes the connection."""
         response = self._response
         limit = self._limit
+        body: bytes | bytearray
         if isinstance(response, h1.H1Answer):
             body = await response.aread()
         else:
-            parts: list[bytes] = []
-            size = 0
+            grown = bytearray()
             async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
+                if len(grown) + len(chunk) > limit:
                     # Closing the unread answer closes its connection (aclose).
                     raise too_large(limit, self._what)
-                parts.append(chunk)
-            body = b"".join(parts)
+                grown += chunk
+            body = grown
         if len(body) > limit:
             raise too_large(limit, self._what)
         return body
@@ -658,11 +659,7 @@ class HttpExchange:
         try:
             with _library_errors(self._what):
                 async for chunk in chunks:
-                    try:
-                        events = decoder.feed(chunk)
-                    except EventTooLarge:
-                        raise too_large(self._limit, self._what) from None
-                    for event in events:
+                    for event in decoder.feed(chunk):
                         if event.id:
                             self.last_event_id = event.id
                         if not event.data or event.event != "message":
