@@ -239,3 +239,105 @@ async def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(
         tracemalloc.stop()
         await client.aclose()
     assert peak < 16 * limit, peak
+
+
+def test_the_sse_decoder_bounds_an_event_and_joins_a_long_line_once() -> None:
+    from app.upstream.sse_decoder import EventTooLarge, SSEDecoder
+
+    decoder = SSEDecoder(max_event_bytes=4096)
+    assert decoder.feed(b"data: ") == []
+    for _ in range(30):
+        assert decoder.feed(b"y" * 100) == []  # held as pieces until the line ends
+    (event,) = decoder.feed(b"\n\n")
+    assert event.data == "y" * 3000
+    with pytest.raises(EventTooLarge, match="exceeded 4096 bytes"):
+        for _ in range(50):
+            decoder.feed(b"data: " + b"z" * 100 + b"\n")  # many lines of one event
+    with pytest.raises(EventTooLarge):
+        SSEDecoder(max_event_bytes=4096).feed(b"data: " + b"z" * 5000)
+
+
+async def _passed_through(
+    upstream: MisbehavingUpstream, arguments: dict[str, Any], limit: int
+) -> list[dict[str, Any]]:
+    """What a modern client's pass-through (app/passthrough.py) sends for a
+    tools/call of `result` with `arguments`, the gateway's limit at `limit`."""
+    from app.passthrough import PassThrough
+    from app.upstream.modern_http import ModernHttpUpstream
+
+    client = _client("h1", max_answer_bytes=limit)
+    sent: list[dict[str, Any]] = []
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def fallback() -> Any:
+        raise AssertionError("no era change here")
+
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "result", "arguments": arguments},
+        }
+    ).encode()
+    answer = PassThrough(
+        ModernHttpUpstream(client, upstream.url, request_timeout_s=10.0),
+        body,
+        {"content-type": "application/json", "accept": "application/json, text/event-stream"},
+        call_id=7,
+        long_lived=False,
+        era=Any,  # type: ignore[arg-type]  # not asked: the answer is 200
+        seen=Any,  # type: ignore[arg-type]
+        fallback=fallback,
+        on_done=lambda status, gone, outcome: None,
+        gateway_url=None,
+        write_timeout_s=5.0,
+    )
+    try:
+        await answer({"type": "http"}, receive, send)  # type: ignore[arg-type]
+    finally:
+        await client.aclose()
+    return sent
+
+
+async def test_a_passed_through_answer_announced_over_the_cap_is_refused_before_relaying(
+    upstream: MisbehavingUpstream,
+) -> None:
+    sent = await _passed_through(upstream, {"bytes": 3 * 1024 * 1024}, 1024 * 1024)
+    assert sent[0]["status"] == 502
+    error = json.loads(sent[1]["body"])["error"]
+    assert error["code"] == -32603
+    assert "exceeded 1048576 bytes (MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES)" in error["message"]
+
+
+async def test_a_passed_through_stream_found_over_the_cap_ends_with_the_error(
+    upstream: MisbehavingUpstream,
+) -> None:
+    # gzip: chunked, no length announced; 8 MiB inflated from about 8 KiB.
+    arguments = {"bytes": 8 * 1024 * 1024, "sse": True, "gzip": True}
+    sent = await _passed_through(upstream, arguments, 1024 * 1024)
+    assert sent[0]["status"] == 200
+    relayed = sum(len(m.get("body", b"")) for m in sent[1:-2])
+    assert relayed <= 1024 * 1024
+    last_event = sent[-2]["body"].decode().strip().split("data: ")[-1]
+    error = json.loads(last_event)
+    assert error["id"] == 7 and error["error"]["code"] == -32603
+    assert "MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES" in error["error"]["message"]
+    assert sent[-1] == {"type": "http.response.body", "body": b""}
+
+
+async def test_a_passed_through_json_found_over_the_cap_is_cut(
+    upstream: MisbehavingUpstream,
+) -> None:
+    from app.passthrough import AnswerCutShort
+
+    arguments = {"bytes": 8 * 1024 * 1024, "gzip": True}
+    with pytest.raises(AnswerCutShort, match="MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES"):
+        await _passed_through(upstream, arguments, 1024 * 1024)
