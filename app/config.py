@@ -153,6 +153,14 @@ class Settings(BaseSettings):
     # Each call parked by the MRTR bridge holds two upstream connections open
     # (its answer stream and its lane's GET stream; app/mrtr/lanes.py): see max_parked.
     max_upstream_connections: int = Field(default=2048, ge=1)
+    # One upstream answer's body (decoded: a gzip body is inflated no further
+    # than this), as the stdio line limit bounds a stdio answer.
+    max_upstream_answer_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="bytes of one upstream answer (decoded); a larger one ends the call "
+        "with -32603 and its connection is closed",
+    )
     # An idle pooled upstream connection is dropped after this long: shorter
     # than the idle timeout of the common servers (uvicorn's and Node's are
     # 5 s), so the gateway never picks a connection the server is closing at

@@ -10,7 +10,7 @@ import orjson
 JSONDecodeError = orjson.JSONDecodeError
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | bytearray | str) -> Any:
     return orjson.loads(data)
 
 

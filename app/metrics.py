@@ -72,6 +72,7 @@ UPSTREAM_ERROR_KINDS = (
     "UpstreamUnavailable",
     "UpstreamTimeout",
     "UpstreamProtocolError",
+    "UpstreamAnswerTooLarge",
     "UpstreamHttpError",
     "SessionExpired",
     "PoolExhausted",

@@ -32,13 +32,18 @@ from app import auth, jsonio, write_coalescer
 from app.answer import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, answer_in
-from app.upstream.errors import UpstreamError
+from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError
 from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
+from app.upstream.streamable_http import too_large
 
 log = structlog.get_logger("mcp_shim.passthrough")
 
 # An error answer is small; one larger than this is relayed without a look.
 _ERROR_PEEK_BYTES = 64 * 1024
+
+
+class AnswerCutShort(Exception):
+    """A passed-through JSON answer over the limit after its head went out."""
 
 
 class PassThrough(Response):
@@ -100,6 +105,8 @@ class PassThrough(Response):
                             answer = None
                             self._outcome = "era_changed"
                             fallback = await self._fallback()
+                if answer is not None and peeked is None and answer.announced_too_large():
+                    raise too_large(answer.limit, "the passed-through request")
                 if answer is not None:
                     await self._relay(answer, peeked, send)
             if fallback is not None:
@@ -137,15 +144,34 @@ class PassThrough(Response):
             await send({"type": "http.response.body", "body": peeked})
             return
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-        async for chunk in answer.chunks():
-            if not chunk:
-                continue
-            try:
-                async with asyncio.timeout(self._write_timeout_s):
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except TimeoutError:
-                self._outcome = "client_stalled"
-                return
+        try:
+            async for chunk in answer.chunks():
+                if not chunk:
+                    continue
+                try:
+                    async with asyncio.timeout(self._write_timeout_s):
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except TimeoutError:
+                    self._outcome = "client_stalled"
+                    return
+        except UpstreamAnswerTooLarge as exc:
+            await self._cut(answer, exc, send)
+            return
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _cut(self, answer: ModernResponse, exc: UpstreamAnswerTooLarge, send: Send) -> None:
+        """An answer over MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES after its head went
+        out: an SSE stream ends with the call's -32603 as its last event; a
+        JSON body cannot say it, so the client's connection is closed before
+        the body's end (it sees a broken answer, never a short valid one)."""
+        self._outcome = "upstream_error"
+        if answer.content_type != "text/event-stream":
+            # Not an UpstreamError (answered with a body of its own): the head is
+            # out, and an exception now makes the server close the connection.
+            raise AnswerCutShort(exc.message) from exc
+        rejection = Rejection(INTERNAL_ERROR, f"Upstream error: {exc.message}", self._call_id)
+        event = b"\n\nevent: message\ndata: %s\n\n" % jsonio.dumps(rejection.to_message())
+        await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
 
     async def _send_whole(self, send: Send, status: int, body: bytes) -> None:

@@ -5,6 +5,9 @@
 --   BENCH_HEADERS  extra headers, one "Name: value" per line (the legacy
 --                  paths' Mcp-Session-Id, the gateway's MCP-Protocol-Version,
 --                  Mcp-Method and Mcp-Name)
+--   BENCH_CREDENTIALS  N > 0: each request carries "Authorization: Bearer
+--                  bench-<k>", k turning over 0..N-1 request by request (N
+--                  callers with credentials of their own; unset or 0: none)
 local file = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
 wrk.method = "POST"
 wrk.body = file:read("*a")
@@ -18,11 +21,36 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 -- BENCH_SAME_ID=1 keeps the one id (what this script did before; a row of
 -- bench/wrk.py shows the difference).
 local prefix, suffix = wrk.body:match('^(.-"id":)1(,.*)$')
-if prefix and os.getenv("BENCH_SAME_ID") ~= "1" then
+if os.getenv("BENCH_SAME_ID") == "1" then
+  prefix = nil
+end
+local credentials = tonumber(os.getenv("BENCH_CREDENTIALS") or "0") or 0
+-- One header table per credential, made at the first request (after the
+-- BENCH_HEADERS lines below are in wrk.headers).
+local tables = nil
+local function headers_for(counter)
+  if credentials <= 0 then
+    return nil
+  end
+  if tables == nil then
+    tables = {}
+    for k = 0, credentials - 1 do
+      local t = {}
+      for name, value in pairs(wrk.headers) do
+        t[name] = value
+      end
+      t["Authorization"] = "Bearer bench-" .. k
+      tables[k] = t
+    end
+  end
+  return tables[counter % credentials]
+end
+if prefix or credentials > 0 then
   local counter = 0
   request = function()
     counter = counter + 1
-    return wrk.format(nil, nil, nil, prefix .. counter .. suffix)
+    local body = prefix and (prefix .. counter .. suffix) or nil
+    return wrk.format(nil, nil, headers_for(counter), body)
   end
 end
 for line in (os.getenv("BENCH_HEADERS") or ""):gmatch("[^\n]+") do

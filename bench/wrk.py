@@ -85,6 +85,7 @@ class Route:
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
     upstream_pid: int = 0  # the upstream's process: its CPU per call on this path
     same_id: bool = False  # every request with id 1 (bench/call.lua)
+    credentials: int = 0  # Authorization values turned over request by request (call.lua)
 
 
 def _sse_or_json(response: httpx.Response) -> Any:
@@ -116,6 +117,8 @@ def preflight(path: Route) -> None:
     """One call through the path, checked, before wrk counts anything."""
     body = orjson.dumps(MODERN_CALL if path.modern else LEGACY_CALL)
     headers = {"accept": ACCEPT, "content-type": "application/json", **path.headers}
+    if path.credentials:
+        headers["authorization"] = "Bearer bench-0"
     answer = httpx.post(path.url, content=body, headers=headers, timeout=10)
     msg = _sse_or_json(answer)
     text = msg.get("result", {}).get("content", [{}])[0].get("text")
@@ -131,6 +134,7 @@ def run_wrk(
         "BENCH_BODY": str(bodies[path.modern]),
         "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in path.headers.items()),
         "BENCH_SAME_ID": "1" if path.same_id else "0",
+        "BENCH_CREDENTIALS": str(path.credentials),
     }
     argv = [
         "wrk",
@@ -403,6 +407,13 @@ def main() -> None:
         help="one more gateway row per upstream with this environment (a prototype); "
         "BENCH_GC_FREEZE=1 / BENCH_GC_THRESHOLD=... run it under bench/gc_probe.py",
     )
+    parser.add_argument(
+        "--credentials",
+        type=int,
+        default=0,
+        help="the gateway rows' requests carry this many Authorization values, turned "
+        "over request by request (0: none)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the runs here")
     args = parser.parse_args()
     if shutil.which("wrk") is None or shutil.which("nginx") is None:
@@ -422,6 +433,8 @@ def main() -> None:
             variants.append((label, {k: v for k, v in pairs}))
         paths = start_paths(stack, upstreams, logs, shim_env, variants)
         for p in paths:
+            if p.modern:
+                p.credentials = args.credentials
             if not p.modern:
                 p.headers = legacy_session(p.url)
             preflight(p)
@@ -433,6 +446,7 @@ def main() -> None:
         f"\nwrk -t1, closed loop, tools/call echo; {args.passes} alternating passes of "
         f"{args.seconds:g} s per cell; req/s of the better pass (x: against direct); "
         f"CPU per call: the hop's process tree, range over all cells; "
+        f"gateway rows with {args.credentials} Authorization value(s) turned over; "
         f"load average {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
         f"{os.cpu_count()} CPUs"
     )

@@ -27,6 +27,7 @@ from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDictProxy
 
 from app.upstream import tls
+from app.upstream.pool import credential_hash
 from app.upstream.streamable_http import Post, _printable_ascii, log
 
 tls.defer_aiohttp_defaults()
@@ -68,6 +69,21 @@ class _Connector(aiohttp.TCPConnector):
             attempt.reused = protocol in self._served
         self._served.add(protocol)
         return connection
+
+
+class _PerCredential(aiohttp.ClientRequest):
+    """A request whose pooled connection is its credential's own, as on h1
+    (app/upstream/h1.py says why): the connector pools by `connection_key`,
+    here with the credential in `proxy_headers_hash`, a field aiohttp uses
+    only as part of that key (None without a proxy, which the gateway never
+    uses: trust_env is off). `limit_per_host` then bounds one credential."""
+
+    @property
+    def connection_key(self) -> aiohttp.client_reqrep.ConnectionKey:
+        key = super().connection_key
+        credential = credential_hash(self.headers.get("Authorization"))
+        digest = 0 if credential == "-" else int(credential[:16], 16)
+        return key._replace(proxy_headers_hash=hash((key.proxy_headers_hash, digest)))
 
 
 def _stale(exc: BaseException, attempt: _Attempt) -> bool:
@@ -163,10 +179,13 @@ def transport(
             aiohttp_transport.client = aiohttp.ClientSession(
                 connector=_Connector(
                     limit=max_connections,
+                    # One credential at most half of the pool, as on h1.
+                    limit_per_host=max(1, max_connections // 2),
                     keepalive_timeout=keepalive_s,
                     ssl=aiohttp_transport.ssl_context,
                 ),
                 cookie_jar=aiohttp.DummyCookieJar(),
+                request_class=_PerCredential,
             )
         return aiohttp_transport.client
 

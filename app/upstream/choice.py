@@ -39,6 +39,7 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
         max_connections=settings.max_upstream_connections,
         transport=settings.upstream_http_transport,
         keepalive_s=settings.upstream_keepalive_s,
+        max_answer_bytes=settings.max_upstream_answer_bytes,
     )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(

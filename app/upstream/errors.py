@@ -26,6 +26,11 @@ class UpstreamProtocolError(UpstreamError):
     """The upstream answered something that is not MCP over Streamable HTTP."""
 
 
+class UpstreamAnswerTooLarge(UpstreamProtocolError):
+    """One answer's body is over MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES (decoded);
+    its connection was closed."""
+
+
 class UpstreamHttpError(UpstreamError):
     """A non-2xx answer without a JSON-RPC body."""
 

@@ -9,11 +9,24 @@ paths (GET streams, DELETE, metadata, the modern pass-through) stay on httpx
 over aiohttp.
 
 Bounds: `max_connections` open connections (idle or busy) per client, a free
-one waited for at most the pool timeout; idle connections expire after
+one waited for at most the pool timeout, and at most half of them for one
+credential (`Origin` is per credential: below); idle connections expire after
 `keepalive_s` and are dropped once the peer closed them; a response head over
 8 KiB per line or 64 KiB in all is refused (as aiohttp's parser refuses long
 lines) so an upstream cannot grow the gateway's memory; a body is read at the
-consumer's pace (reading pauses above `_HIGH_WATER` buffered bytes).
+consumer's pace (reading pauses above `_HIGH_WATER` buffered bytes), and an
+answer of a request made with `whole=True` (a POST's: one call's answer) is
+refused past `max_answer_bytes` decoded bytes, a gzip or deflate body
+inflated no further than that (`AnswerTooLarge`).
+
+One connection, one credential: every connection belongs to an `Origin`
+keyed by scheme, host, port and the SHA-256 of the `Authorization` it
+carries, and is reused only for that key. A byte after an answer's end (a
+second response in the same write, a 204 with a body) makes the connection
+unusable and it is closed, but a stray response that only arrives once the
+connection carries the next request cannot be told from that request's
+answer by any HTTP/1.1 client: it can then only reach a caller of the same
+credential, who could see it anyway.
 
 Timeouts: the read timeout runs between reads from the request's write to the
 answer's end, on one loop timer per connection re-armed lazily (a read only
@@ -44,6 +57,8 @@ MAX_HEAD = 65536
 # Buffered body bytes above which the connection stops reading until the
 # consumer takes them (a slow caller cannot make the gateway hold a stream).
 _HIGH_WATER = 262144
+# MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES' default: the stdio line limit's 64 MiB.
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 class H1Error(Exception):
@@ -83,14 +98,28 @@ class MalformedAnswer(H1Error):
     """What came is not an HTTP/1.1 answer (or its head is over the bounds)."""
 
 
+class AnswerTooLarge(H1Error):
+    """The answer's decoded body is over `max_answer_bytes`; its connection is closed."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the upstream answer exceeded {limit} bytes")
+        self.limit = limit
+
+
+class _PastTheEnd(Exception):
+    """Raised in the parser's callback when a second message starts on a
+    connection whose answer is complete: parsing stops there."""
+
+
 class _Connection(asyncio.Protocol):
     """One connection and the state of the answer it is reading. The answer
     (`H1Answer`) points here, never the other way: nothing per call makes a
     reference cycle. The parser and the protocol point at each other for the
     connection's life; `connection_lost` breaks that."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_answer_bytes: int) -> None:
         self._loop = loop
+        self._max_answer = max_answer_bytes
         self.writes = write_coalescer.for_loop(loop)
         self.transport: asyncio.Transport | None = None
         self._parser: Any = httptools.HttpResponseParser(self)
@@ -122,10 +151,14 @@ class _Connection(asyncio.Protocol):
         self._encoding = ""
         self._decoder: Any = None
         self._interim = False
+        self._whole = False  # the answer's body is capped at _max_answer in all
+        self.received = 0  # decoded body bytes of the answer so far
 
-    def start(self, read_timeout: float | None) -> None:
-        """A request is about to be written: a fresh answer state, the read timer."""
+    def start(self, read_timeout: float | None, whole: bool = False) -> None:
+        """A request is about to be written: a fresh answer state, the read timer.
+        `whole`: the answer is one message, its body capped at `max_answer_bytes`."""
         self._reset()
+        self._whole = whole
         self.busy = True
         self._read_timeout = read_timeout
         if read_timeout is not None:
@@ -151,6 +184,9 @@ class _Connection(asyncio.Protocol):
             self._head_size += len(data)
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            self._callback_failed(exc)
+            return
         except httptools.HttpParserUpgrade:
             self._fail(MalformedAnswer("an upgrade was not asked for"))
             return
@@ -159,6 +195,18 @@ class _Connection(asyncio.Protocol):
             return
         if not self.head_done and self._head_size > MAX_HEAD:
             self._fail(MalformedAnswer(f"answer head over {MAX_HEAD} bytes"))
+
+    def _callback_failed(self, exc: httptools.HttpParserCallbackError) -> None:
+        cause = exc.__context__
+        if isinstance(cause, _PastTheEnd):
+            # Bytes of another response after this one's end: the answer is
+            # whole and stays its caller's, the connection is closed (release).
+            self.keep_alive = False
+            self.close()
+        elif isinstance(cause, H1Error):
+            self._fail(cause)
+        else:
+            self._fail(MalformedAnswer(str(exc)[:200]))
 
     def eof_received(self) -> bool:
         return False  # close: connection_lost ends a read-until-close body
@@ -170,8 +218,11 @@ class _Connection(asyncio.Protocol):
             self._timer = None
         if self.busy and not self.complete and self.error is None:
             if self.head_done and not self._framed:
-                self._finish_body()  # the body was "until the connection closes"
                 self.keep_alive = False
+                try:
+                    self._finish_body()  # the body was "until the connection closes"
+                except AnswerTooLarge as too_large:
+                    self.error = too_large
             elif not self.answered and self.served:
                 self.error = StaleConnection("the reused connection closed before any answer")
             else:
@@ -181,6 +232,10 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            raise _PastTheEnd
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(name) + len(value) > MAX_LINE:
@@ -206,6 +261,13 @@ class _Connection(asyncio.Protocol):
         self.status = status
         if status == 204 or status == 304:
             self._framed = True
+            # No body may follow (RFC 9110 sections 15.3.5 and 15.4.5); one that
+            # announces a length or chunks may still send it, after this
+            # answer's end: the connection is not reused. The gateway never
+            # sends a conditional request, so a 304 is never an answer it
+            # asked for either.
+            if status == 304 or self._announces_body():
+                self.keep_alive = False
         if self._encoding in ("gzip", "x-gzip", "deflate"):
             # The gateway offers gzip and deflate (httpx's Accept-Encoding, kept
             # so an upstream far away may compress big answers): decoded here,
@@ -214,11 +276,29 @@ class _Connection(asyncio.Protocol):
         self.head_done = True
         self._wake()
 
+    def _announces_body(self) -> bool:
+        for name, value in self.headers:
+            lower = name.lower()
+            if lower == "transfer-encoding" or (lower == "content-length" and value.strip() != "0"):
+                return True
+        return False
+
     def on_body(self, body: bytes) -> None:
+        limit = self._max_answer
+        if self._whole:
+            limit -= self.received
         if self._decoder is not None:
-            body = self._decoder.decompress(body)  # zlib.error: a malformed answer
+            # Inflated no further than the cap allows (a small gzip body can
+            # inflate a thousandfold): input left over means it is over.
+            decoder = self._decoder
+            body = decoder.decompress(body, limit + 1)  # zlib.error: a malformed answer
+            if decoder.unconsumed_tail:
+                raise AnswerTooLarge(self._max_answer)
             if not body:
                 return
+        if len(body) > limit:
+            raise AnswerTooLarge(self._max_answer)
+        self.received += len(body)
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > _HIGH_WATER and not self._paused and self.transport is not None:
@@ -231,16 +311,21 @@ class _Connection(asyncio.Protocol):
             self._interim = False
             self._head_size = 0
             return
-        self.keep_alive = bool(self._parser.should_keep_alive())
+        self.keep_alive = self.keep_alive and bool(self._parser.should_keep_alive())
         self._finish_body()
 
     # the consumer's side
 
     def _finish_body(self) -> None:
         if self._decoder is not None:
-            rest = self._decoder.flush()
+            decoder = self._decoder
             self._decoder = None
+            # on_body left no input behind (unconsumed_tail): only what zlib holds.
+            rest = decoder.flush()
+            if len(rest) > (self._max_answer - self.received if self._whole else self._max_answer):
+                raise AnswerTooLarge(self._max_answer)
             if rest:
+                self.received += len(rest)
                 self.chunks.append(rest)
         self.complete = True
         self._wake()
@@ -312,16 +397,21 @@ class _Connection(asyncio.Protocol):
 
 
 class Origin:
-    """Where connections go (scheme, host, port) and its idle connections,
-    most recently used last."""
+    """Where connections go (scheme, host, port) for one credential (`key`'s
+    last member, the SHA-256 of the `Authorization` the requests carry, "-"
+    without one): its idle connections, most recently used last, how many are
+    open, and the requests waiting because that credential holds its share."""
 
-    __slots__ = ("host", "idle", "port", "ssl")
+    __slots__ = ("host", "idle", "key", "open", "port", "ssl", "waiters")
 
-    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> None:
-        self.host = host
-        self.port = port
+    def __init__(self, key: tuple[str, str, int, str], ssl_context: ssl.SSLContext | None) -> None:
+        self.key = key
+        self.host = key[1]
+        self.port = key[2]
         self.ssl = ssl_context
         self.idle: list[_Connection] = []
+        self.open = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
 
 
 class H1Answer:
@@ -339,13 +429,25 @@ class H1Answer:
         self.headers: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict(conn.headers))
         self.is_closed = False
 
-    async def aread(self) -> bytes:
+    async def aread(self) -> bytes | bytearray:
         conn = self._conn
         if conn is None:
             return b""
-        while not conn.complete:
-            await conn.wait()
-        body = conn.take()
+        # The body's chunks taken as they come: left in the connection, more
+        # than `_HIGH_WATER` of them would pause reading before the end came.
+        # Into one growing buffer (a large one grows in place, mremap), not
+        # pieces joined at the end: one copy of a large body, not two.
+        body: bytes | bytearray
+        if conn.complete:
+            body = conn.take()
+        else:
+            grown = bytearray()
+            while not conn.complete:
+                if conn.chunks:
+                    grown += conn.take()
+                await conn.wait()
+            grown += conn.take()
+            body = grown
         self._end(reusable=True)
         return body
 
@@ -404,15 +506,24 @@ class _Chunks:
 
 
 class H1Client:
-    """The pool: at most `max_connections` open connections over every origin."""
+    """The pool: at most `max_connections` open connections over every origin
+    and credential, at most half of them (`share`) for one credential, so one
+    caller's load always leaves room for the others'."""
 
     def __init__(
-        self, *, max_connections: int, keepalive_s: float, ssl_context: ssl.SSLContext | None
+        self,
+        *,
+        max_connections: int,
+        keepalive_s: float,
+        ssl_context: ssl.SSLContext | None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self._limit = max_connections
+        self.share = max(1, max_connections // 2)
         self._keepalive_s = keepalive_s
         self._ssl = ssl_context
-        self._origins: dict[tuple[str, str, int], Origin] = {}
+        self.max_answer_bytes = max_answer_bytes
+        self._origins: dict[tuple[str, str, int, str], Origin] = {}
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
@@ -422,16 +533,33 @@ class H1Client:
     def open_connections(self) -> int:
         return self._open
 
-    def origin(self, scheme: str, host: str, port: int | None) -> Origin:
+    def origin(self, scheme: str, host: str, port: int | None, credential: str = "-") -> Origin:
+        """`credential`: the caller's credential hash (`pool.credential_hash`)."""
         tls = scheme == "https"
-        key = (scheme, host, port or (443 if tls else 80))
+        key = (scheme, host, port or (443 if tls else 80), credential)
         found = self._origins.get(key)
         if found is None:
-            found = Origin(host, key[2], self._ssl if tls else None)
-            if tls and found.ssl is None:
-                found.ssl = ssl.create_default_context()
+            ssl_context = self._ssl if tls else None
+            if tls and ssl_context is None:
+                ssl_context = ssl.create_default_context()
+            found = Origin(key, ssl_context)
             self._origins[key] = found
         return found
+
+    def _registered(self, origin: Origin) -> Origin:
+        # An origin is forgotten when it holds no connection (`_forget`), but a
+        # session's poster keeps its own: the one registered for its key counts.
+        found = self._origins.get(origin.key)
+        if found is None:
+            self._origins[origin.key] = origin
+            return origin
+        return found
+
+    def _forget(self, origin: Origin) -> None:
+        """Bounds the origins to the credentials that hold connections."""
+        if origin.open <= 0 and not origin.idle and not origin.waiters:
+            if self._origins.get(origin.key) is origin:
+                del self._origins[origin.key]
 
     async def request(
         self,
@@ -442,12 +570,14 @@ class H1Client:
         read_timeout: float | None,
         pool_timeout: float | None,
         fresh: bool = False,
+        whole: bool = False,
     ) -> H1Answer:
         """Writes `payload` (a whole request) and returns once the answer's head
-        came. `fresh`: on a new connection, closed after this exchange."""
+        came. `fresh`: on a new connection, closed after this exchange. `whole`:
+        the answer is one message (a POST's), capped at `max_answer_bytes`."""
         conn = await self._acquire(origin, connect_timeout, pool_timeout, fresh)
         try:
-            conn.start(read_timeout)
+            conn.start(read_timeout, whole)
             if fresh:
                 conn.pooled = False
             transport = conn.transport
@@ -472,6 +602,7 @@ class H1Client:
         loop = asyncio.get_running_loop()
         deadline = None if pool_timeout is None else loop.time() + pool_timeout
         while True:
+            origin = self._registered(origin)
             if not fresh:
                 idle = origin.idle
                 now = loop.time()
@@ -480,24 +611,32 @@ class H1Client:
                     if conn.usable(now, self._keepalive_s):
                         return conn
                     self._drop(conn)
-            if self._open < self._limit or self._evict_one():
+            if origin.open >= self.share:
+                # This credential holds its share: it waits for one of its own.
+                await self._wait_slot(loop, deadline, origin.waiters)
+            elif self._open < self._limit or self._evict_one():
                 break
-            await self._wait_slot(loop, deadline)
+            else:
+                await self._wait_slot(loop, deadline, self._waiters)
         self._open += 1
+        origin.open += 1
         try:
             return await self._connect(loop, origin, connect_timeout)
         except BaseException:
             self._open -= 1
-            self._wake_one()
+            origin.open -= 1
+            self._wake(origin)
+            self._forget(origin)
             raise
 
     async def _connect(
         self, loop: asyncio.AbstractEventLoop, origin: Origin, connect_timeout: float | None
     ) -> _Connection:
+        limit = self.max_answer_bytes
         try:
             async with asyncio.timeout(connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop),
+                    lambda: _Connection(loop, limit),
                     origin.host,
                     origin.port,
                     ssl=origin.ssl,
@@ -510,9 +649,14 @@ class H1Client:
         conn.origin = origin
         return conn
 
-    async def _wait_slot(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> None:
+    async def _wait_slot(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float | None,
+        waiters: deque[asyncio.Future[None]],
+    ) -> None:
         waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(waiter)
+        waiters.append(waiter)
         try:
             async with asyncio.timeout_at(deadline):
                 await waiter
@@ -520,22 +664,22 @@ class H1Client:
             raise PoolTimeout("no upstream connection came free in time") from None
         except BaseException:
             if waiter.done() and not waiter.cancelled():
-                self._wake_one()  # the slot we were given goes to the next one
+                _wake_first(waiters)  # the slot we were given goes to the next one
             raise
         finally:
             if not waiter.done():
                 waiter.cancel()
             try:
-                self._waiters.remove(waiter)
+                waiters.remove(waiter)
             except ValueError:
                 pass
 
-    def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+    def _wake(self, origin: Origin | None) -> None:
+        """A connection came back or closed: the first waiter of its credential
+        (its share or its idle connection), then the first of all (a slot)."""
+        if origin is not None:
+            _wake_first(origin.waiters)
+        _wake_first(self._waiters)
 
     def _evict_one(self) -> bool:
         """At the bound: close the least recently used idle connection of any
@@ -549,17 +693,21 @@ class H1Client:
         if oldest is None:
             return False
         self._drop(oldest.idle.pop(0))
+        self._forget(oldest)
         return True
 
     def _drop(self, conn: _Connection) -> None:
         conn.close()
         self._open -= 1
+        if conn.origin is not None:
+            conn.origin.open -= 1
 
     def release(self, conn: _Connection, reusable: bool) -> None:
         """A connection back from an exchange: pooled if its answer was read to
         the end and neither side said close, else closed."""
         conn.busy = False
         conn.chunks = []
+        origin = conn.origin
         if (
             reusable
             and conn.keep_alive
@@ -572,20 +720,22 @@ class H1Client:
             conn.served += 1
             loop = conn._loop
             conn.idle_since = loop.time()
-            assert conn.origin is not None
-            conn.origin.idle.append(conn)
+            assert origin is not None
+            origin.idle.append(conn)
             if self._sweeper is None:
                 self._sweeper = loop.call_later(self._keepalive_s, self._sweep)
         else:
             self._drop(conn)
-        self._wake_one()
+        self._wake(origin)
+        if origin is not None:
+            self._forget(origin)
 
     def _sweep(self) -> None:
         """Close idle connections past the keep-alive time (oldest first in each list)."""
         self._sweeper = None
         now = asyncio.get_running_loop().time()
         left = False
-        for origin in self._origins.values():
+        for origin in list(self._origins.values()):
             idle = origin.idle
             expired = 0
             while expired < len(idle) and not idle[expired].usable(now, self._keepalive_s):
@@ -594,6 +744,7 @@ class H1Client:
                 self._drop(conn)
             del idle[:expired]
             left = left or bool(idle)
+            self._forget(origin)
         if left:
             loop = asyncio.get_running_loop()
             self._sweeper = loop.call_later(self._keepalive_s / 2, self._sweep)
@@ -604,11 +755,25 @@ class H1Client:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for origin in self._origins.values():
+        for origin in list(self._origins.values()):
             for conn in origin.idle:
                 self._drop(conn)
             origin.idle.clear()
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(ConnectFailed("the client is closed"))
+            _refuse_all(origin.waiters)
+            self._forget(origin)
+        _refuse_all(self._waiters)
+
+
+def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            return
+
+
+def _refuse_all(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_exception(ConnectFailed("the client is closed"))

@@ -59,6 +59,7 @@ from app.upstream.streamable_http import (
     _httpx_poster,
     _library_errors,
     _refuse_challenge,
+    answer_limit,
     resendable,
 )
 
@@ -227,7 +228,7 @@ async def open_sse_session(
         )
     session: SseSession | None = None
     try:
-        events = sse_events(response.aiter_bytes())
+        events = sse_events(response.aiter_bytes(), answer_limit(client))
         endpoint = await _endpoint(events, response.url, endpoint_timeout_s)
         session = SseSession(client, endpoint, response, events, headers, request_timeout_s)
         exchange = await session.request(initialize)

@@ -34,6 +34,8 @@ from app.upstream.streamable_http import (
     _content_type,
     _library_errors,
     _refuse_challenge,
+    answer_limit,
+    too_large,
 )
 
 VERSION_HEADER = "mcp-protocol-version"
@@ -88,8 +90,10 @@ class ModernResponse:
     """The upstream's answer to a passed-through request, not parsed: its status,
     the headers the client gets, and its body as it streams."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, limit: int) -> None:
         self._response = response
+        # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES, of the decoded body.
+        self.limit = limit
         self.status = response.status_code
         self.content_type = _content_type(response)
         self.headers = [
@@ -111,9 +115,20 @@ class ModernResponse:
                     return None
         return bytes(body)
 
+    def announced_too_large(self) -> bool:
+        """The answer's Content-Length is over the limit (its encoded size: the
+        decoded one is larger still)."""
+        length = self._response.headers.get("content-length", "")
+        return length.isdigit() and int(length) > self.limit
+
     async def chunks(self) -> AsyncIterator[bytes]:
+        """The decoded body as it comes; `UpstreamAnswerTooLarge` past the limit."""
+        size = 0
         with _library_errors("streaming the answer"):
             async for chunk in self._response.aiter_bytes():
+                size += len(chunk)
+                if size > self.limit:
+                    raise too_large(self.limit, "the passed-through request")
                 yield chunk
 
     async def aclose(self) -> None:
@@ -144,7 +159,7 @@ class ModernHttpUpstream:
         )
         with _library_errors(str(headers.get("mcp-method"))):
             response = await self._client.send(request, stream=True)
-        return ModernResponse(response)
+        return ModernResponse(response, answer_limit(self._client))
 
     async def request(
         self, message: Message, headers: Mapping[str, str], *, long_lived: bool = False
@@ -182,4 +197,4 @@ class ModernHttpUpstream:
             status = response.status_code
             await response.aclose()
             raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
-        return HttpExchange(response, what)
+        return HttpExchange(response, what, answer_limit(self._client))

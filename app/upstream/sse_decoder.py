@@ -14,7 +14,9 @@ UTF-8 sequence is never cut), and a line is decoded as UTF-8 with invalid
 sequences replaced, as the standard's "UTF-8 decode" does.
 
 Fed chunk by chunk as they arrive (`feed`), it holds what it has seen of an
-unfinished line and event; one decoder reads one stream.
+unfinished line and event, at most `max_event_bytes` of them (`EventTooLarge`
+beyond: an upstream cannot grow the gateway's memory with one endless event);
+one decoder reads one stream.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import NamedTuple
 
 _BOM = b"\xef\xbb\xbf"
+
+
+class EventTooLarge(ValueError):
+    """An unfinished event (its data and the line being read) over the bound."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"an event of the stream exceeded {limit} bytes")
+        self.limit = limit
 
 
 class Event(NamedTuple):
@@ -37,17 +47,25 @@ class Event(NamedTuple):
 class SSEDecoder:
     __slots__ = (
         "_data",
+        "_data_size",
         "_event",
         "_id",
+        "_max",
         "_partial",
+        "_partial_size",
         "_skip_lf",
         "_start",
         "last_event_id",
         "retry",
     )
 
-    def __init__(self) -> None:
-        self._partial = b""  # an unfinished line (or the first bytes, for the BOM)
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._max = max_event_bytes
+        self._data_size = 0  # bytes of the data lines buffered for the event
+        # An unfinished line (or the first bytes, for the BOM), in the pieces it
+        # came in: a long line is joined once, when it ends, not at every chunk.
+        self._partial: list[bytes] = []
+        self._partial_size = 0
         self._skip_lf = False  # the previous chunk ended with CR: a leading LF is its CRLF
         self._start = True  # nothing of the stream seen yet: a BOM may come
         self._data: list[str] = []
@@ -68,11 +86,18 @@ class SSEDecoder:
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
         if self._partial:
-            chunk = self._partial + chunk
-            self._partial = b""
+            self._partial.append(chunk)
+            self._partial_size += len(chunk)
+            if not self._start and b"\n" not in chunk and b"\r" not in chunk:
+                self._check_size()  # the line goes on
+                return []
+            chunk = b"".join(self._partial)
+            self._partial = []
+            self._partial_size = 0
         if self._start:
             if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
-                self._partial = chunk  # maybe a BOM cut across chunks
+                self._partial = [chunk]  # maybe a BOM cut across chunks
+                self._partial_size = len(chunk)
                 return []
             self._start = False
             if chunk.startswith(_BOM):
@@ -84,7 +109,9 @@ class SSEDecoder:
         if last == 0x0D:  # CR: the line is over, and an LF may follow in the next chunk
             self._skip_lf = True
         elif last != 0x0A:
-            self._partial = lines.pop()
+            rest = lines.pop()
+            self._partial = [rest]
+            self._partial_size = len(rest)
         events: list[Event] = []
         for line in lines:
             if not line:
@@ -93,7 +120,12 @@ class SSEDecoder:
                     events.append(event)
             elif line[0] != 0x3A:  # ':' starts a comment
                 self._field(line)
+        self._check_size()
         return events
+
+    def _check_size(self) -> None:
+        if self._max is not None and self._partial_size + self._data_size > self._max:
+            raise EventTooLarge(self._max)
 
     def _field(self, line: bytes) -> None:
         name, colon, value = line.partition(b":")
@@ -101,6 +133,7 @@ class SSEDecoder:
             value = value[1:]
         if name == b"data":
             self._data.append(value.decode("utf-8", "replace"))
+            self._data_size += len(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         elif name == b"id":
@@ -118,14 +151,17 @@ class SSEDecoder:
         if not data:
             return None
         self._data = []
+        self._data_size = 0
         return Event(event or "message", "\n".join(data), self._id)
 
 
-async def events(chunks: AsyncIterator[bytes]) -> AsyncGenerator[Event, None]:
+async def events(
+    chunks: AsyncIterator[bytes], max_event_bytes: int | None = None
+) -> AsyncGenerator[Event, None]:
     """The events of a stream's chunks, as they complete. The chunks' iterator
     is closed with this one (an httpx body generator left open would be
     finalized later by the event loop, keeping its response alive till then)."""
-    decoder = SSEDecoder()
+    decoder = SSEDecoder(max_event_bytes)
     try:
         async for chunk in chunks:
             for event in decoder.feed(chunk):

@@ -30,6 +30,7 @@ from app.upstream import h1
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
+    UpstreamAnswerTooLarge,
     UpstreamAuthChallenge,
     UpstreamError,
     UpstreamHttpError,
@@ -37,7 +38,8 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.sse_decoder import SSEDecoder
+from app.upstream.pool import credential_hash
+from app.upstream.sse_decoder import EventTooLarge, SSEDecoder
 from app.upstream.tls import upstream_context
 from translators.registry import Version, get_version
 
@@ -106,6 +108,16 @@ def _aiohttp_error(exc: Exception, what: str) -> UpstreamError | None:
     return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
 
 
+def too_large(limit: int, what: str) -> UpstreamAnswerTooLarge:
+    """An answer over MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES (every transport's), logged."""
+    log.warning(
+        "upstream_answer_too_large", limit=limit, setting="MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES"
+    )
+    return UpstreamAnswerTooLarge(
+        f"the upstream answer to {what} exceeded {limit} bytes (MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES)"
+    )
+
+
 def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
     """The gateway's error for a library's exception, None for one left as it is."""
     if isinstance(exc, h1.H1Error):
@@ -113,6 +125,8 @@ def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
         # errors and messages as aiohttp's below.
         if isinstance(exc, h1.H1Timeout):
             return UpstreamTimeout(f"upstream timed out during {what}")
+        if isinstance(exc, h1.AnswerTooLarge):
+            return too_large(exc.limit, what)
         if isinstance(exc, h1.MalformedAnswer):
             return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
         return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
@@ -127,6 +141,8 @@ def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
         return UpstreamTimeout(f"upstream timed out during {what}")
     if isinstance(exc, httpx.TransportError | OSError):
         return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
+    if isinstance(exc, EventTooLarge):
+        return too_large(exc.limit, what)
     if isinstance(exc, jsonio.JSONDecodeError | UnicodeDecodeError):
         return UpstreamProtocolError(f"upstream sent malformed data during {what}")
     if isinstance(exc, UnicodeEncodeError):
@@ -223,6 +239,7 @@ class UpstreamClient(httpx.AsyncClient):
         fresh_session: FreshSession | None = None,
         lean: h1.H1Client | None = None,
         streams: h1.H1Client | None = None,
+        max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         super().__init__(
             transport=transport,
@@ -234,6 +251,9 @@ class UpstreamClient(httpx.AsyncClient):
         self._fresh_session = fresh_session
         self._lean = lean
         self._streams = streams
+        # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: h1 bounds its answers itself,
+        # `HttpExchange` those of the other transports and every SSE event.
+        self.max_answer_bytes = max_answer_bytes
 
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
@@ -290,7 +310,7 @@ class UpstreamClient(httpx.AsyncClient):
         )
         streams = self._streams
         return await streams.request(
-            streams.origin(url.scheme, url.host, url.port),
+            streams.origin(url.scheme, url.host, url.port, _credential(fields)),
             head,
             connect_timeout=timeouts.connect,
             read_timeout=timeouts.read,
@@ -324,8 +344,10 @@ def _h1_poster(
     """The hot path on app/upstream/h1.py: the request's head built once per
     session (the call's extra headers, the trace context, appended), one write
     of head and body per POST. `method`: another for a one-off (`send_lean`)."""
-    origin = client.origin(url.scheme, url.host, url.port)
     fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
+    # Connections are the credential's own (app/upstream/h1.py says why); a
+    # call's extra headers never carry Authorization (tracing.outgoing_headers).
+    origin = client.origin(url.scheme, url.host, url.port, _credential(fields))
     # httpx refuses what is not ASCII, aiohttp a CR or LF: refused here as
     # httpx did (UnicodeEncodeError, turned into our error in `_library_errors`).
     unsendable = not all(_token(k) and _printable_ascii(v) for k, v in fields.items())
@@ -356,7 +378,12 @@ def _h1_poster(
         )
         try:
             return await client.request(
-                origin, payload, connect_timeout=connect, read_timeout=read, pool_timeout=pool
+                origin,
+                payload,
+                connect_timeout=connect,
+                read_timeout=read,
+                pool_timeout=pool,
+                whole=True,
             )
         except h1.StaleConnection as exc:
             # `_stale`'s rule: a reused connection that failed before any answer.
@@ -370,9 +397,18 @@ def _h1_poster(
             read_timeout=read,
             pool_timeout=pool,
             fresh=True,
+            whole=True,
         )
 
     return post
+
+
+def _credential(fields: Mapping[str, str]) -> str:
+    """The h1 pool's credential key: the same hash the session pool keys by."""
+    for name, value in fields.items():
+        if name.lower() == "authorization":
+            return credential_hash(value)
+    return credential_hash(None)
 
 
 def _token(name: str) -> bool:
@@ -421,6 +457,7 @@ def build_client(
     max_connections: int,
     transport: str = "h1",
     keepalive_s: float = KEEPALIVE_S,
+    max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
 ) -> UpstreamClient:
     """`transport`: h1 (the session POSTs on app/upstream/h1.py, the rest on httpx
     over aiohttp), aiohttp (the session POSTs on aiohttp too) or httpx (httpx's
@@ -434,6 +471,7 @@ def build_client(
         return UpstreamClient(
             transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
             connect_timeout_s=connect_timeout_s,
+            max_answer_bytes=max_answer_bytes,
         )
     # CA certificates read on the first TLS handshake (app/upstream/tls.py);
     # one context for h1 and aiohttp.
@@ -444,13 +482,20 @@ def build_client(
                 lambda: _aiohttp_transport(limits, max_connections, keepalive_s, verify)
             ),
             connect_timeout_s=connect_timeout_s,
+            max_answer_bytes=max_answer_bytes,
             lean=h1.H1Client(
-                max_connections=max_connections, keepalive_s=keepalive_s, ssl_context=verify
+                max_connections=max_connections,
+                keepalive_s=keepalive_s,
+                ssl_context=verify,
+                max_answer_bytes=max_answer_bytes,
             ),
             # GETs (streams, metadata): the bound the aiohttp pool gave them
             # (app/cli.py counts two pools).
             streams=h1.H1Client(
-                max_connections=max_connections, keepalive_s=keepalive_s, ssl_context=verify
+                max_connections=max_connections,
+                keepalive_s=keepalive_s,
+                ssl_context=verify,
+                max_answer_bytes=max_answer_bytes,
             ),
         )
     from app.upstream import aiohttp_client
@@ -462,6 +507,7 @@ def build_client(
         transport=aiohttp_transport,
         connect_timeout_s=connect_timeout_s,
         aiohttp_session=session,
+        max_answer_bytes=max_answer_bytes,
         fresh_session=aiohttp_client.FreshSession(max_connections, verify),
     )
 
@@ -545,9 +591,13 @@ class HttpExchange:
     the event loop's first-iteration hook (a weak set's add and remove) and a
     close of its own (bench/README.md, "Fifth round")."""
 
-    def __init__(self, response: Answer, what: str) -> None:
+    def __init__(
+        self, response: Answer, what: str, limit: int = h1.DEFAULT_MAX_ANSWER_BYTES
+    ) -> None:
         self._response = response
         self._what = what
+        # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON answer's body, an SSE event.
+        self._limit = limit
         # A modern server answers a session's request with 400 (upstream/era_transport.py).
         self.status = response.status_code
         self._events: AsyncGenerator[Message, None] | None = (
@@ -581,7 +631,7 @@ class HttpExchange:
 
     async def _read_json(self) -> list[Message]:
         with _library_errors(self._what):
-            body = await self._response.aread()
+            body = await self._body()
             parsed = jsonio.loads(body) if body else None
         if parsed is None:
             return []
@@ -591,9 +641,29 @@ class HttpExchange:
         messages.reverse()
         return messages
 
+    async def _body(self) -> bytes | bytearray:
+        """The whole body, at most `_limit` bytes (decoded). h1 counts its
+        POSTs' answers as they arrive (`whole`) and closes the connection."""
+        response = self._response
+        limit = self._limit
+        body: bytes | bytearray
+        if isinstance(response, h1.H1Answer):
+            body = await response.aread()
+        else:
+            grown = bytearray()
+            async for chunk in response.aiter_bytes():
+                if len(grown) + len(chunk) > limit:
+                    # Closing the unread answer closes its connection (aclose).
+                    raise too_large(limit, self._what)
+                grown += chunk
+            body = grown
+        if len(body) > limit:
+            raise too_large(limit, self._what)
+        return body
+
     async def _read_events(self) -> AsyncGenerator[Message, None]:
         response = self._response
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(self._limit)
         chunks = response.aiter_bytes()
         try:
             with _library_errors(self._what):
@@ -655,6 +725,13 @@ def _unbind(response: Answer) -> None:
         response.stream = _CLOSED
 
 
+def answer_limit(client: httpx.AsyncClient) -> int:
+    """MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES as the client was built with it."""
+    if isinstance(client, UpstreamClient):
+        return client.max_answer_bytes
+    return h1.DEFAULT_MAX_ANSWER_BYTES
+
+
 def _messages_of(parsed: Any) -> Iterator[Message]:
     if isinstance(parsed, dict):
         yield parsed
@@ -679,6 +756,7 @@ class StreamableHttpSession:
         self.session_id = session_id
         self.version = version
         self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
+        self._limit = answer_limit(client)
         base = {"accept": _ACCEPT, "content-type": "application/json", **headers}
         if session_id is not None:
             base[SESSION_HEADER] = session_id
@@ -709,7 +787,7 @@ class StreamableHttpSession:
             status = response.status_code
             await _close(response)
             raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
-        return HttpExchange(response, what)
+        return HttpExchange(response, what, self._limit)
 
     async def _post_expect_accepted(self, message: Message, what: str) -> None:
         response = await self._post(message, what)
@@ -753,7 +831,7 @@ class StreamableHttpSession:
             status = response.status_code
             await _close(response)
             raise UpstreamHttpError(f"upstream refused the GET stream with HTTP {status}", status)
-        return HttpExchange(response, "GET stream")
+        return HttpExchange(response, "GET stream", self._limit)
 
     async def close(self) -> None:
         if self.session_id is None:
@@ -802,7 +880,7 @@ class StreamableHttpTransport:
             )
         session_id = _joined(response, SESSION_HEADER)
         answer: Message | None = None
-        exchange = HttpExchange(response, "initialize")
+        exchange = HttpExchange(response, "initialize", bootstrap._limit)
         try:
             async for message in exchange:
                 if message.get("id") == initialize["id"] and (

@@ -316,7 +316,7 @@ async def test_closing_the_client_closes_every_pooled_connection(
     serve: Callable[[Script], Awaitable[Peer]],
 ) -> None:
     peer = await serve(_answer)
-    client = _client()
+    client = _client(max_connections=8)  # one credential may hold half of them
     await asyncio.gather(*(_call(client, peer.url) for _ in range(3)))
     lean = _lean(client)
     assert lean.open_connections == 3
@@ -433,7 +433,9 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
         await stream.aclose()
         await session.close()
         modern = ModernHttpUpstream(client, peer.url, request_timeout_s=5.0)
-        exchange = await modern.request(CALL, {"mcp-method": "tools/call"})
+        # The session's credential: connections are per credential.
+        headers = {"mcp-method": "tools/call", "authorization": "Bearer t"}
+        exchange = await modern.request(CALL, headers)
         assert [m async for m in exchange] == [jsonio.loads(ANSWER)]
         await exchange.aclose()
         transport = client._transport
