@@ -301,6 +301,7 @@ async def _passed_through(
         body,
         {"content-type": "application/json", "accept": "application/json, text/event-stream"},
         call_id=7,
+        method="tools/call",
         long_lived=False,
         era=Any,  # type: ignore[arg-type]  # not asked: the answer is 200
         seen=Any,  # type: ignore[arg-type]
