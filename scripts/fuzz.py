@@ -105,6 +105,7 @@ class Run:
         self.rss: list[tuple[int, int]] = []
         self.died = False
         self.channel: fuzzing_legacy.Channel | None = None
+        self.workers = fuzzing.children(pid)
         self.owed = 0  # answers the channel's stream owes, in all
         (out / "failures.jsonl").write_text("")
 
@@ -139,9 +140,10 @@ class Run:
     def after(self, probe: fuzzing.Probe, answer: fuzzing.Answer, target: str) -> None:
         """What every probe is followed by: the process alive, RSS, the canaries."""
         self.sent += 1
-        if fuzzing.process_alive(self.pid) is False:
+        if not fuzzing.process_alive(self.pid, self.workers):
             self.died = True
-            self.record(target, "died", probe, answer, ["the gateway died: " + self.last_words()])
+            why = "the gateway or one of its workers died: " + self.last_words()
+            self.record(target, "died", probe, answer, [why])
             return
         if self.sent % 250 == 0:
             self.rss.append((self.sent, fuzzing.rss_kib(self.pid)))
@@ -162,7 +164,7 @@ class Run:
         telling = [
             line
             for line in lines
-            if any(w in line for w in ("Shutting down", "Traceback", '"error"', "Killed"))
+            if any(w in line for w in ("Shutting down", "Traceback", '"error"', "Killed", "exited"))
         ]
         return " | ".join(telling)[-600:] or "no clue in the last 40 log lines"
 
@@ -381,6 +383,7 @@ def main() -> int:
         "canaries": run.canaries,
         "canary_failures": run.canary_failures,
         "gateway_died": run.died,
+        "workers": len(run.workers),
         "rss_kib": {"start": rss_start, "after_warmup": warm, "peak_sampled": peak, "end": rss_end},
         "rss_samples": run.rss,
         "rss_growth_failure": rss_failure,
@@ -410,7 +413,7 @@ def _print(summary: dict[str, Any]) -> None:
     print(f"canaries: {summary['canaries']}, failed: {len(summary['canary_failures'])}")
     for line in summary["canary_failures"][:5]:
         print(f"  {line}")
-    print(f"gateway died: {summary['gateway_died']}")
+    print(f"gateway (or one of its {summary['workers']} workers) died: {summary['gateway_died']}")
     print("failures per target:")
     for name, tally in summary["targets"].items():
         print(f"  {tally['failures']:>7}  {name} (of {tally['messages_sent']})")
