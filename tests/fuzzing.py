@@ -964,7 +964,10 @@ def _notification_refusal(probe: Probe) -> int | None:
     # "Header requirements for notification POSTs are not defined by this
     # revision" (streamable-http, "Sending Messages"): the gateway asks for what
     # every POST carries, MCP-Protocol-Version, and checks Mcp-Method when sent.
-    if versions != [MODERN.encode()] or len(methods) > 1:
+    # Either sent twice (RFC 9110 section 5.3: a sender MUST NOT; what a
+    # recipient does is left open) is judged by its first value, as for a
+    # request: refused if that is wrong, else either answer.
+    if versions[:1] != [MODERN.encode()]:
         return 400
     if not isinstance(method, str):
         return 400
