@@ -184,9 +184,12 @@ async def _received_body(receive: Receive, limit: int) -> bytes:
     return first if more is None else bytes(more)
 
 
-def _json(rejection: Rejection) -> Response:
+def _json(rejection: Rejection, legacy_client: bool = False) -> Response:
+    """A rejection as the answer; a legacy client's always has an id, which every
+    legacy revision's JSONRPCError requires (app/front/legacy.py, UNREAD_ID)."""
+    message = legacy.error_message(rejection) if legacy_client else rejection.to_message()
     return Response(
-        jsonio.dumps(rejection.to_message()),
+        jsonio.dumps(message),
         status_code=rejection.http_status,
         media_type="application/json",
     )
@@ -456,7 +459,7 @@ def create_app(settings: Settings) -> GatewayApp:
         return JSONResponse(body, status_code=status)
 
     async def _body_or_refusal(
-        request: Request, headers: Mapping[str, str] | None = None
+        request: Request, headers: Mapping[str, str] | None = None, legacy_client: bool = False
     ) -> bytes | Response:
         """The request body, or the answer refusing it (413, 408, a client gone)."""
         try:
@@ -478,7 +481,8 @@ def create_app(settings: Settings) -> GatewayApp:
                     f"Request timeout: the body did not arrive within {settings.read_timeout_s:g} "
                     "s (MCP_SHIM_READ_TIMEOUT_S)",
                     status=408,
-                )
+                ),
+                legacy_client,
             )
             # The rest of the body may still come: this connection cannot carry another request.
             timeout.headers["connection"] = "close"
@@ -492,10 +496,13 @@ def create_app(settings: Settings) -> GatewayApp:
                     f"Request body too large: the limit is {settings.max_body_bytes} bytes "
                     "(MCP_SHIM_MAX_BODY_BYTES)",
                     status=413,
-                )
+                ),
+                legacy_client,
             )
 
-    def _host_or_origin_refused(headers: Mapping[str, str]) -> Response | None:
+    def _host_or_origin_refused(
+        headers: Mapping[str, str], legacy_client: bool = False
+    ) -> Response | None:
         host = headers.get("host")
         refused = None
         if host is None or host not in hosts_ok:
@@ -507,12 +514,12 @@ def create_app(settings: Settings) -> GatewayApp:
             return None
         log.warning("request_refused", reason="host_or_origin", status=refused.http_status)
         app_metrics.rejected(refused.code, refused.http_status)
-        return _json(refused)
+        return _json(refused, legacy_client)
 
     # The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py).
     @app.get("/sse")
     async def sse_open(request: Request) -> Response:
-        refused = _host_or_origin_refused(request.headers)
+        refused = _host_or_origin_refused(request.headers, legacy_client=True)
         if refused is not None:
             return refused
         http_sse: HttpSseFront = request.app.state.http_sse
@@ -521,10 +528,10 @@ def create_app(settings: Settings) -> GatewayApp:
 
     @app.post(MESSAGES_PATH)
     async def sse_message(request: Request) -> Response:
-        refused = _host_or_origin_refused(request.headers)
+        refused = _host_or_origin_refused(request.headers, legacy_client=True)
         if refused is not None:
             return refused
-        body = await _body_or_refusal(request)
+        body = await _body_or_refusal(request, legacy_client=True)
         if isinstance(body, Response):
             return body
         http_sse: HttpSseFront = request.app.state.http_sse
@@ -538,7 +545,7 @@ def create_app(settings: Settings) -> GatewayApp:
         structlog.contextvars.bind_contextvars(request_id=request.state.request_id)
         if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
             # A legacy client's session: its server stream, or its end.
-            refused = _host_or_origin_refused(request.headers)
+            refused = _host_or_origin_refused(request.headers, legacy_client=True)
             if refused is not None:
                 return refused
             front: LegacyFront = request.app.state.legacy
@@ -578,7 +585,10 @@ def create_app(settings: Settings) -> GatewayApp:
         else:
             structlog.contextvars.unbind_contextvars("trace_id")
 
-        refused = _host_or_origin_refused(headers)
+        # A session is a legacy client's (2026-07-28 has none): its refusals made
+        # before the body is read must be legacy-shaped too.
+        legacy_client = legacy.SESSION_HEADER in headers
+        refused = _host_or_origin_refused(headers, legacy_client)
         if refused is not None:
             return refused
         content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -590,8 +600,8 @@ def create_app(settings: Settings) -> GatewayApp:
             )
             log.warning("request_refused", reason="content_type", status=415)
             app_metrics.rejected(rejection.code, 415)
-            return _json(rejection)
-        body = await _body_or_refusal(request, headers)
+            return _json(rejection, legacy_client)
+        body = await _body_or_refusal(request, headers, legacy_client)
         if isinstance(body, Response):
             return body
         metrics.mark("body_read")

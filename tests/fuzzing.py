@@ -964,7 +964,10 @@ def _notification_refusal(probe: Probe) -> int | None:
     # "Header requirements for notification POSTs are not defined by this
     # revision" (streamable-http, "Sending Messages"): the gateway asks for what
     # every POST carries, MCP-Protocol-Version, and checks Mcp-Method when sent.
-    if versions != [MODERN.encode()] or len(methods) > 1:
+    # Either sent twice (RFC 9110 section 5.3: a sender MUST NOT; what a
+    # recipient does is left open) is judged by its first value, as for a
+    # request: refused if that is wrong, else either answer.
+    if versions[:1] != [MODERN.encode()]:
         return 400
     if not isinstance(method, str):
         return 400
@@ -1258,12 +1261,31 @@ def _short(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------
 
 
+def children(pid: int) -> frozenset[int]:
+    """The processes `pid` started (Linux /proc/<pid>/task/*/children): the
+    gateway's workers, when it runs several (app/workers.py)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.update(int(child) for child in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return frozenset(found)
+
+
 def rss_kib(pid: int) -> int:
-    """Resident set size of a process, from /proc/<pid>/status (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """Resident set size of a process and its workers, from /proc/<pid>/status
+    (Linux): the supervisor of several workers serves no request itself."""
+    total = 0
+    for one in (pid, *children(pid)):
+        try:
+            lines = Path(f"/proc/{one}/status").read_text().splitlines()
+        except FileNotFoundError:
+            continue  # a worker gone between the listing and the read
+        total += sum(int(line.split()[1]) for line in lines if line.startswith("VmRSS:"))
+    if total == 0:
+        raise RuntimeError(f"no VmRSS for pid {pid}")
+    return total
 
 
 def failure_cause(probe: Probe, failures: Sequence[str]) -> str:
@@ -1318,12 +1340,15 @@ def parse_avoid(spec: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def process_alive(pid: int) -> bool:
+def process_alive(pid: int, workers: frozenset[int] | None = None) -> bool:
+    """The gateway runs, and so do the workers it had (`workers`, from
+    `children`): its supervisor restarts a worker that died, which only a
+    changed set of workers shows."""
     try:
         state = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return False
-    return "\nState:\tZ" not in state
+    return "\nState:\tZ" not in state and (workers is None or children(pid) == workers)
 
 
 def canary(port: int, timeout_s: float = 10.0) -> str | None:

@@ -97,11 +97,12 @@ def parse(
     try:
         message = jsonio.loads(body)
     except jsonio.JSONDecodeError as exc:
-        if not jsonio.is_depth_error(exc):
+        deep = jsonio.read_deep(body) if jsonio.is_depth_error(exc) else None
+        if deep is None or not deep.json_text:
             return Rejection(PARSE_ERROR, "Parse error: the request body is not valid JSON")
         # Deeper than the parser goes: the same refusal as any message over the
         # limit, its id read from the top level when it can be.
-        return _too_deep(max_depth, jsonio.top_level_id(body))
+        return _too_deep(max_depth, deep.id)
     if jsonio.deeper_than(body, message, max_depth):
         return _too_deep(max_depth, _readable_id(message))
     if isinstance(message, list):

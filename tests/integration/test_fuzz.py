@@ -61,6 +61,7 @@ class Target:
     port: int
     pid: int
     warm_rss_kib: int
+    workers: frozenset[int]
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +79,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         # Warm-up: the first calls open the upstream session and fill caches.
         for _ in range(20):
             assert fuzzing.canary(port) is None
-        yield Target(port, proc.pid, fuzzing.rss_kib(proc.pid))
-        assert proc.poll() is None, "the gateway process died"
+        target = Target(port, proc.pid, fuzzing.rss_kib(proc.pid), fuzzing.children(proc.pid))
+        yield target
+        assert fuzzing.process_alive(proc.pid, target.workers), "the gateway or a worker died"
 
 
 @pytest.mark.fuzz
@@ -94,7 +96,8 @@ def test_fuzz_gateway_survives_hostile_messages(target: Target) -> None:
         answer = fuzzing.send(target.port, probe)
         sent += 1
         failures = fuzzing.check(probe, answer)
-        assert fuzzing.process_alive(target.pid), f"the gateway died on {probe.reproducer()}"
+        alive = fuzzing.process_alive(target.pid, target.workers)
+        assert alive, f"the gateway died on {probe.reproducer()}"
         assert not failures, _explain(probe, answer, failures)
         if sent % 50 == 0:
             # Other callers are unaffected (no lane or session held forever).
@@ -141,7 +144,8 @@ def test_fuzz_legacy_front_and_batches(target: Target) -> None:
             sent += 1
             owed += fuzzing_legacy.accepted_requests(probe, answer)
             failures = fuzzing_legacy.check(probe, answer)
-            assert fuzzing.process_alive(target.pid), f"the gateway died on {probe!r}"
+            alive = fuzzing.process_alive(target.pid, target.workers)
+            assert alive, f"the gateway died on {probe!r}"
             assert not failures, _explain(probe, answer, failures)
             if sent % 50 == 0:
                 assert fuzzing.canary(target.port) is None

@@ -244,6 +244,38 @@ def test_an_unreadable_id_still_gives_a_schema_valid_error(gateway_url: str, ver
         client.delete(url, headers=on_session)
 
 
+def test_refusals_before_the_body_is_read_carry_an_id_for_a_legacy_client(
+    gateway_url: str,
+) -> None:
+    # Found by the fuzz run (issue 19): a 2025-03-26 session's 4.3 MB POST got a
+    # 413 whose error had no id, which no legacy JSONRPCError allows. A session
+    # POST, and every POST /messages, is a legacy client's before its body is read.
+    url = gateway_url + "/mcp"
+    too_big = b'{"jsonrpc":"2.0","id":1,"method":"ping","p":"' + b"a" * 4_300_000 + b'"}'
+    with httpx.Client(timeout=30.0) as client:
+        session, _ = initialize(client, url, "2025-03-26")
+        on_session = headers(session, "2025-03-26")
+        response = client.post(url, content=too_big, headers=on_session)
+        refused(response, 413, -32600, "server-error", "2025-03-26")
+        as_text = {**on_session, "content-type": "text/plain"}
+        response = client.post(url, content=b"{}", headers=as_text)
+        refused(response, 415, -32600, "server-error", "2025-03-26")
+        foreign = {**on_session, "origin": "https://evil.example"}
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        refused(
+            client.post(url, json=ping, headers=foreign), 403, -32600, "server-error", "2025-03-26"
+        )
+        # The session serves on.
+        assert client.post(url, json=ping, headers=on_session).status_code == 200
+        client.delete(url, headers=on_session)
+    with sse_channel(gateway_url) as (endpoint, _), httpx.Client(timeout=30.0) as poster:
+        auth = {"authorization": "Bearer sse", "content-type": "application/json"}
+        response = poster.post(endpoint, content=too_big, headers=auth)
+        refused(response, 413, -32600, "server-error", "2024-11-05")
+        response = poster.post(endpoint, json=ping, headers={**auth, "origin": "null"})
+        refused(response, 403, -32600, "server-error", "2024-11-05")
+
+
 # ---------------------------------------------------------------------------
 # Upstream 401/403 (OAuth): relayed with the challenge naming the gateway
 # ---------------------------------------------------------------------------

@@ -84,10 +84,40 @@ def test_deeper_than_the_parser_keeps_a_readable_id() -> None:
     out = modern.parse(body, {})
     assert isinstance(out, Rejection) and (out.code, out.id) == (-32600, "x")
     # Only the top level's id, only strings and integers, never a guess.
-    assert jsonio.top_level_id(b'{"a": {"id": 3}, "id": 4}') == 4
-    assert jsonio.top_level_id(b'{"id": 1.5}') is None
-    assert jsonio.top_level_id(b'[{"id": 1}]') is None
-    assert jsonio.top_level_id(b'{"k": "\\"id\\": 2", "id": "y"}') == "y"
+    assert jsonio.read_deep(b'{"a": {"id": 3}, "id": 4}') == (True, 4)
+    assert jsonio.read_deep(b'{"id": 1.5}') == (True, None)
+    assert jsonio.read_deep(b'[{"id": 1}]') == (True, None)
+    assert jsonio.read_deep(b'{"k": "\\"id\\": 2", "id": "y"}') == (True, "y")
+    # Duplicate keys: the parser keeps the last.
+    assert jsonio.read_deep(b'{"id": 1, "id": [2]}') == (True, None)
+    assert jsonio.read_deep(b'{"id": [2], "id": 1}') == (True, 1)
+
+
+def test_deeper_than_the_parser_and_not_json_is_a_parse_error() -> None:
+    # Found by the fuzz run (issue 19): a raw NUL after 5,000 levels, the id at
+    # the end. The parser stops at its depth limit before the NUL; the id was
+    # read past the broken byte and echoed in a -32600 "too deep". Not JSON
+    # text: -32700, no id (basic/index "Error Responses").
+    deep = b"[" * 1100 + b"]" * 1100
+    broken = b'{"p": ' + deep + b', "\x00": 1, "jsonrpc": "2.0", "id": 7}'
+    out = modern.parse(broken, {})
+    assert isinstance(out, Rejection) and (out.code, out.id) == (-32700, None), out
+    for bad in (
+        b'{"id": 7, "p": ' + deep + b"",  # truncated
+        b'{"id": 7, "p": ' + deep + b"} x",  # trailing garbage
+        b'{"id": 7, "p": ' + deep + b', "s": "\xff"}',  # invalid UTF-8
+        b'{"id": 7, "p": ' + deep + b", 1e400: 1}",  # a number as a key
+        b'{"id": 7, "p": ' + deep + b', "n": 1e400}',  # not a finite number
+        b'{"id": 7, "p": ' + deep + b', "s": "\\ud800"}',  # a lone surrogate
+        b'{"id": 7, "p": ' + b"[" * 1100 + b"]" * 1099 + b"}}",  # mismatched
+        b'{"id": 7, "p": ' + deep + b",}",  # trailing comma
+    ):
+        assert jsonio.read_deep(bad) == (False, None), bad[-40:]
+        out = modern.parse(bad, {})
+        assert isinstance(out, Rejection) and (out.code, out.id) == (-32700, None), bad[-40:]
+    # Past what is scanned: too deep, its id not read.
+    big = b'{"id": 7, "s": "' + b"a" * jsonio.ID_SCAN_BYTES + b'", "p": ' + deep + b"}"
+    assert jsonio.read_deep(big) == (True, None)
 
 
 def test_depth_walk_skipped_for_flat_bodies() -> None:
