@@ -160,6 +160,29 @@ def test_import_graph_has_no_cycle() -> None:
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}\nmodules in a circle:\n{circles}"
 
 
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every project module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_what_every_layer_shares_stays_at_the_bottom() -> None:
+    """No cycle is not enough: metrics importing the bridge would make none
+    today, and would tie the registry to every live object again."""
+    graph = import_graph(ROOT)
+    # A call's values and timing: below the route, gateway, bridge, fronts, transports.
+    assert reached(graph, "app.call") <= {"app.upstream.base"}
+    assert reached(graph, "app.upstream.http_common") == set()
+    # The gauges read the live objects through protocols (app/metrics.py).
+    live = {"app.mrtr.bridge", "app.mrtr.lanes", "app.upstream.pool", "app.subscriptions.hub"}
+    assert not reached(graph, "app.metrics") & (live | {"app.gateway"})
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = root / name
