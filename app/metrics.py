@@ -18,7 +18,7 @@ tool names, bogus methods) becomes a label.
 
 The upstream part of a call is timed in app/call.py (`CallTiming`), below
 every layer that marks it; `call_done` records what it measured. The live
-objects are read through the small protocols below (`PoolLike`, `BridgeLike`,
+objects are read through small protocols (`Sized` for the pool, `BridgeLike`,
 `HubLike`), so this module imports none of them.
 """
 

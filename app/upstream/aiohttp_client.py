@@ -197,8 +197,9 @@ def transport(
 
 
 class AiohttpPost(Protocol):
-    """`streamable_http.Post` answered by aiohttp: the transport that imports this
-    module names its own protocol, this one stays below it."""
+    """A session's POSTs on aiohttp: `streamable_http.Post`, with aiohttp's answer.
+    Declared here, not imported: streamable_http imports this module, never the
+    other way round."""
 
     def __call__(
         self, content: bytes, extra: Mapping[str, str], resend: bool = False
