@@ -4,7 +4,10 @@ Every `import` and `from ... import` in a module counts, wherever it stands: at
 the top, inside a function (a lazy import still ties the two modules), or under
 `if TYPE_CHECKING:` (the type checker, and a reader, still need both at once).
 A lazy import of a third-party library, for start-up cost, is not an edge: only
-project modules are nodes.
+project modules are nodes. A package's `__init__.py` is a module of its own:
+`from app.x import y` is an edge to `app.x` and, where app/x/y.py exists, to
+`app.x.y`; the parent packages Python initialises on the way are not edges
+(a package's `__init__` may then import its own submodules without a cycle).
 """
 
 from __future__ import annotations
