@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from app import auth, metrics
+from app import auth
 from app.auth import AuthRelay
+from app.call import CallState, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
 from app.front import param_headers
 from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
@@ -42,34 +42,6 @@ from translators.registry import Version
 log = structlog.get_logger("mcp_shim.gateway")
 
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
-
-
-@dataclass(slots=True)
-class Outgoing:
-    """One message for the client. `final` marks the answer; `keepalive` is an
-    SSE comment with no message (long-lived streams)."""
-
-    message: Message
-    final: bool = False
-    status: int = 200
-    keepalive: bool = False
-    # Extra response headers of a JSON answer (an upstream's WWW-Authenticate).
-    headers: tuple[tuple[str, str], ...] = ()
-    # SSE event id (legacy clients: the upstream's, so Last-Event-ID resumes there).
-    event_id: str | None = None
-
-
-@dataclass(slots=True)
-class CallState:
-    """What the HTTP layer logs about a call once it ends."""
-
-    upstream_version: str | None = None
-    outcome: str = "pending"
-    request_id: str | None = None
-    # Forwarded by another replica to this one (app/mrtr/forwarding.py): never again.
-    hop: bool = False
-    # The gateway's MCP URL for this request (app/auth.py), None if it cannot be told.
-    gateway_url: str | None = None
 
 
 def _level_rank(level: Any) -> int:
@@ -397,14 +369,14 @@ class Gateway:
             params = dict(message["params"])
             params["_meta"] = {**params["_meta"], "progressToken": upstream_id}
             message["params"] = params
-        metrics.upstream_sent()
+        upstream_sent()
         exchange = await pooled.session.request(message)
         return upstream_id, exchange
 
     def _answer(
         self, call: ModernCall, pooled: PooledSession, message: Message, state: CallState
     ) -> Outgoing:
-        metrics.upstream_answered()
+        upstream_answered()
         self._pool.note_answer(pooled.version)
         if "error" in message and isinstance(message["error"], dict):
             refusal = self._url_elicitation_refusal(call, message["error"], state)

@@ -16,24 +16,21 @@ Every label value comes from a fixed set: methods the version registry knows
 sets, our own status codes and error kinds. Nothing the client chooses (ids,
 tool names, bogus methods) becomes a label.
 
-The upstream part of a call is timed through a small holder bound to a context
-variable for the request (`start_call`): `upstream_sent` when the gateway sends
-the call (or the MRTR bridge feeds an answer), `upstream_answered` when the
-upstream's response to it arrives. The holder, not the variable, is updated,
-so the time is seen whatever task the generator ran in.
+The upstream part of a call is timed in app/call.py (`CallTiming`), below
+every layer that marks it; `call_done` records what it measured. The live
+objects are read through small protocols (`Sized` for the pool, `BridgeLike`,
+`HubLike`), so this module imports none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import socket
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -47,12 +44,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.registry import Collector
 
+# The route's per-call names, kept here for it (app/server.py); every other
+# layer imports them from app.call.
+from app.call import mark as mark
+from app.call import start_call as start_call
 from translators.registry import Version, get_version, known_versions
-
-if TYPE_CHECKING:
-    from app.mrtr.bridge import Bridge
-    from app.subscriptions.hub import SubscriptionHub
-    from app.upstream.pool import SessionPool
 
 # Calls range from a cached discover (ms) to tools that run for minutes
 # (MCP_SHIM_REQUEST_TIMEOUT_S defaults to 300 s).
@@ -149,70 +145,6 @@ def status_label(status: int) -> str:
     return str(status) if 100 <= status <= 599 else OTHER
 
 
-# -- the upstream part of one call ------------------------------------------------
-
-
-class CallTiming:
-    """When the gateway last sent something upstream for this call, and how long
-    the upstream took to answer it (None: it never answered).
-
-    With `timeline` (log level debug), also when each step of the call
-    happened (`mark`): the route logs them as one `call_timeline` line, which
-    is how the tail of a call is taken apart (bench/README.md). Off, a mark
-    costs one attribute test."""
-
-    __slots__ = ("marks", "sent", "upstream_s")
-
-    def __init__(self, timeline: bool = False) -> None:
-        self.sent: float | None = None
-        self.upstream_s: float | None = None
-        self.marks: list[tuple[str, float]] | None = [] if timeline else None
-
-    def timeline(self, started: float) -> dict[str, float]:
-        """Each mark's time since `started`, in ms. A repeated mark counts its
-        last time: the call's own request, not the session's opening before it
-        (`initialize` has an answer head too), nor an MRTR bridge's earlier rounds."""
-        return {name + "_ms": round((at - started) * 1000, 3) for name, at in self.marks or ()}
-
-
-_timing: contextvars.ContextVar[CallTiming | None] = contextvars.ContextVar(
-    "mcp_shim_call_timing", default=None
-)
-
-
-def start_call(timeline: bool = False) -> CallTiming:
-    """A fresh timing holder for the request running in this context."""
-    timing = CallTiming(timeline)
-    _timing.set(timing)
-    return timing
-
-
-def mark(step: str) -> None:
-    """A step of the call's timeline (only recorded at log level debug)."""
-    timing = _timing.get()
-    if timing is not None and timing.marks is not None:
-        timing.marks.append((step, time.perf_counter()))
-
-
-def upstream_sent() -> None:
-    """The call (or an answer of the MRTR bridge) was just sent upstream."""
-    timing = _timing.get()
-    if timing is not None:
-        timing.sent = time.perf_counter()
-        if timing.marks is not None:
-            timing.marks.append(("upstream_sent", timing.sent))
-
-
-def upstream_answered() -> None:
-    """The upstream's response to the call just arrived."""
-    timing = _timing.get()
-    if timing is not None and timing.sent is not None:
-        now = time.perf_counter()
-        timing.upstream_s = now - timing.sent
-        if timing.marks is not None:
-            timing.marks.append(("answer_read", now))
-
-
 # -- gauges read at scrape time ---------------------------------------------------
 
 
@@ -225,6 +157,33 @@ class LiveState:
     lanes_idle: Callable[[], int]
     parked: Callable[[], int]
     listen_streams: Callable[[], int]
+
+
+class LanesLike(Protocol):
+    """What is read of the MRTR bridge's lanes (app/mrtr/lanes.py)."""
+
+    @property
+    def busy(self) -> int: ...
+
+    @property
+    def idle(self) -> int: ...
+
+
+class BridgeLike(Protocol):
+    """What is read of the MRTR bridge (app/mrtr/bridge.py)."""
+
+    @property
+    def lanes(self) -> LanesLike: ...
+
+    @property
+    def parked(self) -> int: ...
+
+
+class HubLike(Protocol):
+    """What is read of the subscriptions hub (app/subscriptions/hub.py)."""
+
+    @property
+    def active(self) -> int: ...
 
 
 class ServerStateLike(Protocol):
@@ -458,9 +417,9 @@ class Metrics:
 
     def start(
         self,
-        pool: SessionPool,
-        bridge: Bridge,
-        subscriptions: SubscriptionHub,
+        pool: Sized,
+        bridge: BridgeLike,
+        subscriptions: HubLike,
         host: str,
         port: int | None,
     ) -> None:

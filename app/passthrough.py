@@ -29,7 +29,7 @@ import structlog
 from starlette.responses import Response
 
 from app import auth, jsonio, write_coalescer
-from app.answer import ClientHeld, Receive, Scope, Send
+from app.client_held import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, answer_in
 from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError

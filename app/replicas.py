@@ -34,8 +34,10 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio, write_coalescer
+from app.client_held import ClientHeld
 from app.config import Settings
 from app.mrtr.state import Sealer, caller_digest, generate_key
+from app.upstream.http_common import KEEPALIVE_S
 
 if TYPE_CHECKING:
     import aiohttp
@@ -166,7 +168,6 @@ class ReplicaRelay:
 
             # aiohttp as the upstream's transport imports it: its CA contexts deferred.
             import app.upstream.aiohttp_client  # noqa: F401
-            from app.upstream.streamable_http import KEEPALIVE_S
 
             # aiohttp's session itself, as for the upstream's POSTs: through
             # httpx's client and its own transport (httpcore), a relayed call
@@ -279,10 +280,6 @@ class Relayed(Response):
         self._write_timeout_s = write_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
-        # Here, not at the top: app.answer imports the gateway, which imports the
-        # MRTR forwarding built on this module.
-        from app.answer import ClientHeld
-
         t = self._target
         started = time.perf_counter()
         answer: httpx.Response | None = None

@@ -20,13 +20,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import jsonio, logs, metrics, tracing
-from app.answer import CallAnswer, connection_link
+from app.answer import CallAnswer
 from app.auth import MAX_METADATA_BYTES, WELL_KNOWN, AuthRelay
 from app.auth import gateway_mcp_url as _gateway_mcp_url
+from app.call import CallState
+from app.client_held import connection_link
 from app.config import Settings
 from app.front import legacy, modern, security
 from app.front.scope_headers import ScopeHeaders
-from app.gateway import CallState, Gateway
+from app.gateway import Gateway
 from app.legacy.front import LegacyFront
 from app.legacy.http_sse import MESSAGES_PATH, HttpSseFront
 from app.legacy.sessions import LegacySessions

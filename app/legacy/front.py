@@ -26,8 +26,8 @@ from starlette.responses import Response
 from app import auth, jsonio
 from app.answer import CallAnswer, sse_event
 from app.auth import AuthRelay
+from app.call import Outgoing
 from app.front import legacy as front
-from app.gateway import Outgoing
 from app.legacy.sessions import LegacySession, LegacySessions
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId

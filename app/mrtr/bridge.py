@@ -29,11 +29,11 @@ import enum
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 
-from app import metrics
+from app.call import CallState, upstream_sent
 from app.config import Settings
 from app.front.modern import ModernCall
 from app.mrtr import answers, capabilities, results
@@ -52,9 +52,6 @@ from app.upstream.listener import default_answer
 from app.upstream.pool import PooledSession, SessionKey, SessionPool, credential_hash
 from translators import translate
 from translators._base import INPUT_REQUEST_METHODS
-
-if TYPE_CHECKING:
-    from app.gateway import CallState
 
 log = structlog.get_logger("mcp_shim.mrtr")
 
@@ -494,7 +491,7 @@ class Bridge:
             return None
         method = str(question.request.get("method"))
         translated = translate.result(dict(answer), method, turn.call.version, ex.pooled.version)
-        metrics.upstream_sent()  # the upstream part now runs until its next answer
+        upstream_sent()  # the upstream part now runs until its next answer
         reply = results.response(question.request, translated)
         failed = await _send_reply(question.reply, reply, ex.fingerprint)
         return None if failed is None else await self._reply_lost(ex, turn, failed)

@@ -17,19 +17,17 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
+from app.call import CallState
 from app.front.modern import ModernCall
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import filters, frames
 from app.subscriptions.hub import SubscriptionHub
 from app.subscriptions.mailbox import End
 from app.upstream.pool import PooledSession
-
-if TYPE_CHECKING:
-    from app.gateway import CallState
 
 log = structlog.get_logger("mcp_shim.subscriptions")
 

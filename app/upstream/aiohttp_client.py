@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import contextvars
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
+import structlog
 from aiohttp.tracing import Trace
 from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDictProxy
 
 from app.upstream import tls
+from app.upstream.http_common import printable_ascii
 from app.upstream.pool import credential_hash
-from app.upstream.streamable_http import Post, _printable_ascii, log
 
 tls.defer_aiohttp_defaults()
+
+log = structlog.get_logger("mcp_shim.upstream")
 
 
 class _Attempt:
@@ -193,13 +196,23 @@ def transport(
     return aiohttp_transport, session
 
 
+class AiohttpPost(Protocol):
+    """A session's POSTs on aiohttp: `streamable_http.Post`, with aiohttp's answer.
+    Declared here, not imported: streamable_http imports this module, never the
+    other way round."""
+
+    def __call__(
+        self, content: bytes, extra: Mapping[str, str], resend: bool = False
+    ) -> Awaitable[AiohttpAnswer]: ...
+
+
 def aiohttp_poster(
     session: Callable[[], aiohttp.ClientSession],
     fresh: FreshSession,
     url: httpx.URL,
     merged: dict[str, str],
     timeout: httpx.Timeout,
-) -> Post:
+) -> AiohttpPost:
     """The session POSTs on the aiohttp session itself, with the session's
     headers merged and its timeouts built once (`UpstreamClient.poster`)."""
     target = str(url)
@@ -209,7 +222,7 @@ def aiohttp_poster(
     # httpx refuses what is not ASCII (UnicodeEncodeError, turned into our
     # error in `_library_errors`); aiohttp would send it as UTF-8. The
     # session's headers are checked once, the same way for both.
-    unsendable = not all(_printable_ascii(v) for v in merged.values())
+    unsendable = not all(printable_ascii(v) for v in merged.values())
 
     async def send(
         via: aiohttp.ClientSession, content: bytes, headers: Any

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import httpx
 import structlog
 
-from app import jsonio, metrics, tracing
+from app import jsonio, tracing
+from app.call import mark
 from app.deadline import StepDeadline
 from app.upstream import h1
 from app.upstream.base import Message
@@ -38,6 +39,7 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstream.http_common import KEEPALIVE_S, printable_ascii
 from app.upstream.pool import credential_hash
 from app.upstream.sse_decoder import EventTooLarge, SSEDecoder
 from app.upstream.tls import upstream_context
@@ -51,9 +53,6 @@ if TYPE_CHECKING:
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 _ACCEPT = "application/json, text/event-stream"
-# Idle pooled upstream connections are dropped after this long, unless
-# MCP_SHIM_UPSTREAM_KEEPALIVE_S says otherwise (app/config.py says why 4 s).
-KEEPALIVE_S = 4.0
 
 log = structlog.get_logger("mcp_shim.upstream")
 
@@ -299,7 +298,7 @@ class UpstreamClient(httpx.AsyncClient):
             return None
         merged = {**self.headers, **headers}
         fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
-        if not all(_token(k) and _printable_ascii(v) for k, v in fields.items()):
+        if not all(_token(k) and printable_ascii(v) for k, v in fields.items()):
             raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
         # No body, no Content-Length (RFC 9110 section 8.6: not for a GET
         # without content), as aiohttp sent it.
@@ -350,7 +349,7 @@ def _h1_poster(
     origin = client.origin(url.scheme, url.host, url.port, _credential(fields))
     # httpx refuses what is not ASCII, aiohttp a CR or LF: refused here as
     # httpx did (UnicodeEncodeError, turned into our error in `_library_errors`).
-    unsendable = not all(_token(k) and _printable_ascii(v) for k, v in fields.items())
+    unsendable = not all(_token(k) and printable_ascii(v) for k, v in fields.items())
     names = frozenset(k.lower() for k in fields)
     start = b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, url.raw_path, url.netloc)
     lines = "" if unsendable else "".join(f"{k}: {v}\r\n" for k, v in fields.items())
@@ -358,7 +357,7 @@ def _h1_poster(
     connect, read, pool = timeout.connect, timeout.read, timeout.pool
 
     def head_with(extra: Mapping[str, str]) -> bytes:
-        if not all(_token(k) and _printable_ascii(v) for k, v in extra.items()):
+        if not all(_token(k) and printable_ascii(v) for k, v in extra.items()):
             raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
         if names.isdisjoint(k.lower() for k in extra):
             return head + "".join(f"{k}: {v}\r\n" for k, v in extra.items()).encode()
@@ -422,11 +421,6 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 # An answer as its readers see it: h1's (or aiohttp's) on the hot path, httpx's
 # on the rare paths (GET streams, the modern seam, MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx).
 Answer: TypeAlias = "httpx.Response | AiohttpAnswer | h1.H1Answer"
-
-
-def _printable_ascii(value: str) -> bool:
-    # RFC 9110 field values: visible ASCII, spaces and tabs (obs-text aside).
-    return value.isascii() and all(c == "\t" or " " <= c <= "~" for c in value)
 
 
 def _httpx_poster(
@@ -773,7 +767,7 @@ class StreamableHttpSession:
         content = jsonio.dumps(message)
         with _library_errors(what):
             response = await self._send(content, tracing.outgoing_headers(), resendable(message))
-        metrics.mark("answer_head")
+        mark("answer_head")
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
             raise SessionExpired("upstream no longer knows the session")

@@ -7,7 +7,8 @@ from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
-from app.answer import CallAnswer, ClientHeld
+from app.answer import CallAnswer
+from app.client_held import ClientHeld
 from app.gateway import Outgoing
 from app.http_protocol import LINK, ConnectionLink
 

@@ -1,5 +1,6 @@
-"""app/metrics.py without a server: bounded labels, the upstream timing holder,
-gauges read on the event loop, the outcome list kept in step with the code."""
+"""app/metrics.py without a server: bounded labels, the upstream timing holder
+(app/call.py), gauges read on the event loop, the outcome list kept in step
+with the code."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from app import metrics
+from app import call, metrics
 from app.metrics import LiveState, Metrics, parse_exposition
 from app.subscriptions.mailbox import End
 from app.upstream import errors
@@ -121,19 +122,19 @@ def test_upstream_errors_are_counted_by_kind_and_the_upstream_part_observed() ->
 
 async def test_the_upstream_part_is_from_sending_to_the_answer() -> None:
     async def one_call(send: bool) -> float | None:
-        timing = metrics.start_call()
+        timing = call.start_call()
         if send:
-            metrics.upstream_sent()
+            call.upstream_sent()
         await asyncio.sleep(0.02)
-        metrics.upstream_answered()
+        call.upstream_answered()
         return timing.upstream_s
 
     # Each call in its own task, as each request is: no time leaks across.
     sent = await asyncio.create_task(one_call(True))
     assert sent is not None and 0.015 < sent < 1.0
     assert await asyncio.create_task(one_call(False)) is None
-    metrics.upstream_sent()  # outside any call: nothing to record, no error
-    metrics.upstream_answered()
+    call.upstream_sent()  # outside any call: nothing to record, no error
+    call.upstream_answered()
 
 
 async def test_gauges_are_read_on_the_event_loop_even_from_another_thread() -> None:

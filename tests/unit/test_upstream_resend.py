@@ -21,8 +21,8 @@ import pytest
 
 from app.config import Settings
 from app.upstream.errors import UpstreamUnavailable
+from app.upstream.http_common import KEEPALIVE_S
 from app.upstream.streamable_http import (
-    KEEPALIVE_S,
     StreamableHttpSession,
     UpstreamClient,
     build_client,

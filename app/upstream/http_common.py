@@ -1,0 +1,16 @@
+"""What the HTTP clients toward the upstream share, below all of them: the
+legacy transport (app/upstream/streamable_http.py), aiohttp's session
+(app/upstream/aiohttp_client.py, imported by the first request that needs it)
+and the replicas' relay (app/replicas.py) import it, and it imports none of
+them (docs/architecture.md, "Imports point down")."""
+
+from __future__ import annotations
+
+# Idle pooled upstream connections are dropped after this long, unless
+# MCP_SHIM_UPSTREAM_KEEPALIVE_S says otherwise (app/config.py says why 4 s).
+KEEPALIVE_S = 4.0
+
+
+def printable_ascii(value: str) -> bool:
+    # RFC 9110 field values: visible ASCII, spaces and tabs (obs-text aside).
+    return value.isascii() and all(c == "\t" or " " <= c <= "~" for c in value)

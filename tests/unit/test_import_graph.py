@@ -1,0 +1,253 @@
+"""Imports point down only: the project's import graph has no cycle.
+
+Every `import` and `from ... import` in a module counts, wherever it stands: at
+the top, inside a function (a lazy import still ties the two modules), or under
+`if TYPE_CHECKING:` (the type checker, and a reader, still need both at once).
+A lazy import of a third-party library, for start-up cost, is not an edge: only
+project modules are nodes. A package's `__init__.py` is a module of its own:
+`from app.x import y` is an edge to `app.x` and, where app/x/y.py exists, to
+`app.x.y`; the parent packages Python initialises on the way are not edges
+(a package's `__init__` may then import its own submodules without a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("app", "translators")
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Every module under the packages by dotted name; a package's
+    `__init__.py` is the module named after the package."""
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_package(name: str, modules: dict[str, Path]) -> bool:
+    return modules[name].name == "__init__.py"
+
+
+def _absolute(node: ast.ImportFrom, importer: str, modules: dict[str, Path]) -> str:
+    """The dotted module a `from` import names, with relative levels resolved."""
+    if node.level == 0:
+        return node.module or ""
+    base = importer.split(".")
+    # A package's `from . import x` is relative to the package itself.
+    keep = len(base) - node.level + (1 if _is_package(importer, modules) else 0)
+    prefix = base[:keep]
+    return ".".join(prefix + ([node.module] if node.module else []))
+
+
+def _known(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module `import name` loads, or the nearest enclosing one
+    (`import app.x.y` where only `app.x` is ours, an attribute, still
+    depends on `app.x`)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imports_of(importer: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules `importer` imports, from anywhere in its file."""
+    tree = ast.parse(modules[importer].read_text(encoding="utf-8"), filename=str(modules[importer]))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _known(alias.name, modules)
+                if target is not None:
+                    found.add(target)
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(node, importer, modules)
+            target = _known(source, modules)
+            if target is not None:
+                found.add(target)
+            # `from app.x import y` where app/x/y.py exists loads that submodule too.
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                if sub in modules:
+                    found.add(sub)
+    found.discard(importer)
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    modules = project_modules(root)
+    return {name: imports_of(name, modules) for name in modules}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as a closed path (first == last), or None."""
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(graph, white)
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        colour[node] = grey
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if colour[nxt] == grey:
+                return [*stack[stack.index(nxt) :], nxt]
+            if colour[nxt] == white:
+                cycle = visit(nxt)
+                if cycle is not None:
+                    return cycle
+        stack.pop()
+        colour[node] = black
+        return None
+
+    for start in sorted(graph):
+        if colour[start] == white:
+            cycle = visit(start)
+            if cycle is not None:
+                return cycle
+    return None
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> Iterator[list[str]]:
+    """Tarjan's components of more than one module: each is a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for start in sorted(graph):
+        if start not in index:
+            visit(start)
+    yield from found
+
+
+def test_import_graph_has_no_cycle() -> None:
+    graph = import_graph(ROOT)
+    assert "app.gateway" in graph and "translators.translate" in graph
+    cycle = find_cycle(graph)
+    circles = "\n".join(", ".join(c) for c in strongly_connected(graph))
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}\nmodules in a circle:\n{circles}"
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every project module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_what_every_layer_shares_stays_at_the_bottom() -> None:
+    """No cycle is not enough: metrics importing the bridge would make none
+    today, and would tie the registry to every live object again."""
+    graph = import_graph(ROOT)
+    # A call's values and timing: below the route, gateway, bridge, fronts, transports.
+    assert reached(graph, "app.call") <= {"app.upstream.base"}
+    assert reached(graph, "app.upstream.http_common") == set()
+    # The gauges read the live objects through protocols (app/metrics.py).
+    live = {"app.mrtr.bridge", "app.mrtr.lanes", "app.upstream.pool", "app.subscriptions.hub"}
+    assert not reached(graph, "app.metrics") & (live | {"app.gateway"})
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("files", "cycle"),
+    [
+        # an import inside a function is an edge
+        (
+            {
+                "app/__init__.py": "",
+                "app/a.py": "import app.b\n",
+                "app/b.py": "def f():\n    from app import a\n",
+            },
+            ["app.a", "app.b", "app.a"],
+        ),
+        # so is one under TYPE_CHECKING, and a relative one
+        (
+            {
+                "app/__init__.py": "",
+                "app/a.py": (
+                    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import X\n"
+                ),
+                "app/b.py": "from app.a import Y\n",
+            },
+            ["app.a", "app.b", "app.a"],
+        ),
+        # `from app.p import m` loads app/p/m.py; a package's __init__ is its own module
+        (
+            {
+                "app/__init__.py": "",
+                "app/p/__init__.py": "",
+                "app/p/m.py": "from app import q\n",
+                "app/q.py": "from app.p import m\n",
+            },
+            ["app.p.m", "app.q", "app.p.m"],
+        ),
+        # a package's `from . import m` is relative to the package
+        (
+            {
+                "app/__init__.py": "",
+                "app/p/__init__.py": "from . import m\n",
+                "app/p/m.py": "import app.p\n",
+            },
+            ["app.p", "app.p.m", "app.p"],
+        ),
+        # third-party and down-only imports are no cycle
+        (
+            {
+                "app/__init__.py": "",
+                "app/a.py": "import aiohttp\nfrom app import b\n",
+                "app/b.py": "import json\n",
+            },
+            None,
+        ),
+    ],
+)
+def test_the_graph_sees_every_kind_of_import(
+    tmp_path: Path, files: dict[str, str], cycle: list[str] | None
+) -> None:
+    _write(tmp_path, {"translators/__init__.py": "", **files})
+    assert find_cycle(import_graph(tmp_path)) == cycle
