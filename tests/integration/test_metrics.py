@@ -44,6 +44,7 @@ UPSTREAM_KINDS = (
     "UpstreamUnavailable",
     "UpstreamTimeout",
     "UpstreamProtocolError",
+    "UpstreamAnswerTooLarge",
     "UpstreamHttpError",
     "SessionExpired",
     "PoolExhausted",
