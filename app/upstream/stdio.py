@@ -457,6 +457,10 @@ class StdioTransport:
         self._spawning = 0
         self._cgroups: ServerCgroups | None = None
         self._reaper: OrphanReaper | None = None
+        # Every server process asyncio has yet to reap, from the moment it exists:
+        # a server that exits before it is counted live (or after it is no longer)
+        # is still asyncio's to wait for, and the reaper must not take its status.
+        self._unreaped: set[asyncio.subprocess.Process] = set()
         if contain:
             self._contain()
 
@@ -473,7 +477,8 @@ class StdioTransport:
         """The children asyncio waits for; None while one is being started."""
         if self._spawning:
             return None
-        return [s.pid for s in self._live]
+        self._unreaped = {proc for proc in self._unreaped if proc.returncode is None}
+        return [proc.pid for proc in self._unreaped]
 
     @property
     def processes(self) -> int:
@@ -598,6 +603,8 @@ class StdioTransport:
                 ),
                 limit=MAX_LINE_BYTES,
             )
+            if self._reaper is not None:
+                self._unreaped.add(proc)
         except OSError as exc:
             if cgroup is not None:
                 await cgroup.remove()
