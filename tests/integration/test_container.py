@@ -11,7 +11,11 @@ as their non-root users; their HEALTHCHECK commands exit 0; each stops on
 SIGTERM within the grace period; a stdio upstream inside the gateway's
 container leaves no zombie; and the containerized gateway in front of the
 containerized demo server passes the conformance suite's 2026-07-28 set and
-serves the official mcp 1.x client.
+serves the official mcp 1.x client. Then the manifests run with the same
+images: deploy/kubernetes/ with `podman kube play` (a variant made from the
+manifests at each run) and docker-compose.yml with podman-compose (as written,
+beside a generated override); each answers its probes and serves a call.
+The images are run by the IDs their build wrote, never by tag.
 
 Needs root, podman and debootstrap (scripts/setup_peers.sh podman installs
 them); anything missing fails the test with what to do, nothing is skipped.
@@ -118,12 +122,19 @@ def base_image() -> str:
 class Images:
     base: str
     build_s: dict[str, float]
+    # The IDs of the images this run built. The tests run these, not the tags:
+    # another checkout on the same machine building at the same time moves the
+    # tags (docker-compose.yml's names) to its own images.
+    gateway: str
+    demo: str
 
 
-def _build(target: str, tag: str) -> float:
+def _build(target: str, tag: str, iidfile: Path) -> float:
     started = time.monotonic()
     podman(
         "build",
+        "--iidfile",
+        str(iidfile),
         "--pull=never",
         "--format",
         "docker",
@@ -140,9 +151,14 @@ def _build(target: str, tag: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def images(base_image: str) -> Images:
-    build_s = {"runtime": _build("runtime", GATEWAY_IMAGE), "demo": _build("demo", DEMO_IMAGE)}
-    return Images(base_image, build_s)
+def images(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Images:
+    ids = tmp_path_factory.mktemp("image-ids")
+    build_s = {
+        "runtime": _build("runtime", GATEWAY_IMAGE, ids / "runtime"),
+        "demo": _build("demo", DEMO_IMAGE, ids / "demo"),
+    }
+    gateway, demo = ((ids / t).read_text().strip().removeprefix("sha256:") for t in build_s)
+    return Images(base_image, build_s, gateway, demo)
 
 
 def image_size(image: str) -> int:
@@ -184,7 +200,7 @@ def pod(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Po
     legacy, gateway = f"{name}-legacy", f"{name}-gateway"
     try:
         podman(
-            "run", "-d", "--name", legacy, *RUN, "-p", f"127.0.0.1:{port}:8080", DEMO_IMAGE
+            "run", "-d", "--name", legacy, *RUN, "-p", f"127.0.0.1:{port}:8080", images.demo
         )  # fmt: skip
         # The demo server's own HEALTHCHECK says when it serves.
         deadline = time.monotonic() + 60
@@ -194,7 +210,7 @@ def pod(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Po
         podman(
             "run", "-d", "--network", f"container:{legacy}", "--name", gateway, *RUN,
             "-e", "MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp",
-            GATEWAY_IMAGE,
+            images.gateway,
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/healthz", gateway)
@@ -239,13 +255,46 @@ def call(base: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_both_targets_build_and_the_runtime_stays_small(images: Images) -> None:
-    added = (image_size(GATEWAY_IMAGE) - image_size(images.base)) / 1e6
+    added = (image_size(images.gateway) - image_size(images.base)) / 1e6
     assert added < MAX_ADDED_MB, f"the runtime image adds {added:.0f} MB over its base"
-    assert image_size(DEMO_IMAGE) > image_size(images.base)
+    assert image_size(images.demo) > image_size(images.base)
     # --format docker keeps the HEALTHCHECK: the image carries the Dockerfile's command.
-    for image, stage in ((GATEWAY_IMAGE, "runtime"), (DEMO_IMAGE, "demo")):
+    for image, stage in ((images.gateway, "runtime"), (images.demo, "demo")):
         test = podman("image", "inspect", "--format", "{{json .Config.Healthcheck.Test}}", image)
         assert json.loads(test.stdout) == ["CMD", *healthcheck_command(stage)], test.stdout
+
+
+# The gateway's packages as installed where this runs, one digest of every
+# module's path and bytes: run in the image and in this checkout.
+PACKAGES_DIGEST = """
+import hashlib, importlib.util, pathlib
+digest = hashlib.sha256()
+for name in ("app", "translators"):
+    base = pathlib.Path(importlib.util.find_spec(name).origin).parent
+    for path in sorted(base.rglob("*.py")):
+        digest.update(f"{name}/{path.relative_to(base).as_posix()}".encode() + b"\\0")
+        digest.update(path.read_bytes())
+print(digest.hexdigest())
+"""
+
+
+def test_the_runtime_image_holds_this_checkouts_gateway(images: Images) -> None:
+    """podman and buildah reuse the cached install layer of a `RUN
+    --mount=...,from=builder` whatever the builder stage now holds (so a
+    rebuild after a change of the code kept the old gateway): the Dockerfile
+    copies the wheels' digests in first, which a new wheel changes."""
+    here = subprocess.run(
+        [sys.executable, "-c", PACKAGES_DIGEST],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    ).stdout.strip()
+    inside = podman(
+        "run", "--rm", *LIMITS, "--entrypoint", "python", images.gateway, "-c", PACKAGES_DIGEST
+    ).stdout.strip()  # fmt: skip
+    assert inside == here, "the image's gateway is not this checkout's: a stale build layer"
 
 
 # ---------------------------------------------------------------------------
@@ -287,11 +336,12 @@ def test_legacy_client_through_the_containers(pod: Pod) -> None:
     assert out["sampling"]["result"]["content"][0]["text"] == "LLM response: Paris"
 
 
-@pytest.mark.parametrize("image", [GATEWAY_IMAGE, DEMO_IMAGE])
-def test_sigterm_stops_the_container_within_the_grace_period(images: Images, image: str) -> None:
+@pytest.mark.parametrize("stage", ["runtime", "demo"])
+def test_sigterm_stops_the_container_within_the_grace_period(images: Images, stage: str) -> None:
     name = f"mcp-shim-test-stop-{uuid.uuid4().hex[:8]}"
     port = procs.free_port()
-    internal = "8080" if image == GATEWAY_IMAGE else "3001"
+    image = images.gateway if stage == "runtime" else images.demo
+    internal = "8080" if stage == "runtime" else "3001"
     podman(
         "run", "-d", "--name", name, *RUN, "-p", f"127.0.0.1:{port}:{internal}",
         "-e", "MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp", image,
@@ -332,7 +382,7 @@ def test_stdio_upstream_leaves_no_zombie(images: Images, workers: str) -> None:
         "create", "--name", name, *RUN, "-p", f"127.0.0.1:{port}:8080",
         "-e", "MCP_SHIM_UPSTREAM_COMMAND=python /tmp/stdio_orphan_server.py",
         "-e", f"MCP_SHIM_WORKERS={workers}",
-        GATEWAY_IMAGE,
+        images.gateway,
     )  # fmt: skip
     try:
         fixture = ROOT / "tests" / "fixtures" / "stdio_orphan_server.py"
@@ -400,7 +450,13 @@ def downward_value(source: dict[str, Any], container: dict[str, Any]) -> str:
     return str(math.ceil(limit / _cpu(str(ref.get("divisor", "1")))))
 
 
-def kube_variant(name: str, host_port: int, secret: str) -> list[dict[str, Any]]:
+def kube_variant(
+    name: str,
+    host_port: int,
+    secret: str,
+    gateway_image: str = GATEWAY_IMAGE,
+    demo_image: str = DEMO_IMAGE,
+) -> list[dict[str, Any]]:
     """deploy/kubernetes/ as `podman kube play` can run it on one machine,
     made from the manifests themselves: one replica named `name`, the locally
     built images, the gateway's http port on `host_port`, the demo server as a
@@ -415,7 +471,7 @@ def kube_variant(name: str, host_port: int, secret: str) -> list[dict[str, Any]]
     deployment["spec"]["replicas"] = 1
     spec = deployment["spec"]["template"]["spec"]
     (gateway,) = spec["containers"]
-    gateway["image"] = GATEWAY_IMAGE
+    gateway["image"] = gateway_image
     http = next(p for p in gateway["ports"] if p["name"] == "http")
     http["hostPort"] = host_port
     for env in gateway["env"]:
@@ -427,7 +483,7 @@ def kube_variant(name: str, host_port: int, secret: str) -> list[dict[str, Any]]
         elif env["name"] == "MCP_SHIM_UPSTREAM_URL":
             env["value"] = POD_UPSTREAM
     # The pod's runAsUser is the gateway's; the demo server runs as its image's user.
-    demo = {"name": "legacy-mcp", "image": DEMO_IMAGE}
+    demo = {"name": "legacy-mcp", "image": demo_image}
     demo["securityContext"] = {"runAsUser": 10002, "runAsGroup": 10002}
     spec["containers"].append(demo)
     service = next(d for d in docs if d["kind"] == "Service")
@@ -450,7 +506,7 @@ def played(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     secret = f"{name}-state-key"
     port = procs.free_port()
     variant = work / "play.yaml"
-    docs = kube_variant(name, port, secret)
+    docs = kube_variant(name, port, secret, images.gateway, images.demo)
     variant.write_text(_yaml().safe_dump_all(docs, sort_keys=False))
     conf = work / "containers.conf"
     conf.write_text(CONTAINERS_CONF)
@@ -510,15 +566,17 @@ def test_kube_play_of_the_deployment_serves_a_call(played: Played) -> None:
     assert answer["result"]["content"] == [{"type": "text", "text": "from the pod"}]
 
 
-def compose_override(host_port: int) -> str:
+def compose_override(host_port: int, images: Mapping[str, str]) -> str:
     """What podman-compose is given beside docker-compose.yml, unchanged: the
-    ulimits this machine needs on each service, and the gateway's published
-    port moved from 8080 to `host_port` (`!override`: compose appends port
-    lists). YAML's flow style is JSON's, so json.dumps writes the values."""
+    ulimits this machine needs on each service, the images this run built (by
+    ID, see Images), and the gateway's published port moved from 8080 to
+    `host_port` (`!override`: compose appends port lists). YAML's flow style
+    is JSON's, so json.dumps writes the values."""
     limits = {"nofile": {"soft": 20000, "hard": 20000}, "nproc": {"soft": 4096, "hard": 4096}}
     lines = ["services:"]
     for name, service in compose()["services"].items():
         lines += [f"  {name}:", f"    ulimits: {json.dumps(limits)}"]
+        lines.append(f"    image: {json.dumps(images[name])}")
         ports = [str(p).rsplit(":", 2) for p in service.get("ports", [])]
         if ports:
             moved = [f"{host}:{host_port}:{inside}" for host, _, inside in ports]
@@ -544,7 +602,8 @@ def composed(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     project = f"mcp-shim-test-{uuid.uuid4().hex[:8]}"
     port = procs.free_port()
     override = work / "override.yml"
-    override.write_text(compose_override(port))
+    built = {"mcp-shim": images.gateway, "legacy": images.demo}
+    override.write_text(compose_override(port, built))
     command = [
         sys.executable, "-m", "podman_compose", "--podman-args", " ".join(PODMAN[1:]),
         "-p", project, "-f", str(ROOT / "docker-compose.yml"), "-f", str(override),
