@@ -47,7 +47,7 @@ import pytest
 
 from tests import procs
 from tests.integration.test_conformance import RESULTS, run_conformance
-from tests.integration.test_docker import answer_of, compose, healthcheck_command
+from tests.integration.test_docker import _yaml, answer_of, compose, healthcheck_command
 
 ROOT = procs.ROOT
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
@@ -415,12 +415,6 @@ CONTAINERS_CONF = '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc
 # The demo server beside the gateway in the played pod: its upstream on the
 # pod's loopback, as a sidecar would be.
 POD_UPSTREAM = "http://127.0.0.1:3001/mcp"
-
-
-def _yaml() -> Any:
-    import yaml  # a dev dependency; test_docker.py fails loudly without it
-
-    return yaml
 
 
 def kube_documents() -> list[dict[str, Any]]:
