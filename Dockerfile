@@ -28,14 +28,22 @@ COPY pyproject.toml README.md ./
 COPY app/ app/
 COPY translators/ translators/
 # One wheel for mcp-shim plus one per pinned dependency, so the runtime stage
-# installs from local files only.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# installs from local files only; and their digests, for the runtime stage's
+# cache (below).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
+    && sha256sum /wheels/*.whl > /wheels.sha256
 
 # ---------------------------------------------------------------------------
 FROM base AS runtime
 RUN groupadd --system --gid 10001 mcpshim \
     && useradd --system --uid 10001 --gid mcpshim --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin mcpshim
+# podman and buildah reuse a cached `RUN --mount=...,from=builder` layer even
+# when the builder stage has changed (buildah issues 4522 and 6609; Docker's
+# BuildKit does not): copying the wheels' digests first makes a new wheel a new
+# layer here, so the install below runs again. The file also says what is
+# installed.
+COPY --from=builder /wheels.sha256 /usr/local/share/mcp-shim/wheels.sha256
 # The wheels are bind-mounted, not copied: they never become a layer.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links=/wheels mcp-shim==0.1.0

@@ -8,12 +8,17 @@ sends the list methods of its capabilities as stateless modern requests. A
 legacy one gets one session through the transport the gateway would use
 (`app.upstream.choice.build_transport`): `initialize` and
 `notifications/initialized`, the list methods, then the session is closed
-(DELETE over HTTP, the process stopped over stdio). Nothing else is sent, so
-nothing can change on the server. The report: the server, its era and
-negotiated version, the transport, its capabilities as declared and as
-2026-07-28 clients will see them, its tools, and what the gateway translates
-for a 2026-07-28 client, derived from the translator registry (the negotiated
-version's features against 2026-07-28's), not from a list kept here.
+(DELETE over HTTP, the process stopped over stdio). An HTTP upstream is then
+asked whether it speaks the other era too (a dual-era server): a modern one
+gets a legacy `initialize`, its session closed at once (DELETE), nothing asked
+in it; one the gateway treats as legacy, a `server/discover` unless the era
+probe already had its refusal. Nothing else is sent, so nothing can change on
+the server. The report: the server, its era and negotiated version, the
+transport, its capabilities as declared and as 2026-07-28 clients will see
+them, its tools, whether it is dual-era and what each MCP_SHIM_UPSTREAM_ERA
+then gives, and what the gateway translates for a 2026-07-28 client, derived
+from the translator registry (the negotiated version's features against
+2026-07-28's), not from a list kept here.
 
 Exit codes (also in `mcp-shim probe --help`): 0 the upstream answered; 2 the
 configuration is invalid; 3 unreachable; 4 refused (an HTTP error, an
@@ -42,8 +47,9 @@ from app.config import Settings, SettingsError, command_argv, load_settings
 from app.subscriptions import filters as subscription_filters
 from app.upstream.base import Message, Session, Transport
 from app.upstream.choice import build_transport, transport_name
-from app.upstream.era import Era, EraProbe, discover
+from app.upstream.era import Era, EraInconclusive, EraProbe, discover, probe_era
 from app.upstream.errors import (
+    UpstreamAuthChallenge,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamTimeout,
@@ -78,8 +84,10 @@ Connect to the upstream named by the gateway's own environment
 setting) through the transport the gateway would use, and print the server, its
 protocol version, capabilities and tools, and what the gateway translates for
 2026-07-28 clients. Only server/discover, initialize and list methods are sent
-(a modern upstream gets no initialize); a session is closed afterwards (DELETE
-over HTTP, the process stopped over stdio)."""
+(a modern upstream's lists are asked statelessly; its initialize only tells
+whether it is dual-era, the session closed at once); a session is closed
+afterwards (DELETE over HTTP, the process stopped over stdio). A dual-era
+upstream is reported with what each MCP_SHIM_UPSTREAM_ERA gives."""
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -97,6 +105,8 @@ MAX_PAGES = 100
 # What of a failed command's stderr goes into the one-line reason.
 STDERR_LINES = 5
 STDERR_CHARS = 400
+# What of the other era's refusal goes into the report.
+REASON_CHARS = 300
 
 
 class ProbeFailed(Exception):
@@ -353,6 +363,8 @@ class _Step:
     """What the probe is waiting for, for the timeout's reason."""
 
     now: str = "server/discover"
+    # The upstream is being asked as a modern one: a failure names that transport.
+    modern: bool = False
 
 
 async def _lists(ask: Ask, found: _Found, step: _Step) -> None:
@@ -386,17 +398,21 @@ async def _era(
         return None, upstream
 
 
-async def _legacy(settings: Settings, transport: Transport, step: _Step) -> _Found:
-    offered = settings.upstream_protocol_version
-    initialize: Message = {
+def _initialize(offered: str) -> Message:
+    return {
         "jsonrpc": "2.0",
         "id": "probe-init",
         "method": "initialize",
         # No client capabilities: the server has nothing to ask the probe.
         "params": {"protocolVersion": offered, "capabilities": {}, "clientInfo": CLIENT_INFO},
     }
+
+
+async def _legacy(settings: Settings, transport: Transport, step: _Step) -> _Found:
+    offered = settings.upstream_protocol_version
     step.now = "initialize"
-    session, result = await transport.open_session(initialize, {})
+    step.modern = False
+    session, result = await transport.open_session(_initialize(offered), {})
     try:
         version = get_version(result.get("protocolVersion"))
         assert version is not None  # the transports check it
@@ -425,6 +441,7 @@ async def _legacy(settings: Settings, transport: Transport, step: _Step) -> _Fou
 async def _modern(upstream: ModernHttpUpstream, era: Era, step: _Step) -> _Found:
     """A modern upstream: its DiscoverResult and its lists, each one stateless
     request (2026-07-28 basic/transports/streamable-http), nothing else."""
+    step.modern = True
     version = era.version
     if version is None:
         raise UpstreamProtocolError(
@@ -485,22 +502,138 @@ async def _modern(upstream: ModernHttpUpstream, era: Era, step: _Step) -> _Found
     return found
 
 
+# -- the other era: is the upstream dual-era? ------------------------------------
+
+
+@dataclass(frozen=True)
+class OtherEra:
+    """What the upstream answered in the era the gateway does not use with it:
+    `accepted` None when its answer told nothing (a timeout, a challenge)."""
+
+    era: str
+    accepted: bool | None
+    version: Version | None = None
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        reason = self.reason
+        if reason is not None and len(reason) > REASON_CHARS:
+            reason = reason[:REASON_CHARS] + "..."  # the upstream's words, bounded
+        return {
+            "era": self.era,
+            "accepted": self.accepted,
+            "protocolVersion": self.version.name if self.version is not None else None,
+            "reason": reason,
+        }
+
+
+async def _legacy_handshake(settings: Settings, transport: Transport, step: _Step) -> OtherEra:
+    """Whether a modern upstream also accepts `initialize`: one session opened
+    and closed again (DELETE), nothing asked in it."""
+    step.now = "initialize (does the modern upstream also serve legacy sessions?)"
+    try:
+        session, result = await transport.open_session(
+            _initialize(settings.upstream_protocol_version), {}
+        )
+    except (UpstreamTimeout, UpstreamUnavailable, UpstreamAuthChallenge) as exc:
+        return OtherEra("legacy", None, reason=exc.message)
+    except UpstreamError as exc:
+        return OtherEra("legacy", False, reason=exc.message)
+    try:
+        version = get_version(result.get("protocolVersion"))
+        capabilities = result.get("capabilities")
+    finally:
+        step.now = "closing the session"
+        await session.close()
+    return OtherEra(
+        "legacy",
+        True,
+        version,
+        capabilities if isinstance(capabilities, dict) else {},
+    )
+
+
+async def _modern_answer(upstream: ModernHttpUpstream, step: _Step) -> OtherEra:
+    """Whether an upstream the gateway treats as legacy (MCP_SHIM_UPSTREAM_ERA=legacy)
+    also answers `server/discover` as a modern server."""
+    step.now = "server/discover (does the upstream also speak 2026-07-28?)"
+    try:
+        era = await probe_era(upstream, LATEST_MODERN, None)
+    except (UpstreamTimeout, UpstreamUnavailable, UpstreamAuthChallenge, EraInconclusive) as exc:
+        return OtherEra("modern", None, reason=exc.message)
+    except UpstreamError as exc:
+        return OtherEra("modern", False, reason=exc.message)
+    if era.name != "modern" or era.version is None:
+        return OtherEra("modern", False, reason="it refused server/discover")
+    result = era.discover or {}
+    capabilities = result.get("capabilities")
+    return OtherEra(
+        "modern", True, era.version, capabilities if isinstance(capabilities, dict) else {}
+    )
+
+
+def era_choices(found: _Found, other: OtherEra | None, setting: str) -> list[dict[str, Any]]:
+    """For a dual-era upstream, what each MCP_SHIM_UPSTREAM_ERA gives 2026-07-28
+    clients (README.md, "When to force legacy"); nothing for one of one era."""
+    if other is None or not other.accepted or other.version is None:
+        return []
+    if found.era == "modern":
+        modern, legacy, legacy_capabilities = found.version, other.version, other.capabilities
+    else:
+        modern, legacy, legacy_capabilities = other.version, found.version, found.capabilities
+    chosen = "legacy" if setting == "legacy" else "modern"
+    return [
+        {
+            "era": "modern",
+            "setting": "MCP_SHIM_UPSTREAM_ERA=auto|modern",
+            "protocolVersion": modern.name,
+            "chosen": chosen == "modern",
+            "summary": "passed through: the server's own multi round-trip (input_required) "
+            "for the input it asks; legacy clients get the server's own sessions",
+            "translations": modern_translations(),
+        },
+        {
+            "era": "legacy",
+            "setting": "MCP_SHIM_UPSTREAM_ERA=legacy",
+            "protocolVersion": legacy.name,
+            "chosen": chosen == "legacy",
+            "summary": "the gateway's translation: initialize sessions held and pooled by "
+            "the gateway, the server's requests for input bridged to input_required "
+            "results; for a server that asks for input on legacy sessions only",
+            "translations": translations(legacy, legacy_capabilities),
+        },
+    ]
+
+
+async def _probe_upstream(
+    settings: Settings, transport: Transport, step: _Step
+) -> tuple[_Found, OtherEra | None]:
+    """The upstream in the era the gateway will use, then whether it answers in
+    the other one too (HTTP only: a stdio server is legacy)."""
+    era, upstream = await _era(settings, transport)
+    if era is not None and era.name == "modern":
+        assert upstream is not None
+        found = await _modern(upstream, era, step)
+        return found, await _legacy_handshake(settings, transport, step)
+    found = await _legacy(settings, transport, step)
+    if upstream is None:
+        return found, None
+    if era is None or era.source == "setting":
+        # The era probe told nothing, or was not sent: ask now.
+        return found, await _modern_answer(upstream, step)
+    return found, OtherEra("modern", False, reason="it refused server/discover")
+
+
 async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
     """The report, or ProbeFailed with its exit code and one-line reason."""
     started = time.monotonic()
     step = _Step()
     with _capture_logs() as captured:
         transport, _ = build_transport(settings)
-        modern = False
         try:
             async with asyncio.timeout(timeout_s):
-                era, upstream = await _era(settings, transport)
-                if era is not None and era.name == "modern":
-                    assert upstream is not None
-                    modern = True
-                    found = await _modern(upstream, era, step)
-                else:
-                    found = await _legacy(settings, transport, step)
+                found, other = await _probe_upstream(settings, transport, step)
         except TimeoutError:
             await transport.aclose()
             raise ProbeFailed(
@@ -508,9 +641,10 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
             ) from None
         except UpstreamError as exc:
             await transport.aclose()
-            kind = "streamable-http" if modern else transport_name(settings, transport)
+            kind = "streamable-http" if step.modern else transport_name(settings, transport)
             raise _failure(exc, kind, captured) from None
         await transport.aclose()
+    modern = found.era == "modern"
     tools = found.lists.get("tools")
     report: dict[str, Any] = {
         "shape": JSON_SHAPE,
@@ -542,6 +676,9 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
         "translations": modern_translations()
         if modern
         else translations(found.version, found.capabilities),
+        "dualEra": None if other is None else other.accepted,
+        "otherEra": None if other is None else other.describe(),
+        "eraChoices": era_choices(found, other, settings.upstream_era),
         "elapsedMs": round((time.monotonic() - started) * 1000),
     }
     return report
@@ -625,9 +762,27 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"{label}: {report[key]}")
     for method, error in report["listErrors"].items():
         lines.append(f"{method} failed: {error}")
+    lines.extend(_dual_era_lines(report))
     lines.append(f"for {report['modernVersion']} clients the gateway:")
     lines.extend(f"  - {item['description']}" for item in report["translations"])
     return "\n".join(lines)
+
+
+def _dual_era_lines(report: dict[str, Any]) -> list[str]:
+    other = report["otherEra"]
+    if other is None:
+        return []
+    if report["dualEra"]:
+        lines = [
+            f"dual-era:    yes, it also speaks {other['protocolVersion']} ({other['era']}); "
+            "MCP_SHIM_UPSTREAM_ERA chooses what 2026-07-28 clients get:"
+        ]
+        for choice in report["eraChoices"]:
+            now = " (in force)" if choice["chosen"] else ""
+            lines.append(f"  {choice['era']}, {choice['setting']}{now}: {choice['summary']}")
+        return lines
+    word = "no" if other["accepted"] is False else "not known"
+    return [f"dual-era:    {word} ({other['era']}: {other['reason']})"]
 
 
 def _capability_summary(capabilities: dict[str, Any]) -> list[str]:

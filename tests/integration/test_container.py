@@ -11,7 +11,11 @@ as their non-root users; their HEALTHCHECK commands exit 0; each stops on
 SIGTERM within the grace period; a stdio upstream inside the gateway's
 container leaves no zombie; and the containerized gateway in front of the
 containerized demo server passes the conformance suite's 2026-07-28 set and
-serves the official mcp 1.x client.
+serves the official mcp 1.x client. Then the manifests run with the same
+images: deploy/kubernetes/ with `podman kube play` (a variant made from the
+manifests at each run) and docker-compose.yml with podman-compose (as written,
+beside a generated override); each answers its probes and serves a call.
+The images are run by the IDs their build wrote, never by tag.
 
 Needs root, podman and debootstrap (scripts/setup_peers.sh podman installs
 them); anything missing fails the test with what to do, nothing is skipped.
@@ -21,16 +25,21 @@ crun refuses) and explicit ulimits within the machine's hard limits.
 
 from __future__ import annotations
 
-import hashlib
+import base64
+import copy
+import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +47,7 @@ import pytest
 
 from tests import procs
 from tests.integration.test_conformance import RESULTS, run_conformance
-from tests.integration.test_docker import answer_of, compose, healthcheck_command
+from tests.integration.test_docker import _yaml, answer_of, compose, healthcheck_command
 
 ROOT = procs.ROOT
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
@@ -60,18 +69,28 @@ PROTOCOL = "2026-07-28"
 
 
 def podman(
-    *args: str, timeout: float = 120, check: bool = True
+    *args: str,
+    timeout: float = 120,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    command: Sequence[str] = PODMAN,
 ) -> subprocess.CompletedProcess[str]:
+    """podman (or `command`, podman-compose) with `args`; `env` added to ours."""
+    what = " ".join([Path(command[0]).name, *command[1:], *args])
     try:
         proc = subprocess.run(
-            [*PODMAN, *args], capture_output=True, text=True, timeout=timeout, check=False
+            [*command, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, **env} if env else None,
         )
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"podman {' '.join(args)} did not end within {timeout} s") from None
+        raise AssertionError(f"{what} did not end within {timeout} s") from None
     if check and proc.returncode != 0:
         raise AssertionError(
-            f"podman {' '.join(args)} failed ({proc.returncode}):\n"
-            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            f"{what} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
     return proc
 
@@ -103,20 +122,23 @@ def base_image() -> str:
 class Images:
     base: str
     build_s: dict[str, float]
+    # The IDs of the images this run built. The tests run these, not the tags:
+    # another checkout on the same machine building at the same time moves the
+    # tags (docker-compose.yml's names) to its own images.
+    gateway: str
+    demo: str
 
 
-def _build(target: str, tag: str) -> float:
+def _build(target: str, tag: str, iidfile: Path) -> float:
     started = time.monotonic()
     podman(
         "build",
+        "--iidfile",
+        str(iidfile),
         "--pull=never",
         "--format",
         "docker",
         "--network=host",
-        # The runtime stage installs the wheel from a bind mount of the builder's
-        # output, and buildah's layer cache does not look at what a mount holds:
-        # a cached build would keep an earlier tree's code.
-        "--no-cache",
         *LIMITS,
         "--target",
         target,
@@ -129,9 +151,14 @@ def _build(target: str, tag: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def images(base_image: str) -> Images:
-    build_s = {"runtime": _build("runtime", GATEWAY_IMAGE), "demo": _build("demo", DEMO_IMAGE)}
-    return Images(base_image, build_s)
+def images(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Images:
+    ids = tmp_path_factory.mktemp("image-ids")
+    build_s = {
+        "runtime": _build("runtime", GATEWAY_IMAGE, ids / "runtime"),
+        "demo": _build("demo", DEMO_IMAGE, ids / "demo"),
+    }
+    gateway, demo = ((ids / t).read_text().strip().removeprefix("sha256:") for t in build_s)
+    return Images(base_image, build_s, gateway, demo)
 
 
 def image_size(image: str) -> int:
@@ -173,7 +200,7 @@ def pod(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Po
     legacy, gateway = f"{name}-legacy", f"{name}-gateway"
     try:
         podman(
-            "run", "-d", "--name", legacy, *RUN, "-p", f"127.0.0.1:{port}:8080", DEMO_IMAGE
+            "run", "-d", "--name", legacy, *RUN, "-p", f"127.0.0.1:{port}:8080", images.demo
         )  # fmt: skip
         # The demo server's own HEALTHCHECK says when it serves.
         deadline = time.monotonic() + 60
@@ -183,7 +210,7 @@ def pod(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Po
         podman(
             "run", "-d", "--network", f"container:{legacy}", "--name", gateway, *RUN,
             "-e", "MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp",
-            GATEWAY_IMAGE,
+            images.gateway,
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/healthz", gateway)
@@ -228,53 +255,51 @@ def call(base: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_both_targets_build_and_the_runtime_stays_small(images: Images) -> None:
-    added = (image_size(GATEWAY_IMAGE) - image_size(images.base)) / 1e6
+    added = (image_size(images.gateway) - image_size(images.base)) / 1e6
     assert added < MAX_ADDED_MB, f"the runtime image adds {added:.0f} MB over its base"
-    assert image_size(DEMO_IMAGE) > image_size(images.base)
+    assert image_size(images.demo) > image_size(images.base)
     # --format docker keeps the HEALTHCHECK: the image carries the Dockerfile's command.
-    for image, stage in ((GATEWAY_IMAGE, "runtime"), (DEMO_IMAGE, "demo")):
+    for image, stage in ((images.gateway, "runtime"), (images.demo, "demo")):
         test = podman("image", "inspect", "--format", "{{json .Config.Healthcheck.Test}}", image)
         assert json.loads(test.stdout) == ["CMD", *healthcheck_command(stage)], test.stdout
+
+
+# The gateway's packages as installed where this runs, one digest of every
+# module's path and bytes: run in the image and in this checkout.
+PACKAGES_DIGEST = """
+import hashlib, importlib.util, pathlib
+digest = hashlib.sha256()
+for name in ("app", "translators"):
+    base = pathlib.Path(importlib.util.find_spec(name).origin).parent
+    for path in sorted(base.rglob("*.py")):
+        digest.update(f"{name}/{path.relative_to(base).as_posix()}".encode() + b"\\0")
+        digest.update(path.read_bytes())
+print(digest.hexdigest())
+"""
+
+
+def test_the_runtime_image_holds_this_checkouts_gateway(images: Images) -> None:
+    """podman and buildah reuse the cached install layer of a `RUN
+    --mount=...,from=builder` whatever the builder stage now holds (so a
+    rebuild after a change of the code kept the old gateway): the Dockerfile
+    copies the wheels' digests in first, which a new wheel changes."""
+    here = subprocess.run(
+        [sys.executable, "-c", PACKAGES_DIGEST],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    ).stdout.strip()
+    inside = podman(
+        "run", "--rm", *LIMITS, "--entrypoint", "python", images.gateway, "-c", PACKAGES_DIGEST
+    ).stdout.strip()  # fmt: skip
+    assert inside == here, "the image's gateway is not this checkout's: a stale build layer"
 
 
 # ---------------------------------------------------------------------------
 # Run
 # ---------------------------------------------------------------------------
-
-
-def _tree_digest(files: list[tuple[str, bytes]]) -> str:
-    digest = hashlib.sha256()
-    for name, data in sorted(files):
-        digest.update(name.encode() + b"\0" + data + b"\0")
-    return digest.hexdigest()
-
-
-# Run inside the image: the same digest over the installed packages' sources.
-_DIGEST_IN_IMAGE = """
-import hashlib, pathlib, app, translators
-files = []
-for package in (app, translators):
-    root = pathlib.Path(package.__file__).parent
-    for path in root.rglob("*.py"):
-        files.append((str(path.relative_to(root.parent)), path.read_bytes()))
-digest = hashlib.sha256()
-for name, data in sorted(files):
-    digest.update(name.encode() + b"\\0" + data + b"\\0")
-print(digest.hexdigest())
-"""
-
-
-def test_the_image_holds_this_trees_code(images: Images) -> None:
-    """What runs in the image is this checkout's app/ and translators/, not a cached
-    build of an earlier tree."""
-    here = [
-        (str(path.relative_to(ROOT)), path.read_bytes())
-        for package in ("app", "translators")
-        for path in (ROOT / package).rglob("*.py")
-    ]
-    inside = podman("run", "--rm", *LIMITS, "--entrypoint", "python", GATEWAY_IMAGE, "-c",
-                    _DIGEST_IN_IMAGE)  # fmt: skip
-    assert inside.stdout.strip() == _tree_digest(here)
 
 
 def test_processes_run_as_the_images_users_not_root(pod: Pod) -> None:
@@ -311,11 +336,12 @@ def test_legacy_client_through_the_containers(pod: Pod) -> None:
     assert out["sampling"]["result"]["content"][0]["text"] == "LLM response: Paris"
 
 
-@pytest.mark.parametrize("image", [GATEWAY_IMAGE, DEMO_IMAGE])
-def test_sigterm_stops_the_container_within_the_grace_period(images: Images, image: str) -> None:
+@pytest.mark.parametrize("stage", ["runtime", "demo"])
+def test_sigterm_stops_the_container_within_the_grace_period(images: Images, stage: str) -> None:
     name = f"mcp-shim-test-stop-{uuid.uuid4().hex[:8]}"
     port = procs.free_port()
-    internal = "8080" if image == GATEWAY_IMAGE else "3001"
+    image = images.gateway if stage == "runtime" else images.demo
+    internal = "8080" if stage == "runtime" else "3001"
     podman(
         "run", "-d", "--name", name, *RUN, "-p", f"127.0.0.1:{port}:{internal}",
         "-e", "MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp", image,
@@ -356,7 +382,7 @@ def test_stdio_upstream_leaves_no_zombie(images: Images, workers: str) -> None:
         "create", "--name", name, *RUN, "-p", f"127.0.0.1:{port}:8080",
         "-e", "MCP_SHIM_UPSTREAM_COMMAND=python /tmp/stdio_orphan_server.py",
         "-e", f"MCP_SHIM_WORKERS={workers}",
-        GATEWAY_IMAGE,
+        images.gateway,
     )  # fmt: skip
     try:
         fixture = ROOT / "tests" / "fixtures" / "stdio_orphan_server.py"
@@ -375,3 +401,240 @@ def test_stdio_upstream_leaves_no_zombie(images: Images, workers: str) -> None:
         assert state is None, f"the stdio server's orphan {pid} is left as {state!r}"
     finally:
         podman("rm", "--force", name, check=False)
+
+
+# ---------------------------------------------------------------------------
+# The manifests, run: deploy/kubernetes/ with `podman kube play`, and
+# docker-compose.yml with podman-compose
+# ---------------------------------------------------------------------------
+
+KUBE_DIR = ROOT / "deploy" / "kubernetes"
+# The ulimits this machine needs, for the containers `kube play` makes (a pod
+# takes no --ulimit): podman reads them from the containers.conf it is given.
+CONTAINERS_CONF = '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]\n'
+# The demo server beside the gateway in the played pod: its upstream on the
+# pod's loopback, as a sidecar would be.
+POD_UPSTREAM = "http://127.0.0.1:3001/mcp"
+
+
+def kube_documents() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted(KUBE_DIR.glob("*.yaml")):
+        docs += [d for d in _yaml().safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def _cpu(quantity: str) -> float:
+    return int(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def downward_value(source: dict[str, Any], container: dict[str, Any]) -> str:
+    """What Kubernetes would put in an env entry's valueFrom that podman 4.3's
+    `kube play` cannot resolve (status.podIP, metadata.namespace,
+    resourceFieldRef): the pod's address as the test reaches it (one pod, so
+    loopback), the default namespace, and the limit as the downward API rounds it."""
+    if "fieldRef" in source:
+        path = source["fieldRef"]["fieldPath"]
+        values = {"status.podIP": "127.0.0.1", "metadata.namespace": "default"}
+        assert path in values, f"a fieldRef to {path}: teach the test its value"
+        return values[path]
+    ref = source["resourceFieldRef"]
+    assert ref["resource"] == "limits.cpu", f"a resourceFieldRef to {ref['resource']}"
+    limit = _cpu(str(container["resources"]["limits"]["cpu"]))
+    return str(math.ceil(limit / _cpu(str(ref.get("divisor", "1")))))
+
+
+def kube_variant(
+    name: str,
+    host_port: int,
+    secret: str,
+    gateway_image: str = GATEWAY_IMAGE,
+    demo_image: str = DEMO_IMAGE,
+) -> list[dict[str, Any]]:
+    """deploy/kubernetes/ as `podman kube play` can run it on one machine,
+    made from the manifests themselves: one replica named `name`, the locally
+    built images, the gateway's http port on `host_port`, the demo server as a
+    second container of the pod, the downward API's values written out, the
+    state key from the podman secret `secret`. The Secret manifest is a
+    template that the gateway refuses (it says so), hence a real key."""
+    docs = kube_documents()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["Deployment", "Secret", "Service"], kinds
+    deployment = copy.deepcopy(next(d for d in docs if d["kind"] == "Deployment"))
+    deployment["metadata"]["name"] = name
+    deployment["spec"]["replicas"] = 1
+    spec = deployment["spec"]["template"]["spec"]
+    (gateway,) = spec["containers"]
+    gateway["image"] = gateway_image
+    http = next(p for p in gateway["ports"] if p["name"] == "http")
+    http["hostPort"] = host_port
+    for env in gateway["env"]:
+        source = env.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            source["secretKeyRef"]["name"] = secret
+        elif source:
+            env["value"] = downward_value(env.pop("valueFrom"), gateway)
+        elif env["name"] == "MCP_SHIM_UPSTREAM_URL":
+            env["value"] = POD_UPSTREAM
+    # The pod's runAsUser is the gateway's; the demo server runs as its image's user.
+    demo = {"name": "legacy-mcp", "image": demo_image}
+    demo["securityContext"] = {"runAsUser": 10002, "runAsGroup": 10002}
+    spec["containers"].append(demo)
+    service = next(d for d in docs if d["kind"] == "Service")
+    return [deployment, service]
+
+
+@dataclass(frozen=True)
+class Played:
+    base: str
+    gateway: str
+    # Each probe's path and port (the named port's containerPort).
+    probes: dict[str, tuple[str, int]]
+
+
+@pytest.fixture(scope="module")
+def played(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Played]:
+    """deploy/kubernetes/ run by `podman kube play`, on a free loopback port."""
+    work = tmp_path_factory.mktemp("kube")
+    name = f"mcp-shim-test-{uuid.uuid4().hex[:8]}"
+    secret = f"{name}-state-key"
+    port = procs.free_port()
+    variant = work / "play.yaml"
+    docs = kube_variant(name, port, secret, images.gateway, images.demo)
+    variant.write_text(_yaml().safe_dump_all(docs, sort_keys=False))
+    conf = work / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    # podman's secrets are what `secretKeyRef` reads in kube play: a JSON map
+    # of base64 values.
+    key = base64.b64encode(os.urandom(32)).decode()
+    value = json.dumps({"MCP_SHIM_STATE_KEY": base64.b64encode(key.encode()).decode()})
+    (work / "secret.json").write_text(value)
+    gateway_spec = docs[0]["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in gateway_spec["ports"]}
+    probes = {
+        kind: (get["path"], ports.get(get["port"], get["port"]))
+        for kind in ("livenessProbe", "readinessProbe")
+        if (get := gateway_spec[kind]["httpGet"])
+    }
+    podman("secret", "create", secret, str(work / "secret.json"))
+    try:
+        podman("kube", "play", str(variant), env={"CONTAINERS_CONF": str(conf)}, timeout=300)
+        # kube play names a Deployment's pod <name>-pod-0, its containers <pod>-<container>.
+        gateway = f"{name}-pod-0-{gateway_spec['name']}"
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + probes["readinessProbe"][0], gateway)
+        yield Played(base, gateway, probes)
+    finally:
+        for container in podman("ps", "-a", "--filter", f"pod={name}-pod-0", "--format",
+                                "{{.Names}}", check=False).stdout.split():  # fmt: skip
+            out = podman("logs", container, check=False)
+            (work / f"{container}.log").write_text(out.stdout + out.stderr)
+        podman("kube", "down", str(variant), check=False)
+        podman("secret", "rm", secret, check=False)
+
+
+def test_kube_play_of_the_deployment_probes_answer(played: Played) -> None:
+    """Each probe as the kubelet sends it (GET on the pod's address at the
+    named port's containerPort, here from inside the pod) and through the
+    hostPort. podman 4.3 would turn the liveness probe into the healthcheck
+    `curl -f http://localhost:0/healthz` (a named port is not resolved, and the
+    slim image has no curl), so its own healthcheck of the pod says nothing."""
+    for kind, (path, port) in played.probes.items():
+        response = httpx.get(played.base + path, timeout=15)
+        assert response.status_code == 200, f"{kind} {path}: {response.status_code} {response.text}"
+        url = f"http://127.0.0.1:{port}{path}"
+        inside = podman(
+            "exec", played.gateway, "python", "-c",
+            f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=3).status)",
+            check=False,
+        )  # fmt: skip
+        assert inside.stdout.strip() == "200", f"{kind} {url}: {inside.stdout} {inside.stderr}"
+    ready = httpx.get(played.base + played.probes["readinessProbe"][0], timeout=15).json()
+    assert ready["upstream"]["protocol_version"] == "2025-11-25", ready
+    users = podman("top", played.gateway, "user").stdout.split()[1:]
+    assert users and "root" not in users, users
+
+
+def test_kube_play_of_the_deployment_serves_a_call(played: Played) -> None:
+    answer = call(played.base, "echo", {"text": "from the pod"})
+    assert answer["result"]["content"] == [{"type": "text", "text": "from the pod"}]
+
+
+def compose_override(host_port: int, images: Mapping[str, str]) -> str:
+    """What podman-compose is given beside docker-compose.yml, unchanged: the
+    ulimits this machine needs on each service, the images this run built (by
+    ID, see Images), and the gateway's published port moved from 8080 to
+    `host_port` (`!override`: compose appends port lists). YAML's flow style
+    is JSON's, so json.dumps writes the values."""
+    limits = {"nofile": {"soft": 20000, "hard": 20000}, "nproc": {"soft": 4096, "hard": 4096}}
+    lines = ["services:"]
+    for name, service in compose()["services"].items():
+        lines += [f"  {name}:", f"    ulimits: {json.dumps(limits)}"]
+        lines.append(f"    image: {json.dumps(images[name])}")
+        ports = [str(p).rsplit(":", 2) for p in service.get("ports", [])]
+        if ports:
+            moved = [f"{host}:{host_port}:{inside}" for host, _, inside in ports]
+            assert len(moved) == 1, f"{name} publishes {len(moved)} ports: one free port each"
+            lines.append(f"    ports: !override {json.dumps(moved)}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Composed:
+    base: str
+    containers: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def composed(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composed]:
+    """docker-compose.yml brought up by podman-compose with the images built
+    above (`--no-build`: the build targets are the ones test_docker.py checks
+    against the Dockerfile), under a project name of its own."""
+    if importlib.util.find_spec("podman_compose") is None:
+        pytest.fail("podman-compose is missing: pip install -e '.[dev]'", pytrace=False)
+    work = tmp_path_factory.mktemp("compose")
+    project = f"mcp-shim-test-{uuid.uuid4().hex[:8]}"
+    port = procs.free_port()
+    override = work / "override.yml"
+    built = {"mcp-shim": images.gateway, "legacy": images.demo}
+    override.write_text(compose_override(port, built))
+    command = [
+        sys.executable, "-m", "podman_compose", "--podman-args", " ".join(PODMAN[1:]),
+        "-p", project, "-f", str(ROOT / "docker-compose.yml"), "-f", str(override),
+    ]  # fmt: skip
+    containers = {name: f"{project}_{name}_1" for name in compose()["services"]}
+    try:
+        podman("up", "-d", "--no-build", command=command, timeout=300)
+        base = f"http://127.0.0.1:{port}"
+        # podman 4.3 cannot wait for `service_healthy` (podman-compose says
+        # so and starts the gateway at once): its readiness says when it serves.
+        wait_http(base + "/readyz", containers["mcp-shim"])
+        yield Composed(base, containers)
+    finally:
+        for container in containers.values():
+            out = podman("logs", container, check=False)
+            (work / f"{container}.log").write_text(out.stdout + out.stderr)
+        podman("down", "--timeout", str(GRACE_S), command=command, check=False, timeout=120)
+
+
+def test_compose_up_with_podman_compose_serves_a_call(composed: Composed) -> None:
+    answer = call(composed.base, "echo", {"text": "from compose"})
+    assert answer["result"]["content"] == [{"type": "text", "text": "from compose"}]
+    # The upstream found by its service name on the compose network.
+    ready = httpx.get(composed.base + "/readyz", timeout=15).json()
+    assert ready["upstream"]["protocol_version"] == "2025-11-25", ready
+
+
+def test_compose_services_healthy_read_only_and_unprivileged(composed: Composed) -> None:
+    for service, container in composed.containers.items():
+        checked = podman("healthcheck", "run", container, check=False)
+        assert checked.returncode == 0, f"{service}: {checked.stdout} {checked.stderr}"
+        declared = compose()["services"][service]
+        (inspected,) = json.loads(podman("inspect", container).stdout)
+        host = inspected["HostConfig"]
+        assert host["ReadonlyRootfs"] is bool(declared.get("read_only")), service
+        assert "no-new-privileges" in " ".join(host["SecurityOpt"] or []), (service, host)
+        assert declared["cap_drop"] == ["ALL"], service
+        assert not inspected["EffectiveCaps"], (service, inspected["EffectiveCaps"])
+        users = podman("top", container, "user").stdout.split()[1:]
+        assert users and "root" not in users, f"{service}: {users}"

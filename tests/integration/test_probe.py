@@ -47,6 +47,9 @@ REPORT_KEYS = {
     "listErrors",
     "modernVersion",
     "translations",
+    "dualEra",
+    "otherEra",
+    "eraChoices",
     "elapsedMs",
 }
 # Methods without side effects (issue 11: "initialize/server/discover and list
@@ -138,6 +141,14 @@ def test_probe_of_the_fixture_over_http_sends_nothing_with_side_effects(
     assert {"tools/list", "prompts/list", "resources/list"} <= set(methods)
     assert records[-1].http_method == "DELETE"
     assert records[-1].session_id == records[2].session_id is not None
+    # Its refusal of server/discover already said it is not dual-era: nothing more sent.
+    assert report["dualEra"] is False and report["eraChoices"] == []
+    assert report["otherEra"] == {
+        "era": "modern",
+        "accepted": False,
+        "protocolVersion": None,
+        "reason": "it refused server/discover",
+    }
 
 
 def test_probe_text_report_of_the_fixture_over_http(legacy_url: str) -> None:
@@ -214,8 +225,15 @@ def test_probe_of_a_modern_upstream_sends_discover_and_lists_only(
     assert report["resourceTemplates"] > 0
     assert report["listErrors"] == {}
     assert ids_of(report) == {"passThrough"}
-    assert [r.method for r in records] == MODERN_METHODS
-    for record in records:
+    # Then one legacy initialize, to tell a dual-era server: this one refuses it.
+    *modern, handshake = records
+    assert [r.method for r in modern] == MODERN_METHODS
+    assert (handshake.method, handshake.body["params"]["capabilities"]) == ("initialize", {})
+    assert handshake.response_headers.get("mcp-session-id") is None
+    assert report["dualEra"] is False and report["eraChoices"] == []
+    assert report["otherEra"]["era"] == "legacy"
+    assert report["otherEra"]["reason"].startswith("upstream refused initialize")
+    for record in modern:
         assert record.http_method == "POST" and record.status == 200
         meta = record.body["params"]["_meta"]
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
@@ -239,15 +257,65 @@ def test_probe_text_report_of_a_modern_upstream(modern_url: str) -> None:
     assert "server/discover synthesised" not in out
 
 
-def test_probe_of_a_dual_era_upstream_reports_its_modern_era(tmp_path: Path) -> None:
-    """The modern fixture with --dual-era also accepts initialize; the gateway
-    serves modern clients in the modern era, and so the probe reports it."""
-    with procs.modern_server(
-        procs.free_port(), "--dual-era", log_path=tmp_path / "modern.log"
-    ) as url:
-        report = report_of(probe("--json", MCP_SHIM_UPSTREAM_URL=url))
+@pytest.fixture(scope="module")
+def dual_era_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The official Python SDK 2.x server with its own dual-era routing (the
+    modern fixture with --dual-era): 2026-07-28 requests and legacy sessions
+    on one endpoint."""
+    log = tmp_path_factory.mktemp("dual-era") / "modern.log"
+    with procs.modern_server(procs.free_port(), "--dual-era", log_path=log) as url:
+        yield url
+
+
+def test_probe_of_a_dual_era_upstream_says_so_and_what_each_era_gives(dual_era_url: str) -> None:
+    """Served in the modern era (the gateway's choice with auto), and reported
+    dual-era from one legacy initialize whose session is closed at once: no
+    other request in it."""
+    with RecordingProxy(dual_era_url) as proxy:
+        report = report_of(probe("--json", MCP_SHIM_UPSTREAM_URL=proxy.url))
+        records = proxy.snapshot()
+    assert set(report) == REPORT_KEYS
     assert report["era"] == "modern" and report["protocolVersion"] == "2026-07-28"
     assert "test_echo" in report["tools"]
+    assert report["dualEra"] is True
+    assert report["otherEra"] == {
+        "era": "legacy",
+        "accepted": True,
+        "protocolVersion": "2025-11-25",
+        "reason": None,
+    }
+    modern, legacy = report["eraChoices"]
+    assert (modern["era"], modern["chosen"], legacy["era"], legacy["chosen"]) == (
+        "modern",
+        True,
+        "legacy",
+        False,
+    )
+    assert legacy["setting"] == "MCP_SHIM_UPSTREAM_ERA=legacy"
+    assert {"sessions", "inputRequired"} <= {t["id"] for t in legacy["translations"]}
+    assert [r.method for r in records[: len(MODERN_METHODS)]] == MODERN_METHODS
+    session = records[len(MODERN_METHODS) :]
+    assert [r.method or r.http_method for r in session] == [
+        "initialize",
+        "notifications/initialized",
+        "DELETE",
+    ]
+    sid = session[0].response_headers.get("mcp-session-id")
+    assert sid is not None and session[2].session_id == sid
+    assert session[2].status in (200, 204)
+
+
+def test_probe_of_a_dual_era_upstream_forced_legacy(dual_era_url: str) -> None:
+    """MCP_SHIM_UPSTREAM_ERA=legacy: the probe sees what the gateway will use
+    (a legacy session), and a server/discover tells it is dual-era."""
+    done = probe(MCP_SHIM_UPSTREAM_URL=dual_era_url, MCP_SHIM_UPSTREAM_ERA="legacy")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "protocol:    2025-11-25 (legacy; offered 2025-11-25)" in out
+    assert "dual-era:    yes, it also speaks 2026-07-28 (modern)" in out
+    assert "  legacy, MCP_SHIM_UPSTREAM_ERA=legacy (in force): the gateway's translation" in out
+    assert "  modern, MCP_SHIM_UPSTREAM_ERA=auto|modern: passed through" in out
+    assert "server requests (elicitation/create" in out
 
 
 # -- stdio ------------------------------------------------------------------------

@@ -107,3 +107,95 @@ def test_a_failed_commands_stderr_tail_is_bounded_and_on_one_line() -> None:
     assert failed.reason.startswith("the upstream command exited with code 1 during initialize")
     assert "line 19" in failed.reason and "line 14" not in failed.reason
     assert len(failed.reason) < 600 and "\n" not in failed.reason
+
+
+# -- a dual-era upstream: what each MCP_SHIM_UPSTREAM_ERA gives ------------------
+
+MODERN = version("2026-07-28")
+
+
+def found(era: str, name: str, capabilities: dict[str, Any] | None = None) -> Any:
+    return probe._Found(
+        era=era,
+        version=version(name),
+        offered=name,
+        transport="streamable-http",
+        server={},
+        capabilities=capabilities or {},
+        instructions=False,
+    )
+
+
+def ids(items: list[dict[str, str]]) -> set[str]:
+    return {item["id"] for item in items}
+
+
+@pytest.mark.parametrize("setting", ["auto", "modern"])
+def test_a_modern_upstream_that_accepts_initialize_offers_both_choices(setting: str) -> None:
+    other = probe.OtherEra("legacy", True, LATEST_LEGACY, {"tools": {}, "logging": {}})
+    modern, legacy = probe.era_choices(found("modern", MODERN.name), other, setting)
+    assert (modern["era"], modern["chosen"], modern["protocolVersion"]) == (
+        "modern",
+        True,
+        "2026-07-28",
+    )
+    assert ids(modern["translations"]) == {"passThrough"}
+    assert (legacy["era"], legacy["chosen"], legacy["protocolVersion"]) == (
+        "legacy",
+        False,
+        LATEST_LEGACY.name,
+    )
+    assert legacy["setting"] == "MCP_SHIM_UPSTREAM_ERA=legacy"
+    # The legacy choice's translations are those of the version its initialize
+    # negotiated, with the capabilities it declared there.
+    assert {"sessions", "inputRequired", "logLevel"} <= ids(legacy["translations"])
+    assert "input_required" in legacy["summary"] and "pooled" in legacy["summary"]
+
+
+def test_a_forced_legacy_upstream_that_answers_discover_shows_legacy_in_force() -> None:
+    other = probe.OtherEra("modern", True, MODERN, {"tools": {}})
+    choices = probe.era_choices(found("legacy", "2025-06-18"), other, "legacy")
+    assert [(c["era"], c["chosen"], c["protocolVersion"]) for c in choices] == [
+        ("modern", False, "2026-07-28"),
+        ("legacy", True, "2025-06-18"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        None,  # a stdio upstream: never asked
+        probe.OtherEra("legacy", False, reason="upstream refused initialize: -32602 x"),
+        probe.OtherEra("legacy", None, reason="upstream timed out"),
+        probe.OtherEra("modern", False, reason="it refused server/discover"),
+    ],
+)
+def test_one_era_only_or_not_known_offers_no_choice(other: Any) -> None:
+    assert probe.era_choices(found("modern", MODERN.name), other, "auto") == []
+
+
+def report_with(other: Any, upstream: Any) -> dict[str, Any]:
+    return {
+        "dualEra": None if other is None else other.accepted,
+        "otherEra": None if other is None else other.describe(),
+        "eraChoices": probe.era_choices(upstream, other, "auto"),
+    }
+
+
+def test_the_text_report_says_dual_era_and_each_choice() -> None:
+    other = probe.OtherEra("legacy", True, LATEST_LEGACY, {})
+    lines = probe._dual_era_lines(report_with(other, found("modern", MODERN.name)))
+    assert lines[0].startswith(f"dual-era:    yes, it also speaks {LATEST_LEGACY.name} (legacy)")
+    assert lines[1].startswith("  modern, MCP_SHIM_UPSTREAM_ERA=auto|modern (in force): ")
+    assert lines[2].startswith("  legacy, MCP_SHIM_UPSTREAM_ERA=legacy: the gateway's translation")
+
+
+def test_the_text_report_says_why_not_dual_era_with_the_upstreams_words_bounded() -> None:
+    refused = probe.OtherEra("legacy", False, reason="upstream refused initialize: " + "x" * 5000)
+    (line,) = probe._dual_era_lines(report_with(refused, found("modern", MODERN.name)))
+    assert line.startswith("dual-era:    no (legacy: upstream refused initialize: xxx")
+    assert len(line) < probe.REASON_CHARS + 40
+    unknown = probe.OtherEra("modern", None, reason="timed out")
+    (line,) = probe._dual_era_lines(report_with(unknown, found("legacy", "2025-11-25")))
+    assert line == "dual-era:    not known (modern: timed out)"
+    assert probe._dual_era_lines(report_with(None, found("legacy", "2025-11-25"))) == []
