@@ -6,7 +6,7 @@ upstream; a stdio server is legacy). A modern (2026-07-28) upstream keeps no
 session and refuses `initialize`: the probe reads its `DiscoverResult` and
 sends the list methods of its capabilities as stateless modern requests. A
 legacy one gets one session through the transport the gateway would use
-(`app.upstream.choice.build_transport`): `initialize` and
+(`app.upstream.choice.build_upstream`): `initialize` and
 `notifications/initialized`, the list methods, then the session is closed
 (DELETE over HTTP, the process stopped over stdio). Nothing else is sent, so
 nothing can change on the server. The report: the server, its era and
@@ -41,8 +41,8 @@ import structlog
 from app.config import Settings, SettingsError, command_argv, load_settings
 from app.subscriptions import filters as subscription_filters
 from app.upstream.base import Message, Session, Transport
-from app.upstream.choice import build_transport, transport_name
-from app.upstream.era import Era, EraProbe, discover
+from app.upstream.choice import Upstream, build_upstream, transport_name
+from app.upstream.era import Era, discover
 from app.upstream.errors import (
     UpstreamError,
     UpstreamProtocolError,
@@ -52,7 +52,6 @@ from app.upstream.errors import (
 from app.upstream.listener import default_answer
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
 from app.upstream.stdio import StdioProcessExited
-from app.upstream.streamable_http import StreamableHttpTransport
 from translators import translate
 from translators._base import (
     META_CLIENT_CAPABILITIES,
@@ -368,22 +367,17 @@ async def _lists(ask: Ask, found: _Found, step: _Step) -> None:
         found.lists[key] = items
 
 
-async def _era(
-    settings: Settings, transport: Transport
-) -> tuple[Era | None, ModernHttpUpstream | None]:
-    """The upstream's era as the gateway tells it (app/server.py's lifespan): an
+async def _era(upstream: Upstream) -> tuple[Era | None, ModernHttpUpstream | None]:
+    """The upstream's era as the gateway tells it (app/wiring.py's start-up): an
     HTTP upstream is asked `server/discover`; a stdio one is legacy. None when the
     probe tells nothing (unreachable, a challenge): the legacy handshake then
     reports the failure, as the gateway's first call would."""
-    if not isinstance(transport, StreamableHttpTransport):
+    if upstream.modern is None:
         return None, None
-    upstream = ModernHttpUpstream(
-        transport.client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
-    )
     try:
-        return await EraProbe(upstream, settings.upstream_era).current(), upstream
+        return await upstream.era.current(), upstream.modern
     except UpstreamError:
-        return None, upstream
+        return None, upstream.modern
 
 
 async def _legacy(settings: Settings, transport: Transport, step: _Step) -> _Found:
@@ -490,11 +484,12 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
     started = time.monotonic()
     step = _Step()
     with _capture_logs() as captured:
-        transport, _ = build_transport(settings)
+        chosen = build_upstream(settings)
+        transport = chosen.transport
         modern = False
         try:
             async with asyncio.timeout(timeout_s):
-                era, upstream = await _era(settings, transport)
+                era, upstream = await _era(chosen)
                 if era is not None and era.name == "modern":
                     assert upstream is not None
                     modern = True
