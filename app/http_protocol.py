@@ -15,7 +15,7 @@ flush, for ever. Here, per connection:
   its first byte (of the connection, for the first request): else 408 and
   close;
 - a body still incomplete after that time is the route's to refuse (408,
-  `app/server.py`); the connection is closed shortly after if it did not, or
+  `app/routes/edge.py`); the connection is closed shortly after if it did not, or
   at once if the route answered without reading it;
 - a transport whose write buffer stays above its high-water mark for
   MCP_SHIM_WRITE_TIMEOUT_S is aborted: the client read nothing for that long;

@@ -44,10 +44,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.registry import Collector
 
-# The route's per-call names, kept here for it (app/server.py); every other
-# layer imports them from app.call.
-from app.call import mark as mark
-from app.call import start_call as start_call
 from translators.registry import Version, get_version, known_versions
 
 # Calls range from a cached discover (ms) to tools that run for minutes
@@ -150,7 +146,7 @@ def status_label(status: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LiveState:
-    """Readers of the live objects the gauges report (app/server.py wires them)."""
+    """Readers of the live objects the gauges report (app/wiring.py wires them)."""
 
     sessions: Callable[[], int]
     lanes_busy: Callable[[], int]

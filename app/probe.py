@@ -6,7 +6,7 @@ upstream; a stdio server is legacy). A modern (2026-07-28) upstream keeps no
 session and refuses `initialize`: the probe reads its `DiscoverResult` and
 sends the list methods of its capabilities as stateless modern requests. A
 legacy one gets one session through the transport the gateway would use
-(`app.upstream.choice.build_transport`): `initialize` and
+(`app.upstream.choice.build_upstream`): `initialize` and
 `notifications/initialized`, the list methods, then the session is closed
 (DELETE over HTTP, the process stopped over stdio). An HTTP upstream is then
 asked whether it speaks the other era too (a dual-era server): a modern one
@@ -46,8 +46,8 @@ import structlog
 from app.config import Settings, SettingsError, command_argv, load_settings
 from app.subscriptions import filters as subscription_filters
 from app.upstream.base import Message, Session, Transport
-from app.upstream.choice import build_transport, transport_name
-from app.upstream.era import Era, EraInconclusive, EraProbe, discover, probe_era
+from app.upstream.choice import Upstream, build_upstream, transport_name
+from app.upstream.era import Era, EraInconclusive, discover, probe_era
 from app.upstream.errors import (
     UpstreamAuthChallenge,
     UpstreamError,
@@ -58,7 +58,6 @@ from app.upstream.errors import (
 from app.upstream.listener import default_answer
 from app.upstream.modern_http import ModernHttpUpstream, standard_headers
 from app.upstream.stdio import StdioProcessExited
-from app.upstream.streamable_http import StreamableHttpTransport
 from translators import translate
 from translators._base import (
     META_CLIENT_CAPABILITIES,
@@ -380,22 +379,17 @@ async def _lists(ask: Ask, found: _Found, step: _Step) -> None:
         found.lists[key] = items
 
 
-async def _era(
-    settings: Settings, transport: Transport
-) -> tuple[Era | None, ModernHttpUpstream | None]:
-    """The upstream's era as the gateway tells it (app/server.py's lifespan): an
+async def _era(upstream: Upstream) -> tuple[Era | None, ModernHttpUpstream | None]:
+    """The upstream's era as the gateway tells it (app/wiring.py's start-up): an
     HTTP upstream is asked `server/discover`; a stdio one is legacy. None when the
     probe tells nothing (unreachable, a challenge): the legacy handshake then
     reports the failure, as the gateway's first call would."""
-    if not isinstance(transport, StreamableHttpTransport):
+    if upstream.modern is None:
         return None, None
-    upstream = ModernHttpUpstream(
-        transport.client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
-    )
     try:
-        return await EraProbe(upstream, settings.upstream_era).current(), upstream
+        return await upstream.era.current(), upstream.modern
     except UpstreamError:
-        return None, upstream
+        return None, upstream.modern
 
 
 def _initialize(offered: str) -> Message:
@@ -607,11 +601,12 @@ def era_choices(found: _Found, other: OtherEra | None, setting: str) -> list[dic
 
 
 async def _probe_upstream(
-    settings: Settings, transport: Transport, step: _Step
+    settings: Settings, chosen: Upstream, step: _Step
 ) -> tuple[_Found, OtherEra | None]:
     """The upstream in the era the gateway will use, then whether it answers in
     the other one too (HTTP only: a stdio server is legacy)."""
-    era, upstream = await _era(settings, transport)
+    transport = chosen.transport
+    era, upstream = await _era(chosen)
     if era is not None and era.name == "modern":
         assert upstream is not None
         found = await _modern(upstream, era, step)
@@ -630,10 +625,11 @@ async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
     started = time.monotonic()
     step = _Step()
     with _capture_logs() as captured:
-        transport, _ = build_transport(settings)
+        chosen = build_upstream(settings)
+        transport = chosen.transport
         try:
             async with asyncio.timeout(timeout_s):
-                found, other = await _probe_upstream(settings, transport, step)
+                found, other = await _probe_upstream(settings, chosen, step)
         except TimeoutError:
             await transport.aclose()
             raise ProbeFailed(

@@ -1,14 +1,56 @@
-"""Which transport the gateway speaks to its upstream: the one setting that is set."""
+"""Which upstream the gateway speaks to: the one setting that is set, decided
+here once for the gateway (app/wiring.py) and for `mcp-shim probe`."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from app.config import Settings, command_argv
 from app.upstream.base import Transport
+from app.upstream.era import EraProbe
+from app.upstream.era_transport import EraTransport
 from app.upstream.http_sse import DetectingTransport
+from app.upstream.modern_http import ModernHttpUpstream
 from app.upstream.stdio import StdioTransport, child_environment
 from app.upstream.streamable_http import StreamableHttpTransport, build_client
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """The upstream kind the settings name, in the parts its users need."""
+
+    # The transport the settings name: legacy sessions as they are (the probe's
+    # handshake); closed last, as it holds the HTTP client or the processes.
+    transport: Transport
+    # What the pool opens sessions with: over HTTP, the session of the era the
+    # upstream speaks (app/upstream/era_transport.py); over stdio, `transport`.
+    sessions: Transport
+    max_sessions: int
+    era: EraProbe
+    # The modern era's stateless requests; None when the upstream has no HTTP
+    # endpoint (stdio speaks a legacy revision: nothing to probe).
+    modern: ModernHttpUpstream | None
+    # The HTTP upstream, whose documents (OAuth metadata) the gateway relays;
+    # None for stdio, which has no challenge to relay.
+    http: StreamableHttpTransport | None
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+def build_upstream(settings: Settings) -> Upstream:
+    """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe."""
+    transport, max_sessions = build_transport(settings)
+    if not isinstance(transport, StreamableHttpTransport):
+        return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
+    # The upstream's era (app/upstream/era.py) picks the seam's implementation.
+    modern = ModernHttpUpstream(
+        transport.client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+    )
+    era = EraProbe(modern, settings.upstream_era)
+    sessions = EraTransport(transport, modern, era)
+    return Upstream(transport, sessions, max_sessions, era, modern, transport)
 
 
 def build_transport(settings: Settings) -> tuple[Transport, int]:

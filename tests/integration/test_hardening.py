@@ -362,7 +362,7 @@ def gateway_in_process(legacy_url: str, loop: str = "auto") -> Iterator[tuple[st
         while not server.started:
             assert time.monotonic() < deadline and thread.is_alive(), "gateway did not start"
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp", app.state.gateway
+        yield f"http://127.0.0.1:{port}/mcp", app.state.wiring.gateway
     finally:
         server.should_exit = True
         thread.join(15)

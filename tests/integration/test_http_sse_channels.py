@@ -94,7 +94,7 @@ def test_concurrent_initializes_on_a_channel_open_one_session(
                         refused(answer, 400, inited["id"], "initialized already")
                 (served,) = next_events(chunks, 1)
                 check_legacy("2024-11-05", served, "initialize")
-        sessions = app.state.legacy._sessions
+        sessions = app.state.wiring.legacy._sessions
         wait_until(lambda: len(sessions) == 0, "the channels' sessions to end")
         assert sessions._pool.open_sessions == 0
         # The pool's whole room, for new credentials.

@@ -394,7 +394,7 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
         version = "2025-03-26"
         session, _ = initialize(client, url, version)
         on_session = headers(session, version)
-        legacy_session = app.state.legacy._sessions._sessions[session]
+        legacy_session = app.state.wiring.legacy._sessions._sessions[session]
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         with monkeypatch.context() as patch:
             patch.setattr(LegacyFront, "_response", planted)
@@ -464,9 +464,9 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
             (last,) = events(text)
             internal_error(last, "server-error", "2024-11-05")
         deadline = time.monotonic() + 5
-        while len(app.state.legacy._sessions) and time.monotonic() < deadline:
+        while len(app.state.wiring.legacy._sessions) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(app.state.legacy._sessions) == 0  # the channel's session ended with it
+        assert len(app.state.wiring.legacy._sessions) == 0  # the channel's session ended with it
     failures = [entry for entry in logs if entry["event"] == "call_failed"]
     # POST, two batches of two, GET, /messages, its relayed call, the /sse stream.
     assert len(failures) == 9, failures
@@ -502,6 +502,6 @@ def test_a_channel_closed_during_initialize_leaves_no_session(
                 )
                 time.sleep(0.3)  # the initialize is under way; the client leaves
             assert pending.result(timeout=15).status_code == 202
-        sessions = app.state.legacy._sessions
+        sessions = app.state.wiring.legacy._sessions
         assert len(sessions) == 0
         assert sessions._pool.open_sessions == 0 and sessions.held == 0

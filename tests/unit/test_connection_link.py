@@ -127,7 +127,7 @@ async def test_an_answered_request_is_freed_without_the_cycle_collector() -> Non
 
 
 async def test_the_link_says_when_the_whole_body_has_come() -> None:
-    # `_read_body` (app/server.py) times its reads only while the body can still
+    # `read_body` (app/routes/edge.py) times its reads only while the body can still
     # be on its way; the link is how it knows.
     seen: list[tuple[bool, bool]] = []
 

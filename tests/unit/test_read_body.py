@@ -1,4 +1,4 @@
-"""`app/server.py` `_read_body`, the request body read from ASGI's messages:
+"""`app/routes/edge.py` `read_body`, the request body read from ASGI's messages:
 whole, in pieces, over the limit, cut short by the client, or too slow."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from app import server
 from app.front.scope_headers import ScopeHeaders
+from app.routes import edge
 
 
 def _request(messages: list[dict[str, Any]], wait: float = 0.0) -> Request:
@@ -28,7 +28,7 @@ def _request(messages: list[dict[str, Any]], wait: float = 0.0) -> Request:
 
 def _read(request: Request, limit: int = 100, timeout_s: float = 5.0, **headers: str) -> Any:
     raw = [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
-    return asyncio.run(server._read_body(request, ScopeHeaders(raw), limit, timeout_s))
+    return asyncio.run(edge.read_body(request, ScopeHeaders(raw), limit, timeout_s))
 
 
 def _body(chunk: bytes, more: bool = False) -> dict[str, Any]:
@@ -50,19 +50,19 @@ def test_whole_and_in_pieces() -> None:
 
 
 def test_over_the_limit() -> None:
-    with pytest.raises(server.BodyTooLarge):
+    with pytest.raises(edge.BodyTooLarge):
         _read(_request([_body(b"x" * 60, True), _body(b"x" * 60)]))
-    with pytest.raises(server.BodyTooLarge):  # said so before any byte came
+    with pytest.raises(edge.BodyTooLarge):  # said so before any byte came
         _read(_request([]), content_length="101")
     assert _read(_request([_body(b"x" * 100)])) == b"x" * 100
 
 
 def test_client_gone_and_too_slow() -> None:
-    with pytest.raises(server.BodyAbandoned):
+    with pytest.raises(edge.BodyAbandoned):
         _read(_request([_body(b"ab", True), {"type": "http.disconnect"}]))
-    with pytest.raises(server.BodyTimeout):
+    with pytest.raises(edge.BodyTimeout):
         _read(_request([_body(b"ab", True)]), timeout_s=0.05)
-    with pytest.raises(server.BodyTimeout):
+    with pytest.raises(edge.BodyTimeout):
         _read(_request([_body(b"ab")], wait=1.0), timeout_s=0.05)
 
 
@@ -82,7 +82,7 @@ def test_a_whole_body_is_read_without_a_timer(monkeypatch: pytest.MonkeyPatch) -
         return request
 
     with monkeypatch.context() as patch:
-        patch.setattr(server.asyncio, "timeout", refused)
+        patch.setattr(edge.asyncio, "timeout", refused)
         assert _read(linked([_body(b'{"a":1}')], complete=True)) == b'{"a":1}'
-    with pytest.raises(server.BodyTimeout):
+    with pytest.raises(edge.BodyTimeout):
         _read(linked([_body(b"ab", True)], complete=False), timeout_s=0.05)

@@ -1,0 +1,9 @@
+"""The HTTP routes: each parses its request, hands it to a front, and answers.
+
+`edge` holds what every route checks first (Host and Origin, the body's size
+and pace) and the gateway's own URL; `mcp` is the MCP endpoint (every client's
+POST, a legacy session's GET and DELETE); `sse` the HTTP+SSE transport of
+2024-11-05 clients; `status` health, readiness, metrics and the OAuth
+resource metadata. The objects they hand requests to are the app's `Wiring`
+(app/wiring.py).
+"""

@@ -1,0 +1,231 @@
+"""The MCP endpoint: every client's `POST /mcp`, a legacy session's GET and DELETE.
+
+The POST is parsed here once: a legacy client's message goes to the legacy
+front (app/legacy/front.py), a modern client's request to the gateway
+(app/gateway.py), or passed through to a modern upstream (app/passthrough.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app import call, logs, metrics, tracing
+from app.answer import CallAnswer
+from app.config import Settings
+from app.front import legacy, modern
+from app.front.scope_headers import ScopeHeaders
+from app.passthrough import PassThrough
+from app.rejections import Rejection
+from app.replicas import HOP_HEADER
+from app.routes.edge import Edge, accepts, answer
+from app.subscriptions import listen as subscriptions_listen
+from app.upstream import era_transport
+from app.upstream.modern_http import passed_headers
+from app.wiring import Wiring
+
+log = structlog.get_logger("mcp_shim.http")
+
+# What a call's answer reports when it is done: its HTTP status, and how it
+# ended when that is not the gateway's own outcome (a client gone).
+Done = Callable[[int, str | None], None]
+
+
+class McpRoutes:
+    def __init__(self, settings: Settings, edge: Edge, app_metrics: metrics.Metrics) -> None:
+        self._settings = settings
+        self._edge = edge
+        self._metrics = app_metrics
+        self._timeline = settings.log_level == "debug"  # each call's steps, logged (CallTiming)
+
+    async def post(self, request: Request) -> Response:
+        """Not a FastAPI route: app/server.py's GatewayApp serves it (see there why)."""
+        started = time.perf_counter()
+        timing = call.start_call(self._timeline)
+        scope = request.scope
+        # Read once from the scope (app/front/scope_headers.py); starlette's
+        # `request.headers` only where a legacy or pass-through path needs one.
+        headers = ScopeHeaders(scope["headers"])
+        request_id: str = scope["state"]["request_id"]
+        _bind_context(request_id, headers)
+        edge = self._edge
+        # A session is a legacy client's (2026-07-28 has none): its refusals made
+        # before the body is read must be legacy-shaped too.
+        legacy_client = legacy.SESSION_HEADER in headers
+        refused = edge.host_or_origin_refused(headers, legacy_client) or edge.media_type_refused(
+            headers, legacy_client
+        )
+        if refused is not None:
+            return refused
+        body = await edge.body_or_refusal(request, headers, legacy_client)
+        if isinstance(body, Response):
+            return body
+        call.mark("body_read")
+        wiring: Wiring = request.app.state.wiring
+        claim = legacy.claims(body, headers)
+        if claim is not None:
+            sse_ok, json_ok = accepts(headers.get("accept", ""))
+            return await wiring.legacy.post(
+                claim,
+                request.headers,
+                sse_ok=sse_ok,
+                json_ok=json_ok,
+                gateway_url=edge.gateway_url(request, headers),
+            )
+        parsed = modern.parse(body, headers, max_depth=self._settings.max_json_depth)
+        if isinstance(parsed, Rejection):
+            return self._rejected(parsed)
+        if isinstance(parsed, modern.ModernNotification):
+            log.info("notification_accepted", method=parsed.method)
+            return Response(status_code=202)
+        return await self._modern(request, wiring, parsed, body, headers, started, timing)
+
+    async def _modern(
+        self,
+        request: Request,
+        wiring: Wiring,
+        parsed: modern.ModernCall,
+        body: bytes,
+        headers: ScopeHeaders,
+        started: float,
+        timing: call.CallTiming,
+    ) -> Response:
+        """A modern client's request: translated by the gateway, or passed
+        through unchanged to an upstream of its era."""
+        sse_ok, json_ok = accepts(headers.get("accept", ""))
+        if parsed.method == subscriptions_listen.METHOD and not sse_ok:
+            return self._rejected(subscriptions_listen.needs_event_stream(parsed.id))
+        state = call.CallState(
+            request_id=request.scope["state"]["request_id"],
+            hop=HOP_HEADER in headers,
+            gateway_url=self._edge.gateway_url(request, headers),
+        )
+        done = self._done(parsed, state, started, timing)
+        authorization = headers.get("authorization")
+        era = await era_transport.era_for(wiring.upstream.era, authorization)
+
+        def translated() -> CallAnswer:
+            return CallAnswer(
+                wiring.gateway.run(parsed, authorization, state),
+                accepts_sse=sse_ok,
+                accepts_json=json_ok,
+                on_done=done,
+                write_timeout_s=self._settings.write_timeout_s,
+            )
+
+        upstream = wiring.upstream.modern
+        if era is None or era.name != "modern" or upstream is None:
+            return translated()
+
+        # The cheapest path: nothing to translate (app/passthrough.py).
+        async def fallback() -> Response:
+            return translated()
+
+        def passed(status: int, disconnected: bool, outcome: str) -> None:
+            state.upstream_version = parsed.version.name
+            state.outcome = outcome
+            done(status, "client_disconnected" if disconnected else None)
+
+        return PassThrough(
+            upstream,
+            body,
+            passed_headers(request.headers),
+            call_id=parsed.id,
+            method=parsed.method,
+            long_lived=parsed.method == subscriptions_listen.METHOD,
+            era=wiring.upstream.era,
+            seen=era,
+            fallback=fallback,
+            on_done=passed,
+            gateway_url=state.gateway_url,
+            write_timeout_s=self._settings.write_timeout_s,
+        )
+
+    def _rejected(self, rejection: Rejection) -> Response:
+        log.info("request_rejected", code=rejection.code, status=rejection.http_status)
+        self._metrics.rejected(rejection.code, rejection.http_status)
+        return answer(rejection)
+
+    def _done(
+        self,
+        parsed: modern.ModernCall,
+        state: call.CallState,
+        started: float,
+        timing: call.CallTiming,
+    ) -> Done:
+        """The call's log line and metrics, once its answer was written."""
+        app_metrics = self._metrics
+
+        def done(status: int, ending: str | None) -> None:
+            outcome = ending or state.outcome
+            duration_s = time.perf_counter() - started
+            duration_ms = round(duration_s * 1000, 2)
+            logs.call_line(
+                log,
+                {
+                    "method": parsed.method,
+                    "client_version": parsed.version.name,
+                    "upstream_version": state.upstream_version,
+                    "outcome": outcome,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                },
+            )
+            app_metrics.call_done(
+                parsed.method, parsed.version, outcome, status, duration_s, timing.upstream_s
+            )
+            if timing.marks is not None:
+                # After the answer was written and the upstream exchange closed
+                # (drained): where the call's time went (bench/README.md, the tail).
+                log.debug("call_timeline", **timing.timeline(started), done_ms=duration_ms)
+
+        return done
+
+    async def other(self, request: Request) -> Response:
+        """GET, DELETE, PUT and PATCH of /mcp: a legacy client's session, else 405."""
+        structlog.contextvars.bind_contextvars(request_id=request.state.request_id)
+        if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
+            # A legacy client's session: its server stream, or its end.
+            refused = self._edge.host_or_origin_refused(request.headers, legacy_client=True)
+            if refused is not None:
+                return refused
+            front = _wiring(request).legacy
+            if request.method == "DELETE":
+                return await front.delete(request.headers)
+            sse_ok, _ = accepts(request.headers.get("accept", ""))
+            return await front.get(
+                request.headers, sse_ok=sse_ok, gateway_url=self._edge.gateway_url(request)
+            )
+        # streamable-http "Backward Compatibility": without a legacy session,
+        # GET and DELETE answer 405.
+        log.info(
+            "request_refused",
+            request_id=request.state.request_id,
+            reason="method_not_allowed",
+            http_method=request.method,
+            status=405,
+        )
+        self._metrics.rejected(None, 405)
+        return Response(status_code=405, headers={"allow": "POST"})
+
+
+def _wiring(request: Request) -> Wiring:
+    wiring: Wiring = request.app.state.wiring
+    return wiring
+
+
+def _bind_context(request_id: str, headers: ScopeHeaders) -> None:
+    """Every log line below this request, in the gateway and the bridge too,
+    carries its id: each request runs in its own task and context copy.
+    W3C Trace Context: forwarded upstream only if valid (app/tracing.py)."""
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    trace = tracing.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
+    tracing.bind(trace)
+    if trace is not None:
+        structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
+    else:
+        structlog.contextvars.unbind_contextvars("trace_id")

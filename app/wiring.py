@@ -1,0 +1,211 @@
+"""The gateway's objects, built from `Settings` in one place, started and stopped
+together.
+
+`running` is the app's lifespan (app/server.py): it builds the graph (the
+upstream as app/upstream/choice.py chooses it, the session pool, the readiness
+check, the OAuth relay, the subscription hub, the replicas, the legacy and
+HTTP+SSE fronts, the MRTR bridge and the gateway), starts what runs in the
+background, and stops everything in the order that lets each part end its work
+cleanly. The routes (app/routes/) read the `Wiring` it yields, and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import structlog
+
+from app.auth import MAX_METADATA_BYTES, AuthRelay
+from app.config import Settings
+from app.gateway import Gateway
+from app.legacy.front import LegacyFront
+from app.legacy.http_sse import HttpSseFront
+from app.legacy.sessions import LegacySessions
+from app.metrics import Metrics
+from app.mrtr.bridge import Bridge, build_bridge
+from app.readiness import ReadinessCheck
+from app.replicas import Replicas, build_replicas
+from app.subscriptions.hub import SubscriptionHub
+from app.upstream import era_transport
+from app.upstream.choice import Upstream, build_upstream
+from app.upstream.pool import SessionPool
+from app.upstream.streamable_http import StreamableHttpTransport
+from translators.registry import Version, get_version
+
+log = structlog.get_logger("mcp_shim.http")
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """Every object a route hands a request to, and what they share."""
+
+    settings: Settings
+    offered: Version  # MCP_SHIM_UPSTREAM_PROTOCOL_VERSION
+    metrics: Metrics
+    upstream: Upstream
+    pool: SessionPool
+    readiness: ReadinessCheck
+    auth: AuthRelay | None  # None: the upstream is not an HTTP server
+    subscriptions: SubscriptionHub
+    replicas: Replicas
+    legacy_sessions: LegacySessions
+    legacy: LegacyFront
+    http_sse: HttpSseFront
+    bridge: Bridge
+    gateway: Gateway
+
+    async def drain(self) -> None:
+        """Before the HTTP server stops: end the long-lived listen streams with
+        their graceful closing result (app/server.py `drain`)."""
+        await self.subscriptions.close_all(self.settings.shutdown_grace_s)
+
+    async def aclose(self) -> None:
+        """Everything stopped, the fronts before what they call."""
+        await self.metrics.stop()
+        # Normally already done by `drain` before the server stopped serving.
+        await self.subscriptions.aclose(self.settings.shutdown_grace_s)
+        await self.bridge.aclose()  # parked exchanges ended cleanly, lanes closed
+        await self.http_sse.aclose()
+        await self.legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
+        await self.replicas.aclose()
+        await self.gateway.aclose()
+        await self.pool.aclose()
+        await self.upstream.aclose()
+        log.info("gateway_stopped")
+
+
+def offered_version(settings: Settings) -> Version:
+    offered = get_version(settings.upstream_protocol_version)
+    assert offered is not None  # validated in Settings
+    return offered
+
+
+@asynccontextmanager
+async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]:
+    """The graph built and started, for as long as the app runs; then stopped."""
+    upstream = build_upstream(settings)
+    try:
+        wiring = _build(settings, metrics, upstream)
+    except BaseException:
+        await upstream.aclose()
+        raise
+    try:
+        found = await era_transport.first_look(upstream.era, wiring.pool)
+        log.info(
+            "gateway_started",
+            upstream_version_offered=wiring.offered.name,
+            port=settings.port,
+            **found,
+        )
+        metrics.start(
+            wiring.pool, wiring.bridge, wiring.subscriptions, settings.host, settings.metrics_port
+        )
+        yield wiring
+    finally:
+        await wiring.aclose()
+
+
+def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
+    offered = offered_version(settings)
+    pool = SessionPool(
+        upstream.sessions,
+        max_sessions=upstream.max_sessions,
+        idle_s=settings.session_idle_s,
+        max_per_credential=min(settings.session_share(), upstream.max_sessions),
+    )
+    pool.start()
+    readiness = ReadinessCheck(pool, offered, max_age_s=settings.ready_max_age_s)
+    auth = _auth_relay(settings, upstream.http)
+    subscriptions = SubscriptionHub(
+        pool,
+        queue_bound=settings.listen_queue_size,
+        ready_timeout_s=settings.listen_ready_timeout_s,
+        call_timeout_s=settings.listen_call_timeout_s,
+    )
+    # Who owns what among replicas, and the relay to the owner (app/replicas.py).
+    replicas = build_replicas(settings)
+    replicas.relay.observer = metrics.relayed
+    legacy_sessions = LegacySessions(
+        pool,
+        idle_s=settings.session_idle_s,
+        ids=replicas.ids,
+        max_sessions=settings.max_legacy_sessions,
+        max_per_credential=settings.legacy_session_share(),
+        reclaim_idle_s=settings.legacy_session_reclaim_idle_s,
+    )
+    legacy_sessions.start()
+    legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)
+    bridge = build_bridge(settings, pool, replicas)
+    gateway = Gateway(
+        pool,
+        offered_version=offered,
+        ttl_ms=settings.cache_ttl_ms,
+        cache_scope=settings.cache_scope,
+        subscriptions=subscriptions,
+        listen_keepalive_s=settings.listen_keepalive_s,
+        bridge=bridge,
+        auth=auth,
+        declare_every_input=settings.upstream_client_capabilities == "all",
+        call_deadline_s=settings.call_deadline_s,
+    )
+    return Wiring(
+        settings=settings,
+        offered=offered,
+        metrics=metrics,
+        upstream=upstream,
+        pool=pool,
+        readiness=readiness,
+        auth=auth,
+        subscriptions=subscriptions,
+        replicas=replicas,
+        legacy_sessions=legacy_sessions,
+        legacy=legacy,
+        http_sse=http_sse,
+        bridge=bridge,
+        gateway=gateway,
+    )
+
+
+def _auth_relay(settings: Settings, http: StreamableHttpTransport | None) -> AuthRelay | None:
+    """OAuth is an HTTP upstream's: a stdio server has no challenge to relay."""
+    if http is None:
+        return None
+
+    async def fetch(url: str) -> object:
+        return await http.fetch_document(url, max_bytes=MAX_METADATA_BYTES)
+
+    return AuthRelay(fetch, str(settings.upstream_url))
+
+
+def _legacy_fronts(
+    settings: Settings,
+    metrics: Metrics,
+    offered: Version,
+    sessions: LegacySessions,
+    auth: AuthRelay | None,
+    replicas: Replicas,
+) -> tuple[LegacyFront, HttpSseFront]:
+    """The legacy clients' front, and the HTTP+SSE one of 2024-11-05 clients over it."""
+    legacy = LegacyFront(
+        sessions,
+        offered=offered,
+        max_batch=settings.max_batch,
+        write_timeout_s=settings.write_timeout_s,
+        max_json_depth=settings.max_json_depth,
+        auth_relay=auth,
+        relay=replicas.relay,
+        keepalive_s=settings.listen_keepalive_s,
+        metrics=metrics,
+    )
+    http_sse = HttpSseFront(
+        legacy,
+        sessions,
+        max_channels=settings.max_legacy_sessions,
+        keepalive_s=settings.listen_keepalive_s,
+        write_timeout_s=settings.write_timeout_s,
+        init_timeout_s=settings.sse_init_timeout_s,
+        max_uninitialized_per_address=settings.max_uninitialized_sse_per_address,
+    )
+    return legacy, http_sse
