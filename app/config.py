@@ -196,7 +196,8 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         description="stdio server processes one Authorization value (or all anonymous "
-        "callers together) may hold; unset: half of MCP_SHIM_STDIO_MAX_PROCESSES",
+        "callers together) may hold; unset: three quarters of MCP_SHIM_STDIO_MAX_PROCESSES, "
+        "never all of them",
     )
     stdio_start_timeout_s: float = Field(
         default=30.0, gt=0, description="longest wait for a new stdio server's initialize answer"
@@ -468,11 +469,15 @@ class Settings(BaseSettings):
         return max(1, self.max_legacy_sessions // 4)
 
     def stdio_process_share(self) -> int:
-        """MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL, or its default: half the processes,
-        so that with more than one no credential can hold them all."""
+        """MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL, or its default: three quarters
+        of the processes, and never all of them when there is more than one. A stdio
+        gateway mostly serves one client, whose parked and listening calls each hold
+        a process (half left the conformance suite's anonymous client short of
+        them); the quarter kept back still serves every other credential."""
         if self.stdio_max_processes_per_credential is not None:
             return min(self.stdio_max_processes_per_credential, self.stdio_max_processes)
-        return max(1, self.stdio_max_processes // 2)
+        processes = self.stdio_max_processes
+        return 1 if processes == 1 else min(processes - 1, processes - processes // 4)
 
     def state_keys(self) -> list[bytes] | None:
         """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""

@@ -107,9 +107,10 @@ def test_a_legacy_session_survives_anonymous_initializes(tmp_path: Path) -> None
                 headers={"content-type": "application/json", "accept": wire.ACCEPT_BOTH},
             )
             statuses.append(response.status_code)
-        # Anonymous callers get their share of the processes, then a refusal.
-        assert statuses[:2] == [200, 200], statuses
-        assert set(statuses[2:]) <= {200, 429}, statuses
+        # Anonymous callers get their share of the processes (three of four by
+        # default), then a refusal: the owner's process is not theirs to take.
+        assert statuses[:3] == [200, 200, 200], statuses
+        assert statuses[3] in (429, 503), statuses
         answer = legacy_call(
             http,
             url,
@@ -163,7 +164,7 @@ def test_calls_that_never_answer_hold_only_their_credentials_share(tmp_path: Pat
                 other = tool(http, base, "echo", authorization="Bearer b")
             assert other.status == 200, other.final
             assert text_of(other) == "echo"
-            assert hanging() <= 2  # the first credential's share of four
+            assert hanging() <= 3  # the first credential's share of four
         finally:
             for worker in workers:
                 worker.join(30)

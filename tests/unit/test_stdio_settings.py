@@ -103,12 +103,20 @@ def test_a_command_alone_is_enough(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("processes", "share", "expected"),
-    [("8", None, 4), ("4", None, 2), ("2", None, 1), ("1", None, 1), ("4", "3", 3), ("4", "9", 4)],
+    [
+        ("8", None, 6),
+        ("4", None, 3),
+        ("3", None, 2),
+        ("2", None, 1),
+        ("1", None, 1),
+        ("4", "3", 3),
+        ("4", "9", 4),
+    ],
 )
 def test_a_credentials_share_of_the_processes(
     monkeypatch: pytest.MonkeyPatch, processes: str, share: str | None, expected: int
 ) -> None:
-    """Unset: half, so that with more than one process no credential holds them all."""
+    """Unset: three quarters, and with more than one process never all of them."""
     monkeypatch.setenv("MCP_SHIM_UPSTREAM_COMMAND", "python3 -m some_server")
     monkeypatch.setenv("MCP_SHIM_STDIO_MAX_PROCESSES", processes)
     if share is not None:
