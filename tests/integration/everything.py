@@ -1,10 +1,11 @@
 """The published `@modelcontextprotocol/server-everything` behind the gateway:
 how it is started and the checks every upstream transport must pass with it.
 
-tests/integration/test_stdio.py runs it as the gateway's stdio upstream and
-tests/integration/test_http_sse.py in its `sse` mode (2024-11-05 HTTP+SSE);
-issue 11 asks the same of both ("the same checks"), so the checks live here,
-each a function of the gateway's base URL, and each test file calls them.
+tests/integration/test_contract.py runs the checks against every upstream
+kind (legacy Streamable HTTP, stdio, HTTP+SSE, modern HTTP; issues 11 and 20:
+"the same checks"), each a function of the gateway's base URL;
+tests/integration/test_stdio.py and test_http_sse.py use the helpers for their
+kind's own tests.
 Driven with raw 2026-07-28 requests (tests/integration/mrtr_wire.py) and the
 official mcp 2.x client (tests/modern_client/stdio_servers.py).
 """
@@ -242,12 +243,17 @@ class Frames:
         self._lines = response.iter_lines()
         self.seen: list[dict[str, Any]] = []
 
-    def next(self) -> dict[str, Any]:
+    def next(self, timeout: float = 30.0) -> dict[str, Any]:
+        """The next message, within `timeout` seconds: checked at every line, and a
+        listen stream carries a keepalive comment every MCP_SHIM_LISTEN_KEEPALIVE_S."""
+        deadline = time.monotonic() + timeout
         for line in self._lines:
             if line.startswith("data:"):
                 frame: dict[str, Any] = json.loads(line[5:])
                 self.seen.append(frame)
                 return frame
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no message within {timeout:g} s; saw {self.seen}")
         raise AssertionError(f"the listen stream ended; saw {self.seen}")
 
 
@@ -271,7 +277,8 @@ def check_an_update_arrives(http: httpx.Client, base: str, frames: Frames, liste
     its session subscribed at once (then every 5 s, until toggled off)."""
     toggled = call(http, base, "toggle-subscriber-updates")
     try:
-        assert toggled.status == 200, toggled.final
+        answered = toggled.final.get("result")
+        assert toggled.status == 200 and answered and not answered.get("isError"), toggled.final
         update = frames.next()
         assert update["method"] == "notifications/resources/updated"
         assert update["params"]["uri"] == SUBSCRIBED_URI

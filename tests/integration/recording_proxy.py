@@ -113,7 +113,13 @@ class RecordingProxy:
     `drop`, if set, is asked about each request once its body is read: when it
     says so the proxy closes the client's connection without a byte of answer
     and forwards nothing (what a server closing an idle keep-alive connection
-    does to a request that arrives on it at that moment)."""
+    does to a request that arrives on it at that moment).
+
+    `whole`, if set, is asked the same: when it says so the proxy reads the
+    upstream's whole answer before it sends a byte of it, then sends it in one
+    piece with its Content-Length, so the end of the answer reaches the client
+    with its first message (no wait between an SSE stream's last event and its
+    end that the client could time out on)."""
 
     def __init__(
         self,
@@ -122,9 +128,11 @@ class RecordingProxy:
         *,
         every_path: bool = False,
         drop: Callable[[Record], bool] | None = None,
+        whole: Callable[[Record], bool] | None = None,
     ) -> None:
         self.upstream_url = upstream_url
         self.drop = drop
+        self.whole = whole
         self._served: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         # Headers added to an answer (a Set-Cookie, say), chosen per exchange:
         # what an upstream (or a balancer in front of it) might add.
@@ -207,6 +215,23 @@ class RecordingProxy:
 
     # -- forwarding ----------------------------------------------------------
 
+    async def _whole(
+        self, upstream: aiohttp.ClientResponse, record: Record, headers: dict[str, str]
+    ) -> web.Response:
+        try:
+            body = await upstream.read()
+        except aiohttp.ClientError:
+            record.ending = "upstream_error"
+            raise
+        if record.content_type == "text/event-stream":
+            _SseParser(record.messages.append).feed(body)
+        elif body:
+            with contextlib.suppress(ValueError):
+                value = json.loads(body)
+                record.messages.extend(value if isinstance(value, list) else [value])
+        record.ending = "complete"
+        return web.Response(status=upstream.status, headers=headers, body=body)
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
@@ -244,6 +269,8 @@ class RecordingProxy:
             headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
             if self._extra_response_headers is not None:
                 headers.update(self._extra_response_headers(record))
+            if self.whole is not None and self.whole(record):
+                return await self._whole(upstream, record, headers)
             response = web.StreamResponse(status=upstream.status, headers=headers)
             await response.prepare(request)
             sse = record.content_type == "text/event-stream"

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
 _COLLECTED = re.compile(r"^(\d+) tests? collected", re.MULTILINE)
@@ -66,6 +68,7 @@ def _uncommitted() -> str:
     return _run(["git", "status", "--porcelain"], ROOT).stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_fresh_clone_collects_the_suite_and_passes_its_unit_tests(tmp_path: Path) -> None:
     clone = tmp_path / "mcp-shim"
     cloned = _run(["git", "clone", "--quiet", str(ROOT), str(clone)], tmp_path)

@@ -16,7 +16,7 @@ import concurrent.futures
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +72,6 @@ def test_discover_list_and_calls_over_http_sse(
     assert [line["transport"] for line in detected] == ["sse"]
 
 
-def test_the_official_modern_client_over_http_sse(sse_gateway: tuple[str, str, Path]) -> None:
-    """The mcp 2.x client: discover, tools, and a sampling and an elicitation round
-    trip, the server's requests read off the SSE stream, the answers POSTed."""
-    ev.check_the_official_modern_client(sse_gateway[0])
-
-
 def test_concurrent_calls_share_the_stream(
     sse_gateway: tuple[str, str, Path], http: httpx.Client
 ) -> None:
@@ -91,19 +85,6 @@ def test_concurrent_calls_share_the_stream(
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         texts = list(pool.map(one, range(24)))
     assert texts == [f"Echo: n{n}" for n in range(24)]
-
-
-@pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
-def test_the_checks_of_every_transport(
-    check: Callable[[httpx.Client, str], None],
-    sse_gateway: tuple[str, str, Path],
-    http: httpx.Client,
-) -> None:
-    """A parked call (sampling asked on the SSE stream, answered by POST) while
-    others complete; two parked calls answered in reverse order; progress; logs;
-    subscriptions/listen (the server's `resources/updated`, tied to no call, read
-    off the stream into the listen stream)."""
-    check(http, sse_gateway[0])
 
 
 def test_an_unprompted_roots_request_is_answered(

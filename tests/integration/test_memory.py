@@ -134,6 +134,7 @@ def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
     assert rss <= IDLE_RSS_BOUND_MB, f"idle gateway RSS {rss:.1f} MB (bench/README.md, Memory)"
 
 
+@pytest.mark.slow
 def test_an_mcp1_client_session_loads_no_aiohttp_in_the_gateway(
     legacy_url: str, logs_dir: Path
 ) -> None:

@@ -89,6 +89,7 @@ async def _post(client: httpx.AsyncClient, base: str, message: dict[str, Any]) -
     return messages[-1]
 
 
+@pytest.mark.slow
 def test_200_parked_exchanges_do_not_slow_unrelated_calls(legacy_url: str, logs_dir: Path) -> None:
     log = logs_dir / "mrtr-scale-gateway.log"
     with procs.gateway(legacy_url, procs.free_port(), log_path=log) as base:

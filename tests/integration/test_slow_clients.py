@@ -343,6 +343,7 @@ def _stalled_round(gw: Gateway, clients: int, size: int) -> tuple[float, float]:
             sock.close()
 
 
+@pytest.mark.slow
 def test_large_answers_to_clients_that_never_read_are_closed_and_freed(
     guarded: Gateway,
 ) -> None:
@@ -362,6 +363,7 @@ def test_large_answers_to_clients_that_never_read_are_closed_and_freed(
     echo_ok(guarded.mcp)
 
 
+@pytest.mark.slow
 def test_listen_streams_that_never_read_are_closed(guarded: Gateway) -> None:
     streams = 10
     baseline_fds = guarded.open_fds()

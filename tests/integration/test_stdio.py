@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -113,32 +113,8 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 
 # ---------------------------------------------------------------------------
-# server-everything: discover, lists, calls, MRTR round trips
+# server-everything: what stdio alone has (its checks: test_contract.py)
 # ---------------------------------------------------------------------------
-
-
-def test_everything_discover_list_and_calls(
-    everything: tuple[str, int, Path], http: httpx.Client
-) -> None:
-    ev.check_discover_list_and_calls(http, everything[0], "stdio")
-
-
-def test_everything_through_the_official_modern_client(everything: tuple[str, int, Path]) -> None:
-    ev.check_the_official_modern_client(everything[0])
-
-
-@pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
-def test_the_checks_of_every_transport(
-    check: Callable[[httpx.Client, str], None],
-    everything: tuple[str, int, Path],
-    http: httpx.Client,
-) -> None:
-    """A parked call while others complete (on other processes); two parked calls
-    answered in reverse order; progress, routed by the token the gateway put on the
-    request; logs, to the one call in flight on the process; subscriptions/listen
-    (`notifications/resources/updated`, tied to no call, read from stdout into the
-    listen stream)."""
-    check(http, everything[0])
 
 
 def test_the_child_gets_a_minimal_environment(
