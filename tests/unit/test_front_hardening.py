@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from app import jsonio, logs
-from app.front import modern
+from app.fronts.modern import checks as modern
 from app.rejections import Rejection
 from app.upstream.capabilities import canonical
 from app.upstream.pool import SessionPool

@@ -1,4 +1,4 @@
-"""The read loop of the legacy front's relays (app/legacy/front.py `_reads`): a
+"""The read loop of the legacy front's relays (app/fronts/legacy/front.py `_reads`): a
 call's stream ended by the client's cancellation, a GET stream kept alive
 with comments. Plain asyncio, no server."""
 
@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.legacy.front import _reads
+from app.fronts.legacy.front import _reads
 
 
 class Source:

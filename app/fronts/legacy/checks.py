@@ -1,7 +1,7 @@
 """What a legacy (2024-11-05 .. 2025-11-25) client sends to `POST /mcp`.
 
 Pure: the era of a request, the checks of a legacy message, version
-negotiation. No I/O; the sessions and the forwarding are in app/legacy/.
+negotiation. No I/O; the sessions and the forwarding are in app/fronts/legacy/.
 
 Era per request, as a dual-era server selects it (2026-07-28
 basic/versioning "Backward Compatibility with Initialization-Based
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import jsonio
-from app.front import modern
-from app.front.modern import META_VERSION
+from app.fronts.modern import checks as modern
+from app.fronts.modern.checks import META_VERSION
 from app.rejections import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Rejection, RequestId
 from translators.registry import LATEST_LEGACY, Version, get_version, legacy_versions
 

@@ -18,8 +18,8 @@ from app import auth
 from app.auth import AuthRelay
 from app.call import CallState, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
-from app.front import param_headers
-from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
+from app.fronts.modern.checks import LOG_LEVELS, ModernCall, supported_version_names
+from app.headers import param_headers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
 from app.mrtr.bridge import Bridge, Codec

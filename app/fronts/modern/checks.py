@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import jsonio
-from app.front.header_values import BadHeaderValue, decode_header_value
+from app.headers.header_values import BadHeaderValue, decode_header_value
 from app.rejections import (
     HEADER_MISMATCH,
     INVALID_PARAMS,

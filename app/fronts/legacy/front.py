@@ -1,8 +1,8 @@
 """Legacy clients (2024-11-05 .. 2025-11-25) on the gateway's endpoint.
 
-The second client-side front, beside the modern one (app/front/modern.py and
-app/gateway.py); both meet the same upstream seam (app/upstream/base.py). A
-legacy client's session is the gateway's (app/legacy/sessions.py), with one
+The second client-side front, beside the modern one (app/fronts/modern/checks.py and
+app/fronts/modern/gateway.py); both meet the same upstream seam (app/upstream/base.py). A
+legacy client's session is the gateway's (app/fronts/legacy/sessions.py), with one
 upstream session of its own behind it; every message is translated between
 the client's negotiated version and the upstream session's with the
 translator chain, both ways, so a legacy client sees only what its revision
@@ -17,18 +17,18 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import structlog
 from starlette.responses import Response
 
 from app import auth, jsonio
-from app.answer import CallAnswer, sse_event
 from app.auth import AuthRelay
 from app.call import Outgoing
-from app.front import legacy as front
-from app.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy import checks as front
+from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.shared.answer import CallAnswer, sse_event
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, Rejection, RequestId
 from app.replicas import HOP_HEADER, ReplicaRelay, header_items
@@ -93,28 +93,32 @@ def auth_refusal(
     return auth.refusal(request_id, exc, gateway_url)
 
 
-Handler = Callable[..., Awaitable[Response]]
+_P = ParamSpec("_P")
+_Owner = TypeVar("_Owner")
 
 
-def guarded(handler: Handler) -> Handler:
+def guarded(
+    handler: Callable[Concatenate[_Owner, _P], Awaitable[Response]],
+) -> Callable[Concatenate[_Owner, _P], Coroutine[Any, Any, Response]]:
     """An entry point whose failures still answer JSON: an upstream 401/403 as
     `auth_refusal`, a defect of ours as -32603 with 500 and one `call_failed`
     line with its stack (never a plain-text 500). What the handler took is
     released by its own try/finally and context managers on the way out."""
 
-    @functools.wraps(handler)
-    async def guard(owner: Any, *args: Any, **kwargs: Any) -> Response:
+    async def guard(owner: _Owner, /, *args: _P.args, **kwargs: _P.kwargs) -> Response:
         try:
             return await handler(owner, *args, **kwargs)
         except UpstreamAuthChallenge as exc:
             relay = getattr(owner, "auth_relay", None)
-            gateway_url = kwargs.get("gateway_url")
+            url = kwargs.get("gateway_url")
+            gateway_url = url if isinstance(url, str) else None
             refusal, headers = auth_refusal(exc, _request_id(args), gateway_url, relay)
             return refuse(refusal, dict(headers))
         except Exception:
             log.exception("call_failed", era="legacy", route=handler.__name__)
             return refuse(_internal_error(_request_id(args)))
 
+    functools.update_wrapper(guard, handler)
     return guard
 
 

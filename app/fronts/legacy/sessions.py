@@ -20,7 +20,7 @@ client that holds state on the old one.
 
 These sessions have their own bound and per-credential share, apart from the
 pooled sessions modern callers use; at the bound an idle one may be ended to
-make room (app/legacy/bound.py), its client then gets 404 as for any session
+make room (app/fronts/legacy/bound.py), its client then gets 404 as for any session
 that expired.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from app.legacy import bound
+from app.fronts.legacy import bound
 from app.replicas import OwnedIds
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
@@ -198,7 +198,7 @@ class LegacySessions:
 
     async def _make_room(self, credentials: str) -> None:
         """Return when a session for `credentials` fits, having ended idle sessions to
-        make room if need be (app/legacy/bound.py); else raise SessionShareExceeded
+        make room if need be (app/fronts/legacy/bound.py); else raise SessionShareExceeded
         (429) or PoolExhausted (503), with the seconds to wait."""
         limits = self._limits
         while self._held[credentials] >= limits.share or self.held >= limits.total:

@@ -32,11 +32,11 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio
-from app.answer import sse_event
-from app.front import legacy as front
+from app.fronts.legacy import checks as front
+from app.fronts.legacy.front import LegacyFront, guarded, refuse, session_not_found
+from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.shared.answer import sse_event
 from app.http_protocol import RateLimitedLog
-from app.legacy.front import LegacyFront, guarded, refuse, session_not_found
-from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
 from app.upstream.base import Message
 from app.upstream.pool import credential_hash
