@@ -397,7 +397,7 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
         legacy_session = app.state.wiring.legacy._sessions._sessions[session]
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         with monkeypatch.context() as patch:
-            patch.setattr(LegacyFront, "_response", planted)
+            patch.setattr("app.fronts.legacy.messages.response", planted)
             # One call, JSON: the answer is the error.
             response = client.post(url, json=ping, headers=on_session)
             assert response.status_code == 500, response.text
@@ -449,7 +449,7 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
                 assert response.status_code == 500, response.text
                 internal_error(response.json(), 11, "2024-11-05")
             with monkeypatch.context() as patch:
-                patch.setattr(LegacyFront, "_response", planted)
+                patch.setattr("app.fronts.legacy.messages.response", planted)
                 assert (
                     poster.post(endpoint, json={**ping, "id": 12}, headers=auth).status_code == 202
                 )

@@ -33,7 +33,8 @@ from starlette.responses import Response
 
 from app import jsonio
 from app.fronts.legacy import checks as front
-from app.fronts.legacy.front import LegacyFront, guarded, refuse, session_not_found
+from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy.replies import guarded, refuse, session_not_found
 from app.fronts.legacy.sessions import LegacySession, LegacySessions
 from app.fronts.shared.answer import sse_event
 from app.http_protocol import RateLimitedLog
