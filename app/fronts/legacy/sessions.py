@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
@@ -38,6 +37,7 @@ from typing import Any
 import structlog
 
 from app.fronts.legacy import bound
+from app.fronts.shared.binding import held_by
 from app.replicas import OwnedIds
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
@@ -157,7 +157,7 @@ class LegacySessions:
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        if not hmac.compare_digest(session.credentials, credential_hash(authorization)):
+        if not held_by(session.credentials, authorization):
             log.warning("legacy_session_refused", reason="credential_mismatch")
             return None
         return session

@@ -1,1 +1,2 @@
-"""What the fronts of every client era share: the answer writer and the Host and Origin guard."""
+"""What the fronts of every client era share: the answer writer, the Host and
+Origin guard, and a session's binding to the credential that opened it."""
