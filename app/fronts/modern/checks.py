@@ -218,35 +218,10 @@ def _check_request(
             "Header mismatch: the MCP-Protocol-Version header is missing",
             request_id,
         )
-    requested = meta.get(META_VERSION)
-    capabilities = meta.get(META_CAPABILITIES)
-    missing = [
-        k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None
-    ]
-    if missing:
-        return Rejection(
-            INVALID_PARAMS,
-            "Invalid params: every 2026-07-28 request must carry "
-            + " and ".join(f"params._meta[{k!r}]" for k in missing),
-            request_id,
-        )
-    if not isinstance(requested, str):
-        return Rejection(
-            INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id
-        )
-    if not isinstance(capabilities, dict):
-        return Rejection(
-            INVALID_PARAMS,
-            f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
-            request_id,
-        )
-    bad_capability = check_client_capabilities(capabilities)
-    if bad_capability is not None:
-        return Rejection(
-            INVALID_PARAMS,
-            f"Invalid params: _meta[{META_CAPABILITIES!r}]{bad_capability}",
-            request_id,
-        )
+    meta_checked = _check_meta(meta, request_id)
+    if isinstance(meta_checked, Rejection):
+        return meta_checked
+    requested, capabilities = meta_checked
     if header_version.strip() != requested:
         return Rejection(
             HEADER_MISMATCH,
@@ -297,6 +272,43 @@ def _check_request(
         log_level=log_level,
         param_headers=param_headers,
     )
+
+
+def _check_meta(
+    meta: dict[str, Any], request_id: RequestId
+) -> tuple[str, dict[str, Any]] | Rejection:
+    """The request's `_meta` protocol version and client capabilities: present,
+    of their types, the capabilities of the 2026-07-28 shape."""
+    requested = meta.get(META_VERSION)
+    capabilities = meta.get(META_CAPABILITIES)
+    missing = [
+        k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None
+    ]
+    if missing:
+        return Rejection(
+            INVALID_PARAMS,
+            "Invalid params: every 2026-07-28 request must carry "
+            + " and ".join(f"params._meta[{k!r}]" for k in missing),
+            request_id,
+        )
+    if not isinstance(requested, str):
+        return Rejection(
+            INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id
+        )
+    if not isinstance(capabilities, dict):
+        return Rejection(
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
+            request_id,
+        )
+    bad_capability = check_client_capabilities(capabilities)
+    if bad_capability is not None:
+        return Rejection(
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{META_CAPABILITIES!r}]{bad_capability}",
+            request_id,
+        )
+    return requested, capabilities
 
 
 def _check_standard_headers(
