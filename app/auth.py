@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import structlog
 
-from app.front import security
+from app.fronts.shared import security
 from app.rejections import INVALID_REQUEST, Rejection, RequestId
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError
 

@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         description="objects and arrays nested deeper than this in a message are refused (400)",
     )
     # An answer whose client reads nothing for this long is closed
-    # (app/answer.py, app/http_protocol.py).
+    # (app/fronts/shared/answer.py, app/http_protocol.py).
     write_timeout_s: float = Field(default=30.0, gt=0)
     read_timeout_s: float = Field(
         default=30.0,
@@ -117,7 +117,7 @@ class Settings(BaseSettings):
         description="upstream sessions one Authorization value (or all anonymous callers "
         "together) may hold; unset: a quarter of MCP_SHIM_MAX_SESSIONS",
     )
-    # Legacy clients' own sessions (app/legacy/bound.py): bounded apart from the
+    # Legacy clients' own sessions (app/fronts/legacy/bound.py): bounded apart from the
     # pooled ones above, which they can never take from a modern caller.
     max_legacy_sessions: int = Field(
         default=1024,
@@ -135,7 +135,7 @@ class Settings(BaseSettings):
         gt=0,
         description="at the legacy bound, a session idle this long is ended to make room",
     )
-    # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/legacy).
+    # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/fronts/legacy).
     max_batch: int = Field(default=50, ge=1, description="messages in one legacy JSON-RPC batch")
     # A 2024-11-05 HTTP+SSE channel (GET /sse) holds a connection from its start;
     # until its initialize it holds nothing else, so it is bounded apart.

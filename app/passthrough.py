@@ -1,6 +1,6 @@
 """A modern client in front of a modern upstream: the cheapest path.
 
-The front has validated the request (app/front/modern.py) exactly as for any
+The front has validated the request (app/fronts/modern/checks.py) exactly as for any
 upstream; then nothing is translated. The body goes upstream as it came, with
 the client's headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
 `Mcp-Param-*`, `Authorization`, trace context), so its `_meta`,

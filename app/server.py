@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics, wiring
 from app.auth import WELL_KNOWN
 from app.config import Settings
-from app.legacy.http_sse import MESSAGES_PATH
+from app.fronts.http_sse.front import MESSAGES_PATH
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection
 from app.routes import status

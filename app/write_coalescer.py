@@ -17,7 +17,7 @@ and go out as one.
 Large writes go at once, after what is queued for their transport: the
 transport's flow control (`pause_writing` at its high-water mark) then sees
 every large body as it is written, and the readers' write timeouts stay what
-they measure (app/answer.py, app/http_protocol.py).
+they measure (app/fronts/shared/answer.py, app/http_protocol.py).
 """
 
 from __future__ import annotations

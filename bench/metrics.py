@@ -1,7 +1,7 @@
 """The per-call cost of the metrics, in process: what one call adds to the hot path.
 
 Each iteration does what one forwarded call does (app/routes/mcp.py `McpRoutes.post` and
-`done`, app/gateway.py `_send` and `_answer`): a timing holder for the request,
+`done`, app/fronts/modern/gateway.py `_send` and `_answer`): a timing holder for the request,
 the upstream part marked sent and answered, then the counter increment and the
 two histogram observations of `Metrics.call_done`. Several methods and outcomes
 rotate so the label-child cache is exercised as in real traffic. An empty loop

@@ -22,5 +22,5 @@ I/O modules:
 - ``exchange``: one live upstream call and the events it produces;
 - ``parked``: the registry of parked exchanges, with TTL and bound;
 - ``forwarding``: the hop to the replica that holds an exchange;
-- ``bridge``: the orchestration, called by ``app.gateway``.
+- ``bridge``: the orchestration, called by ``app.fronts.modern.gateway``.
 """

@@ -35,7 +35,7 @@ import structlog
 
 from app.call import CallState, upstream_sent
 from app.config import Settings
-from app.front.modern import ModernCall
+from app.fronts.modern.checks import ModernCall
 from app.mrtr import answers, capabilities, results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
 from app.mrtr.forwarding import ReplicaForwarder

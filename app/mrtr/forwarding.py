@@ -25,7 +25,7 @@ import httpx
 import structlog
 
 from app import jsonio
-from app.front.modern import NAME_FIELD, ModernCall
+from app.fronts.modern.checks import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay

@@ -16,7 +16,8 @@ from app import jsonio
 from app.auth import gateway_mcp_url
 from app.client_held import connection_link
 from app.config import Settings
-from app.front import legacy, security
+from app.fronts.legacy import checks as legacy
+from app.fronts.shared import security
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection
 
@@ -91,7 +92,7 @@ async def _received_body(receive: Receive, limit: int) -> bytes:
 def answer(rejection: Rejection, legacy_client: bool = False) -> Response:
     """A rejection as its JSON-RPC error message and HTTP status; a legacy client's
     always has an id, which every legacy revision's JSONRPCError requires
-    (app/front/legacy.py, UNREAD_ID)."""
+    (app/fronts/legacy/checks.py, UNREAD_ID)."""
     message = legacy.error_message(rejection) if legacy_client else rejection.to_message()
     return Response(
         jsonio.dumps(message),

@@ -1,8 +1,8 @@
 """The MCP endpoint: every client's `POST /mcp`, a legacy session's GET and DELETE.
 
 The POST is parsed here once: a legacy client's message goes to the legacy
-front (app/legacy/front.py), a modern client's request to the gateway
-(app/gateway.py), or passed through to a modern upstream (app/passthrough.py).
+front (app/fronts/legacy/front.py), a modern client's request to the gateway
+(app/fronts/modern/gateway.py), or passed through to a modern upstream (app/passthrough.py).
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app import call, logs, metrics, tracing
-from app.answer import CallAnswer
 from app.config import Settings
-from app.front import legacy, modern
-from app.front.scope_headers import ScopeHeaders
+from app.fronts.legacy import checks as legacy
+from app.fronts.modern import checks as modern
+from app.fronts.shared.answer import CallAnswer
 from app.passthrough import PassThrough
 from app.rejections import Rejection
 from app.replicas import HOP_HEADER
 from app.routes.edge import Edge, accepts, answer
+from app.routes.scope_headers import ScopeHeaders
 from app.subscriptions import listen as subscriptions_listen
 from app.upstream import era_transport
 from app.upstream.modern_http import passed_headers
@@ -47,7 +48,7 @@ class McpRoutes:
         started = time.perf_counter()
         timing = call.start_call(self._timeline)
         scope = request.scope
-        # Read once from the scope (app/front/scope_headers.py); starlette's
+        # Read once from the scope (app/routes/scope_headers.py); starlette's
         # `request.headers` only where a legacy or pass-through path needs one.
         headers = ScopeHeaders(scope["headers"])
         request_id: str = scope["state"]["request_id"]

@@ -1,4 +1,4 @@
-"""The deprecated HTTP+SSE transport of 2024-11-05 clients (app/legacy/http_sse.py):
+"""The deprecated HTTP+SSE transport of 2024-11-05 clients (app/fronts/http_sse/front.py):
 the stream a client opens, and the messages it posts to its channel."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from app.call import CallState
-from app.front.modern import ModernCall
+from app.fronts.modern.checks import ModernCall
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import filters, frames
 from app.subscriptions.hub import SubscriptionHub

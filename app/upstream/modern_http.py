@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 
 from app import jsonio, tracing
-from app.front.header_values import header_form
+from app.headers.header_values import header_form
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError
 from app.upstream.streamable_http import (

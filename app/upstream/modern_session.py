@@ -52,8 +52,8 @@ from typing import Any, TypeVar
 import structlog
 
 from app import jsonio
-from app.front.header_values import header_form
-from app.front.param_headers import HeaderPaths, annotated_paths
+from app.headers.header_values import header_form
+from app.headers.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message
 from app.upstream.era import Era, EraProbe, newest_common, probe_era
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from app import jsonio
-from app.front.param_headers import HeaderPaths, annotated_paths
+from app.headers.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message, Reclaimable, Session, Transport
 from app.upstream.capabilities import canonical
 from app.upstream.errors import (

@@ -1,5 +1,5 @@
 """Issue 19 on the legacy clients' HTTP+SSE front (`GET /sse` + `POST /messages`,
-app/legacy/http_sse.py) and the batch rules, in front of the real legacy fixture
+app/fronts/http_sse/front.py) and the batch rules, in front of the real legacy fixture
 (mcp 1.x): one `initialize` per channel, whatever arrives at once; the batch
 rules of `POST /mcp` on `POST /messages` too, ids 1 and "1" both answered;
 channels that never initialize are closed and bounded per address.
@@ -66,7 +66,7 @@ def test_concurrent_initializes_on_a_channel_open_one_session(
     closed, nothing is left open, and the pool (MCP_SHIM_MAX_SESSIONS=8) serves
     eight new credentials. Before the fix each initialize opened a session, the
     channel ended only the last, and the leaked ones filled the pool for good."""
-    from app.legacy.sessions import LegacySessions
+    from app.fronts.legacy.sessions import LegacySessions
 
     real_open = LegacySessions.open
 

@@ -382,8 +382,8 @@ def internal_error(message: dict[str, Any], rid: Any, version: str) -> None:
 def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
     legacy_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.legacy.front import LegacyFront
-    from app.legacy.http_sse import HttpSseFront
+    from app.fronts.http_sse.front import HttpSseFront
+    from app.fronts.legacy.front import LegacyFront
 
     with (
         gateway_in_process(legacy_url) as (base, app),
@@ -397,7 +397,7 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
         legacy_session = app.state.wiring.legacy._sessions._sessions[session]
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         with monkeypatch.context() as patch:
-            patch.setattr(LegacyFront, "_response", planted)
+            patch.setattr("app.fronts.legacy.messages.response", planted)
             # One call, JSON: the answer is the error.
             response = client.post(url, json=ping, headers=on_session)
             assert response.status_code == 500, response.text
@@ -419,7 +419,7 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
         with monkeypatch.context() as patch:
             # The GET stream fails after it started: its last event says so.
             async def broken_stream(*_args: Any, **_kwargs: Any) -> Any:
-                from app.gateway import Outgoing
+                from app.fronts.modern.gateway import Outgoing
 
                 yield Outgoing({}, keepalive=True)
                 raise Planted("planted")
@@ -449,14 +449,14 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
                 assert response.status_code == 500, response.text
                 internal_error(response.json(), 11, "2024-11-05")
             with monkeypatch.context() as patch:
-                patch.setattr(LegacyFront, "_response", planted)
+                patch.setattr("app.fronts.legacy.messages.response", planted)
                 assert (
                     poster.post(endpoint, json={**ping, "id": 12}, headers=auth).status_code == 202
                 )
                 (answer,) = next_events(chunks, 1)
                 internal_error(answer, 12, "2024-11-05")
             with monkeypatch.context() as patch:
-                patch.setattr("app.legacy.http_sse.sse_event", planted)
+                patch.setattr("app.fronts.http_sse.front.sse_event", planted)
                 assert (
                     poster.post(endpoint, json={**ping, "id": 13}, headers=auth).status_code == 202
                 )
@@ -481,7 +481,7 @@ def test_a_channel_closed_during_initialize_leaves_no_session(
     import asyncio
     import concurrent.futures
 
-    from app.legacy.sessions import LegacySessions
+    from app.fronts.legacy.sessions import LegacySessions
 
     real_open = LegacySessions.open
 

@@ -139,7 +139,7 @@ def test_an_mcp1_client_session_loads_no_aiohttp_in_the_gateway(
     legacy_url: str, logs_dir: Path
 ) -> None:
     # The mcp 1.x client opens a GET stream after `notifications/initialized`,
-    # which the gateway relays to the upstream session's (app/legacy/front.py),
+    # which the gateway relays to the upstream session's (app/fronts/legacy/front.py),
     # and its tour has the server's sampling and elicitation requests (MRTR
     # lanes, with their GET streams) and a DELETE: every one of them on h1.
     # aiohttp's compiled parser and yarl's are mapped once aiohttp is imported.

@@ -7,9 +7,9 @@ from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
-from app.answer import CallAnswer
 from app.client_held import ClientHeld
-from app.gateway import Outgoing
+from app.fronts.modern.gateway import Outgoing
+from app.fronts.shared.answer import CallAnswer
 from app.http_protocol import LINK, ConnectionLink
 
 NOTE = {

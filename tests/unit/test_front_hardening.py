@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from app import jsonio, logs
-from app.front import modern
+from app.fronts.modern import checks as modern
+from app.fronts.shared import header_guard
 from app.rejections import Rejection
 from app.upstream.capabilities import canonical
 from app.upstream.pool import SessionPool
@@ -143,12 +144,12 @@ def test_non_ascii_authorization_is_refused_without_its_value() -> None:
 def test_oversized_authorization_is_refused_before_it_goes_upstream() -> None:
     # Found by the fuzzer: a 70,000-byte Authorization was forwarded, refused by the
     # upstream's HTTP server, and came back as the gateway's 502.
-    token = "Bearer " + "a" * modern.MAX_AUTHORIZATION_CHARS
+    token = "Bearer " + "a" * header_guard.MAX_AUTHORIZATION_CHARS
     out = modern.parse(call(), call_headers(authorization=token))
     assert isinstance(out, Rejection)
     assert (out.code, out.http_status, out.id) == (-32600, 431, 9)
     assert "aaaa" not in json.dumps(out.to_message())
-    fits = "Bearer " + "a" * (modern.MAX_AUTHORIZATION_CHARS - len("Bearer "))
+    fits = "Bearer " + "a" * (header_guard.MAX_AUTHORIZATION_CHARS - len("Bearer "))
     assert isinstance(modern.parse(call(), call_headers(authorization=fits)), modern.ModernCall)
 
 

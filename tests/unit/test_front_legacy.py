@@ -1,4 +1,4 @@
-"""The legacy front's pure rules (app/front/legacy.py): era per request, version
+"""The legacy front's pure rules (app/fronts/legacy/checks.py): era per request, version
 negotiation, message shape, batches."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.front import legacy
+from app.fronts.legacy import checks as legacy
 from app.rejections import Rejection
 
 MARKER = "io.modelcontextprotocol/protocolVersion"

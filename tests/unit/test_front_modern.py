@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.front import modern
+from app.fronts.modern import checks as modern
 from app.rejections import Rejection
 
 META = {

@@ -15,11 +15,11 @@ import pytest
 import structlog
 
 from app import logs
-from app.answer import CallAnswer
 from app.config import Settings
-from app.front import modern
-from app.front.security import check_host, parse_host
-from app.gateway import CallState, Gateway, Outgoing
+from app.fronts.modern import checks as modern
+from app.fronts.modern.gateway import CallState, Gateway, Outgoing
+from app.fronts.shared.answer import CallAnswer
+from app.fronts.shared.security import check_host, parse_host
 from translators.registry import get_version
 
 # ---------------------------------------------------------------------------

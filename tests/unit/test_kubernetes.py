@@ -16,7 +16,7 @@ import yaml
 
 from app import workers
 from app.config import Settings
-from app.front.security import check_host
+from app.fronts.shared.security import check_host
 from app.mrtr.state import parse_keys
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,9 +1,9 @@
-"""The bound on legacy clients' sessions (app/legacy/bound.py): pure decisions."""
+"""The bound on legacy clients' sessions (app/fronts/legacy/bound.py): pure decisions."""
 
 from __future__ import annotations
 
 from app.config import Settings
-from app.legacy.bound import ADMIT, Held, Limits, Reclaim, Refuse, decide
+from app.fronts.legacy.bound import ADMIT, Held, Limits, Reclaim, Refuse, decide
 
 LIMITS = Limits(total=8, share=3, reclaim_idle_s=60.0)
 

@@ -1,11 +1,11 @@
-"""`IdTurns` (app/legacy/front.py): a legacy client's requests whose ids have one
+"""`IdTurns` (app/fronts/legacy/turns.py): a legacy client's requests whose ids have one
 text (1 and "1") never run upstream at once; others never wait (issue 19)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from app.legacy.front import IdTurns
+from app.fronts.legacy.turns import IdTurns
 
 
 async def test_ids_of_one_text_take_turns_and_others_do_not_wait() -> None:

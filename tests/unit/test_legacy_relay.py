@@ -1,4 +1,4 @@
-"""The read loop of the legacy front's relays (app/legacy/front.py `_reads`): a
+"""The read loop of the legacy front's relays (app/fronts/legacy/reads.py `reads`): a
 call's stream ended by the client's cancellation, a GET stream kept alive
 with comments. Plain asyncio, no server."""
 
@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.legacy.front import _reads
+from app.fronts.legacy.reads import reads
 
 
 class Source:
@@ -33,7 +33,7 @@ class Source:
 async def test_until_stops_a_silent_stream_at_the_cancellation() -> None:
     source = Source()
     stop = asyncio.Event()
-    relayed = _reads(source.messages(), stop=stop)
+    relayed = reads(source.messages(), stop=stop)
     source.queue.put_nowait({"n": 1})
     assert await anext(relayed) == {"n": 1}
     pending = asyncio.ensure_future(anext(relayed))
@@ -53,13 +53,13 @@ async def test_until_passes_everything_and_the_end_through() -> None:
     for n in range(3):
         source.queue.put_nowait({"n": n})
     source.queue.put_nowait(None)
-    got = [m async for m in _reads(source.messages(), stop=asyncio.Event())]
+    got = [m async for m in reads(source.messages(), stop=asyncio.Event())]
     assert got == [{"n": 0}, {"n": 1}, {"n": 2}]
 
 
 async def test_keepalive_on_quiet_and_no_message_lost_to_the_timer() -> None:
     source = Source()
-    relayed = _reads(source.messages(), quiet_s=0.05)
+    relayed = reads(source.messages(), quiet_s=0.05)
     assert await anext(relayed) is None  # quiet: a keepalive
     assert await anext(relayed) is None
     source.queue.put_nowait({"n": 1})  # arrives while the same read is in flight
@@ -71,7 +71,7 @@ async def test_keepalive_on_quiet_and_no_message_lost_to_the_timer() -> None:
 
 async def test_keepalive_relay_closed_cancels_its_read() -> None:
     source = Source()
-    relayed = _reads(source.messages(), quiet_s=0.05)
+    relayed = reads(source.messages(), quiet_s=0.05)
     assert await anext(relayed) is None
     assert source.reading
     await relayed.aclose()
@@ -83,7 +83,7 @@ async def test_until_cancelled_from_outside_cancels_its_read() -> None:
     """The client went away (the answer's task is cancelled): the read in
     flight ends too, before the front closes the exchange under it."""
     source = Source()
-    relayed = _reads(source.messages(), stop=asyncio.Event())
+    relayed = reads(source.messages(), stop=asyncio.Event())
     waiting = asyncio.ensure_future(anext(relayed))
     await asyncio.sleep(0.01)
     assert source.reading
@@ -99,7 +99,7 @@ async def test_until_cancelled_from_outside_cancels_its_read() -> None:
 async def test_stop_and_quiet_together_keepalive_then_stop() -> None:
     source = Source()
     stop = asyncio.Event()
-    relayed = _reads(source.messages(), stop=stop, quiet_s=0.05)
+    relayed = reads(source.messages(), stop=stop, quiet_s=0.05)
     assert await anext(relayed) is None  # quiet: a keepalive, the read goes on
     source.queue.put_nowait({"n": 1})
     assert await anext(relayed) == {"n": 1}

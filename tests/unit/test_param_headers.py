@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.front import param_headers
+from app.headers import param_headers
 
 SCHEMA = {
     "type": "object",

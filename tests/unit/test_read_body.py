@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from app.front.scope_headers import ScopeHeaders
 from app.routes import edge
+from app.routes.scope_headers import ScopeHeaders
 
 
 def _request(messages: list[dict[str, Any]], wait: float = 0.0) -> Request:

@@ -1,11 +1,11 @@
-"""`ScopeHeaders` (app/front/scope_headers.py) answers what starlette's
+"""`ScopeHeaders` (app/routes/scope_headers.py) answers what starlette's
 `Headers` answers for the same scope: the POST path reads its headers with it."""
 
 from __future__ import annotations
 
 from starlette.datastructures import Headers
 
-from app.front.scope_headers import ScopeHeaders
+from app.routes.scope_headers import ScopeHeaders
 
 RAW = [
     (b"host", b"127.0.0.1:8080"),

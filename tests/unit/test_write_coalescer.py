@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from app.answer import CallAnswer
-from app.gateway import Outgoing
+from app.fronts.modern.gateway import Outgoing
+from app.fronts.shared.answer import CallAnswer
 from app.http_protocol import LINK, ConnectionLink
 from app.write_coalescer import SMALL_WRITE, CoalescedTransport, WriteCoalescer, for_loop
 

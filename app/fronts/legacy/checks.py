@@ -1,7 +1,7 @@
 """What a legacy (2024-11-05 .. 2025-11-25) client sends to `POST /mcp`.
 
 Pure: the era of a request, the checks of a legacy message, version
-negotiation. No I/O; the sessions and the forwarding are in app/legacy/.
+negotiation. No I/O; the sessions and the forwarding are in app/fronts/legacy/.
 
 Era per request, as a dual-era server selects it (2026-07-28
 basic/versioning "Backward Compatibility with Initialization-Based
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import jsonio
-from app.front import modern
-from app.front.modern import META_VERSION
+from app.fronts.modern import checks as modern
+from app.fronts.modern.checks import META_VERSION
+from app.fronts.shared import header_guard
 from app.rejections import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Rejection, RequestId
 from translators.registry import LATEST_LEGACY, Version, get_version, legacy_versions
 
@@ -178,7 +179,7 @@ def check_header_values(
     front's rule: what an HTTP client can forward); the message names the
     header, never the value. -32020 is a 2026-07-28 code: a legacy client gets
     -32600 for either."""
-    bad = modern.check_header_values(headers)
+    bad = header_guard.check_header_values(headers)
     if bad is None:
         return None
     if bad.code != INVALID_REQUEST:
@@ -367,7 +368,7 @@ def batch_members(
                 return Rejection(
                     INVALID_REQUEST,
                     "Invalid request: two requests in the batch share the id "
-                    f"{modern._shown(checked.id)}",
+                    f"{header_guard.shown(checked.id)}",
                 )
             seen.add(typed)
         members.append(checked)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import math
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
@@ -32,11 +31,13 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio
-from app.answer import sse_event
-from app.front import legacy as front
+from app.fronts.legacy import checks as front
+from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy.replies import guarded, refuse, session_not_found
+from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.shared.answer import sse_event
+from app.fronts.shared.binding import held_by
 from app.http_protocol import RateLimitedLog
-from app.legacy.front import LegacyFront, guarded, refuse, session_not_found
-from app.legacy.sessions import LegacySession, LegacySessions
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
 from app.upstream.base import Message
 from app.upstream.pool import credential_hash
@@ -213,9 +214,7 @@ class HttpSseFront:
             )
             if relayed is not None:
                 return relayed
-        if channel is None or not hmac.compare_digest(
-            channel.credentials, credential_hash(headers.get("authorization"))
-        ):
+        if channel is None or not held_by(channel.credentials, headers.get("authorization")):
             return refuse(session_not_found())
         try:
             parsed = jsonio.loads(body)

@@ -18,8 +18,8 @@ from app import auth
 from app.auth import AuthRelay
 from app.call import CallState, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
-from app.front import param_headers
-from app.front.modern import LOG_LEVELS, ModernCall, supported_version_names
+from app.fronts.modern.checks import LOG_LEVELS, ModernCall, supported_version_names
+from app.headers import param_headers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
 from app.mrtr.bridge import Bridge, Codec
@@ -216,33 +216,39 @@ class Gateway:
             finally:
                 self._pool.release(pooled)
         except UpstreamAuthChallenge as exc:
-            # The upstream's answer, not a failure: same status, its challenge.
-            state.outcome = f"upstream_{exc.status}"
-            log.info("upstream_auth_refused", status=exc.status)
-            if self._auth is not None:
-                self._auth.note(exc.www_authenticate)
-            refusal, headers = auth.refusal(call.id, exc, state.gateway_url)
-            yield Outgoing(refusal.to_message(), True, refusal.http_status, headers=headers)
+            yield self._auth_refused(exc, call, state)
         except UpstreamError as exc:
-            state.outcome = type(exc).__name__
-            log.warning("upstream_error", error=exc.message)
-            self._pool.note_failure(exc)
-            # The gateway's own bounds (503, 429) are not the upstream's failure.
-            what = (
-                "the gateway is at a limit"
-                if isinstance(exc, PoolExhausted)
-                else "the upstream MCP server could not serve the request"
-            )
-            rejection = Rejection(
-                INTERNAL_ERROR,
-                f"Internal error: {what} ({exc.message})",
-                call.id,
-                status=exc.status,
-            )
-            retry = (
-                (("retry-after", str(exc.retry_after_s)),) if isinstance(exc, PoolExhausted) else ()
-            )
-            yield Outgoing(rejection.to_message(), True, rejection.http_status, headers=retry)
+            yield self._upstream_failed(exc, call, state)
+
+    def _auth_refused(
+        self, exc: UpstreamAuthChallenge, call: ModernCall, state: CallState
+    ) -> Outgoing:
+        """The upstream's answer, not a failure: same status, its challenge."""
+        state.outcome = f"upstream_{exc.status}"
+        log.info("upstream_auth_refused", status=exc.status)
+        if self._auth is not None:
+            self._auth.note(exc.www_authenticate)
+        refusal, headers = auth.refusal(call.id, exc, state.gateway_url)
+        return Outgoing(refusal.to_message(), True, refusal.http_status, headers=headers)
+
+    def _upstream_failed(self, exc: UpstreamError, call: ModernCall, state: CallState) -> Outgoing:
+        state.outcome = type(exc).__name__
+        log.warning("upstream_error", error=exc.message)
+        self._pool.note_failure(exc)
+        # The gateway's own bounds (503, 429) are not the upstream's failure.
+        what = (
+            "the gateway is at a limit"
+            if isinstance(exc, PoolExhausted)
+            else "the upstream MCP server could not serve the request"
+        )
+        rejection = Rejection(
+            INTERNAL_ERROR,
+            f"Internal error: {what} ({exc.message})",
+            call.id,
+            status=exc.status,
+        )
+        retry = (("retry-after", str(exc.retry_after_s)),) if isinstance(exc, PoolExhausted) else ()
+        return Outgoing(rejection.to_message(), True, rejection.http_status, headers=retry)
 
     # -- server/discover ---------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.front.header_values import BadHeaderValue, values_match
+from app.headers.header_values import BadHeaderValue, values_match
 from app.rejections import HEADER_MISMATCH, Rejection
 
 _MISSING = object()

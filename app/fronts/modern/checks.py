@@ -6,13 +6,14 @@ a Rejection. No I/O, so every rule here is unit-tested without a server.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from app import jsonio
-from app.front.header_values import BadHeaderValue, decode_header_value
+from app.fronts.shared.header_guard import check_header_values
+from app.fronts.shared.header_guard import shown as _shown
+from app.headers.header_values import BadHeaderValue, decode_header_value
 from app.rejections import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -34,13 +35,6 @@ META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 # "Standard Request Headers").
 NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
-# What a rejection message quotes of a client's value: enough to recognise it,
-# never a multi-megabyte echo.
-_SHOWN_CHARS = 100
-# RFC 9110 field values the gateway can forward: visible ASCII, space and tab.
-# Anything else (obs-text, control characters) is refused before it reaches an
-# HTTP client, whose encoding error would carry the value into an exception.
-_BAD_HEADER_CHAR = re.compile(r"[^\x20-\x7e\t]")
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -72,14 +66,6 @@ Parsed = ModernCall | ModernNotification | Rejection
 
 def supported_version_names() -> list[str]:
     return [v.name for v in modern_versions()]
-
-
-def _shown(value: Any) -> str:
-    """A client's value quoted in a message, bounded."""
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 def _too_deep(max_depth: int, request_id: RequestId | None) -> Rejection:
@@ -134,46 +120,6 @@ def _readable_id(message: Any) -> RequestId | None:
         return None
     rid = message.get("id")
     return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
-
-
-# RFC 6585 section 5: 431 Request Header Fields Too Large.
-MAX_AUTHORIZATION_CHARS = 8192
-
-
-def check_header_values(headers: Mapping[str, str]) -> Rejection | None:
-    """Headers the gateway reads or forwards must be plain ASCII (streamable-http
-    "Server Validation": "A header value contains invalid characters" is a
-    validation failure). The message names the header, never its value."""
-    authorization = headers.get("authorization")
-    if authorization is not None and len(authorization) > MAX_AUTHORIZATION_CHARS:
-        # Forwarded upstream as it came, where servers refuse oversized headers
-        # (8 KiB is common): the caller's own doing, not the upstream's failure.
-        return Rejection(
-            INVALID_REQUEST,
-            f"Request header too large: the Authorization header is longer than "
-            f"{MAX_AUTHORIZATION_CHARS} characters",
-            status=431,
-        )
-    for name, value in headers.items():
-        if value.isascii() and value.isprintable():
-            continue  # the common case, in C
-        lowered = name.lower()
-        if lowered != "authorization" and not lowered.startswith("mcp-"):
-            continue
-        if _BAD_HEADER_CHAR.search(value) is None:
-            continue  # a tab
-        if lowered == "authorization":
-            return Rejection(
-                INVALID_REQUEST,
-                "Invalid request: the Authorization header contains characters other than "
-                "printable ASCII",
-            )
-        return Rejection(
-            HEADER_MISMATCH,
-            f"Header mismatch: the {_shown(name)} header contains characters other than "
-            "printable ASCII; encode the value with the Base64 sentinel (=?base64?...?=)",
-        )
-    return None
 
 
 def _check_notification(message: dict[str, Any], method: str, headers: Mapping[str, str]) -> Parsed:
@@ -272,35 +218,10 @@ def _check_request(
             "Header mismatch: the MCP-Protocol-Version header is missing",
             request_id,
         )
-    requested = meta.get(META_VERSION)
-    capabilities = meta.get(META_CAPABILITIES)
-    missing = [
-        k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None
-    ]
-    if missing:
-        return Rejection(
-            INVALID_PARAMS,
-            "Invalid params: every 2026-07-28 request must carry "
-            + " and ".join(f"params._meta[{k!r}]" for k in missing),
-            request_id,
-        )
-    if not isinstance(requested, str):
-        return Rejection(
-            INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id
-        )
-    if not isinstance(capabilities, dict):
-        return Rejection(
-            INVALID_PARAMS,
-            f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
-            request_id,
-        )
-    bad_capability = check_client_capabilities(capabilities)
-    if bad_capability is not None:
-        return Rejection(
-            INVALID_PARAMS,
-            f"Invalid params: _meta[{META_CAPABILITIES!r}]{bad_capability}",
-            request_id,
-        )
+    meta_checked = _check_meta(meta, request_id)
+    if isinstance(meta_checked, Rejection):
+        return meta_checked
+    requested, capabilities = meta_checked
     if header_version.strip() != requested:
         return Rejection(
             HEADER_MISMATCH,
@@ -351,6 +272,43 @@ def _check_request(
         log_level=log_level,
         param_headers=param_headers,
     )
+
+
+def _check_meta(
+    meta: dict[str, Any], request_id: RequestId
+) -> tuple[str, dict[str, Any]] | Rejection:
+    """The request's `_meta` protocol version and client capabilities: present,
+    of their types, the capabilities of the 2026-07-28 shape."""
+    requested = meta.get(META_VERSION)
+    capabilities = meta.get(META_CAPABILITIES)
+    missing = [
+        k for k, v in ((META_VERSION, requested), (META_CAPABILITIES, capabilities)) if v is None
+    ]
+    if missing:
+        return Rejection(
+            INVALID_PARAMS,
+            "Invalid params: every 2026-07-28 request must carry "
+            + " and ".join(f"params._meta[{k!r}]" for k in missing),
+            request_id,
+        )
+    if not isinstance(requested, str):
+        return Rejection(
+            INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id
+        )
+    if not isinstance(capabilities, dict):
+        return Rejection(
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
+            request_id,
+        )
+    bad_capability = check_client_capabilities(capabilities)
+    if bad_capability is not None:
+        return Rejection(
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{META_CAPABILITIES!r}]{bad_capability}",
+            request_id,
+        )
+    return requested, capabilities
 
 
 def _check_standard_headers(

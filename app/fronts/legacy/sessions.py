@@ -20,7 +20,7 @@ client that holds state on the old one.
 
 These sessions have their own bound and per-credential share, apart from the
 pooled sessions modern callers use; at the bound an idle one may be ended to
-make room (app/legacy/bound.py), its client then gets 404 as for any session
+make room (app/fronts/legacy/bound.py), its client then gets 404 as for any session
 that expired.
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
@@ -37,7 +36,8 @@ from typing import Any
 
 import structlog
 
-from app.legacy import bound
+from app.fronts.legacy import bound
+from app.fronts.shared.binding import held_by
 from app.replicas import OwnedIds
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
@@ -157,7 +157,7 @@ class LegacySessions:
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        if not hmac.compare_digest(session.credentials, credential_hash(authorization)):
+        if not held_by(session.credentials, authorization):
             log.warning("legacy_session_refused", reason="credential_mismatch")
             return None
         return session
@@ -198,7 +198,7 @@ class LegacySessions:
 
     async def _make_room(self, credentials: str) -> None:
         """Return when a session for `credentials` fits, having ended idle sessions to
-        make room if need be (app/legacy/bound.py); else raise SessionShareExceeded
+        make room if need be (app/fronts/legacy/bound.py); else raise SessionShareExceeded
         (429) or PoolExhausted (503), with the seconds to wait."""
         limits = self._limits
         while self._held[credentials] >= limits.share or self.held >= limits.total:

@@ -1,0 +1,320 @@
+"""A legacy client's calls on its session: one request sent upstream and what
+comes back for it, relayed in the client's revision; the notifications and
+responses it sends on; and what every stream of events ends with."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import structlog
+
+from app.auth import AuthRelay
+from app.call import Outgoing
+from app.fronts.legacy import checks as front
+from app.fronts.legacy import messages
+from app.fronts.legacy.reads import reads
+from app.fronts.legacy.replies import (
+    auth_refusal,
+    internal_error,
+    session_not_found,
+    upstream_failure,
+)
+from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.turns import IdTurns
+from app.metrics import Metrics
+from app.rejections import INTERNAL_ERROR, Rejection, RequestId
+from app.upstream.base import Exchange, Message
+from app.upstream.errors import (
+    SessionExpired,
+    UpstreamAuthChallenge,
+    UpstreamError,
+    UpstreamHttpError,
+)
+from translators import translate
+
+log = structlog.get_logger("mcp_shim.legacy")
+
+
+class LegacyCalls:
+    """The calls of every legacy session: the ones in flight the client may cancel,
+    and one request per id text upstream (`IdTurns`)."""
+
+    def __init__(
+        self,
+        sessions: LegacySessions,
+        *,
+        auth_relay: AuthRelay | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self.auth_relay = auth_relay
+        # Every legacy call is counted in `call`, the one place POST /mcp (one
+        # request or a batch) and HTTP+SSE's POST /messages all go through.
+        self._metrics = metrics
+        # The calls in flight that the client may cancel, by (session id, request id).
+        self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
+        self._turns = IdTurns()
+
+    async def deliver(
+        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
+    ) -> Rejection | None:
+        message = messages.upstream_message(session, item)
+        if message is None:
+            return None
+        async with self._sessions.lease(session):
+            upstream = session.upstream.session
+            try:
+                if isinstance(item, front.LegacyResponse):
+                    await upstream.respond(message)
+                else:
+                    await upstream.notify(message)
+                    if item.method == "notifications/cancelled":
+                        self._cancelled(session, item.message)
+            except UpstreamAuthChallenge:
+                raise
+            except SessionExpired:
+                await expire(self._sessions, session)
+                return session_not_found()
+            except UpstreamError as exc:
+                failure = upstream_failure(exc, None)
+                if isinstance(exc, UpstreamHttpError) and 400 <= exc.http_status < 500:
+                    # The upstream refused the message itself: the client's to know.
+                    failure = Rejection(failure.code, failure.message, status=exc.http_status)
+                return failure
+        return None
+
+    def _cancelled(self, session: LegacySession, note: Message) -> None:
+        """The client cancelled one of its calls (forwarded upstream already): its
+        stream ends without an answer. An unknown id is ignored (2025-11-25
+        basic/utilities/cancellation "Error Handling")."""
+        params = note.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        cancel = self._cancels.get((session.id, request_id))
+        if cancel is not None:
+            log.info("legacy_call_cancelled", client_version=session.client_version.name)
+            cancel.set()
+
+    async def call(
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages (`_call`),
+        counted in /metrics when it ends (`mcp_shim_calls_total`, era legacy)."""
+        calls = self._call(session, request, resumable=resumable, streamed=streamed)
+        if self._metrics is None:
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    yield out
+            return
+        started = time.perf_counter()
+        outcome, status = "client_disconnected", 200
+        try:
+            async with contextlib.aclosing(calls) as events:
+                async for out in events:
+                    if out.final or out.keepalive:
+                        # The answer, or a stream ended without one (cancelled,
+                        # or resumed on the GET stream).
+                        error = out.message.get("error")
+                        code = error.get("code") if isinstance(error, dict) else None
+                        outcome = f"error {code}" if code is not None else "ok"
+                        status = out.status
+                    yield out
+        finally:
+            self._metrics.call_done(
+                request.method,
+                session.client_version,
+                outcome,
+                status,
+                time.perf_counter() - started,
+                None,
+            )
+
+    async def _call(
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages. `streamed`:
+        the client takes an event stream; without one, nothing the upstream asks on
+        the way can reach the client, so the gateway answers it (never left waiting)."""
+        cv, uv = session.client_version, session.upstream_version
+        outbound = translate.request(request.message, cv, uv)
+        async with self._sessions.lease(session), self._turns.of(session.id, request.id):
+            try:
+                exchange = await session.upstream.session.request(outbound)
+            except UpstreamAuthChallenge:
+                raise
+            except SessionExpired:
+                await expire(self._sessions, session)
+                refusal = session_not_found(request.id)
+                yield Outgoing(refusal.to_message(), True, refusal.http_status)
+                return
+            except UpstreamError as exc:
+                failure = upstream_failure(exc, request.id)
+                yield Outgoing(failure.to_message(), True, failure.http_status)
+                return
+            session.remember_request(request.id, request.method)
+            progress = _Progress()
+            cancel = asyncio.Event()
+            call_key = (session.id, request.id)
+            self._cancels[call_key] = cancel
+            relayed = reads(aiter(exchange), stop=cancel)
+            try:
+                steps = _relay(session, request, exchange, relayed, cancel, progress, streamed)
+                async with contextlib.aclosing(steps) as outs:
+                    async for out in outs:
+                        yield out
+                ending = _unanswered(
+                    session, request, exchange, cancel, progress, resumable, streamed
+                )
+                if ending is not None:
+                    yield ending
+            except UpstreamError as exc:
+                progress.answered = True
+                session.open_requests.pop(request.id, None)
+                failure = upstream_failure(exc, request.id)
+                yield Outgoing(failure.to_message(), True, failure.http_status)
+            finally:
+                if self._cancels.get(call_key) is cancel:
+                    del self._cancels[call_key]
+                # Closed here, not by the garbage collector, when the call ends early.
+                await relayed.aclose()
+                # A legacy client's disconnect is not a cancellation (2025-11-25
+                # streamable-http): it sends notifications/cancelled itself.
+                await exchange.aclose(drain=progress.answered)
+
+    async def for_client(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        request_id: RequestId | None,
+        gateway_url: str | None = None,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """`events` as a legacy client may receive them: an error always with an id
+        (`front.error_message`), and a failure that escapes them as a last message
+        (an upstream 401/403 relayed; a defect of ours -32603 with 500 and one
+        `call_failed` line with its stack), never a plain-text 500 or a stream
+        cut short. `events` is closed here, releasing what it took."""
+        async with contextlib.aclosing(events) as steps:
+            try:
+                async for out in steps:
+                    if "error" in out.message and "id" not in out.message:
+                        out = dataclasses.replace(
+                            out, message={**out.message, "id": front.UNREAD_ID}
+                        )
+                    yield out
+                return
+            except UpstreamAuthChallenge as exc:
+                refusal, headers = auth_refusal(exc, request_id, gateway_url, self.auth_relay)
+                failure = Outgoing(
+                    front.error_message(refusal), True, refusal.http_status, headers=headers
+                )
+            except Exception:
+                log.exception("call_failed", era="legacy")
+                internal = internal_error(request_id)
+                failure = Outgoing(front.error_message(internal), True, internal.http_status)
+        yield failure
+
+
+async def expire(sessions: LegacySessions, session: LegacySession) -> None:
+    """The upstream answered 404 for the session: the client's ends too (it gets 404)."""
+    await sessions.end(session, "upstream_session_expired")
+
+
+@dataclasses.dataclass(slots=True)
+class _Progress:
+    """How far one call got: `answered` lets its exchange be drained for reuse."""
+
+    answered: bool = False
+    sent_event_id: str | None = None
+
+
+async def _relay(
+    session: LegacySession,
+    request: front.LegacyRequest,
+    exchange: Exchange,
+    relayed: AsyncIterator[Message | None],
+    cancel: asyncio.Event,
+    progress: _Progress,
+    streamed: bool,
+) -> AsyncGenerator[Outgoing, None]:
+    """What the upstream sends for one call, in the client's revision, up to and
+    with its answer; ends without one when the stream ends or the call is cancelled."""
+    async for message in relayed:
+        if message is None:
+            continue  # no quiet period was asked for: never yielded
+        if "method" not in message:
+            # The session is this client's alone: its ids are the upstream's.
+            if message.get("id") != request.id:
+                continue
+            if cancel.is_set():
+                return  # an upstream's answer to the cancelled call: not relayed
+            progress.answered = True
+            session.open_requests.pop(request.id, None)
+            yield Outgoing(
+                messages.response(session, request.method, message),
+                final=True,
+                event_id=exchange.last_event_id,
+            )
+            return
+        if "id" in message and not streamed:
+            await messages.refuse_server_request(
+                session, message, "the client takes no text/event-stream answer"
+            )
+            continue
+        out = await messages.to_client(session, message)
+        if out is not None:
+            progress.sent_event_id = exchange.last_event_id
+            yield Outgoing(out, event_id=progress.sent_event_id)
+
+
+def _unanswered(
+    session: LegacySession,
+    request: front.LegacyRequest,
+    exchange: Exchange,
+    cancel: asyncio.Event,
+    progress: _Progress,
+    resumable: bool,
+    streamed: bool,
+) -> Outgoing | None:
+    """How a call's stream ends when the upstream's ended without the answer (or
+    the answer was cancelled); None: it has ended already."""
+    if progress.answered:
+        return None
+    if cancel.is_set():
+        # 2025-11-25 basic/utilities/cancellation: the receiver SHOULD
+        # "Not send a response for the cancelled request". The stream
+        # ends empty; a client that takes only JSON needs a body.
+        session.open_requests.pop(request.id, None)
+        if streamed:
+            return Outgoing({}, keepalive=True)
+        cancelled = Rejection(INTERNAL_ERROR, "Request cancelled by the client", request.id)
+        return Outgoing(cancelled.to_message(), True, 200)
+    if resumable and exchange.last_event_id is not None:
+        # The upstream closed the stream before answering and gave event
+        # ids (2025-11-25 SSE polling): so does the client's, with the
+        # id to resume from; the answer comes on its GET stream.
+        progress.answered = True
+        if exchange.last_event_id != progress.sent_event_id:
+            return Outgoing({}, keepalive=True, event_id=exchange.last_event_id)
+        return None
+    session.open_requests.pop(request.id, None)
+    progress.answered = True
+    failure = Rejection(
+        INTERNAL_ERROR,
+        "Internal error: the upstream MCP server closed the stream without answering",
+        request.id,
+        status=502,
+    )
+    return Outgoing(failure.to_message(), True, failure.http_status)

@@ -1,0 +1,390 @@
+"""Legacy clients (2024-11-05 .. 2025-11-25) on the gateway's endpoint: the
+entry points of `POST`, `GET` and `DELETE /mcp`.
+
+The second client-side front, beside the modern one (app/fronts/modern/); both
+meet the same upstream seam (app/upstream/base.py). A legacy client's session
+is the gateway's (`sessions`), with one upstream session of its own behind it
+(`opening`); every message is translated between the client's negotiated
+version and the upstream session's, both ways (`messages`), so a legacy client
+sees only what its revision defines. A call and what comes back for it is
+`calls`, a batch's requests `batches`, the GET stream `stream`, the answers
+and refusals `replies`. Everything goes through `Session` (request, notify,
+respond, listen, close): nothing here knows the upstream's transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import structlog
+from starlette.responses import Response
+
+from app import jsonio
+from app.auth import AuthRelay
+from app.call import Outgoing
+from app.fronts.legacy import batches, opening, stream
+from app.fronts.legacy import checks as front
+from app.fronts.legacy.calls import LegacyCalls
+from app.fronts.legacy.replies import (
+    AtLimit,
+    guarded,
+    json_list,
+    json_response,
+    owner_unreachable,
+    refuse,
+    session_not_found,
+)
+from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.shared.answer import CallAnswer, sse_event
+from app.metrics import Metrics
+from app.rejections import INVALID_REQUEST, Rejection, RequestId
+from app.replicas import HOP_HEADER, ReplicaRelay, header_items
+from app.upstream.base import Message
+from translators.registry import Version
+
+log = structlog.get_logger("mcp_shim.legacy")
+
+
+def _opens_session(body: Any) -> bool:
+    """An `initialize` (alone or in a batch) is served here, whatever id it carries."""
+    if isinstance(body, list):
+        return front.holds_initialize(body)
+    return isinstance(body, dict) and body.get("method") == "initialize"
+
+
+class LegacyFront:
+    def __init__(
+        self,
+        sessions: LegacySessions,
+        *,
+        offered: Version,
+        max_batch: int,
+        write_timeout_s: float,
+        max_json_depth: int = jsonio.DEFAULT_MAX_DEPTH,
+        auth_relay: AuthRelay | None = None,
+        relay: ReplicaRelay | None = None,
+        keepalive_s: float = 15.0,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.max_json_depth = max_json_depth
+        # A quiet GET stream gets an SSE comment this often, or proxies cut it.
+        self._keepalive_s = keepalive_s
+        self.auth_relay = auth_relay
+        # Toward the replica owning a session that is not here (app/replicas.py).
+        self.relay = relay
+        self._sessions = sessions
+        # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
+        self._offered = offered
+        self._max_batch = max_batch
+        self._write_timeout_s = write_timeout_s
+        self._calls = LegacyCalls(sessions, auth_relay=auth_relay, metrics=metrics)
+
+    # -- POST /mcp ---------------------------------------------------------
+
+    @guarded
+    async def post(
+        self,
+        claim: front.Claim,
+        headers: Mapping[str, str],
+        *,
+        sse_ok: bool,
+        json_ok: bool,
+        gateway_url: str | None = None,
+    ) -> Response:
+        authorization = headers.get("authorization")
+        if claim.parse_error:
+            return refuse(front.parse_error())
+        unfit = front.check_received(claim, headers, self.max_json_depth)
+        if unfit is not None:
+            return refuse(unfit)
+        if not _opens_session(claim.body):
+            relayed = self.relayed(
+                "POST",
+                "/mcp",
+                claim.session_id,
+                headers,
+                claim.raw,
+                request_id=front.readable_id(claim.body),
+            )
+            if relayed is not None:
+                return relayed
+        if isinstance(claim.body, list):
+            return await self._batch(claim, headers, sse_ok=sse_ok, json_ok=json_ok)
+        message = front.check_message(claim.body)
+        if isinstance(message, Rejection):
+            return refuse(message)
+        if isinstance(message, front.LegacyRequest) and message.method == "initialize":
+            return await self._initialize(message, authorization, sse_ok=sse_ok, json_ok=json_ok)
+        session = self._find(claim.session_id, authorization)
+        if session is None:
+            return refuse(session_not_found(getattr(message, "id", None)))
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return refuse(refusal.with_id(getattr(message, "id", None)))
+        if isinstance(message, front.LegacyNotification):
+            return await self._notify(session, message)
+        if isinstance(message, front.LegacyResponse):
+            return await self._respond(session, message)
+        return self._answer(
+            self.call(session, message, resumable=sse_ok, streamed=sse_ok),
+            message.method,
+            session,
+            sse_ok,
+            json_ok,
+            request_id=message.id,
+            gateway_url=gateway_url,
+        )
+
+    def relayed(
+        self,
+        method: str,
+        target: str,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        body: bytes = b"",
+        *,
+        long_lived: bool = False,
+        owned: str = "legacy_session",
+        request_id: RequestId | None = None,
+    ) -> Response | None:
+        """The owner's answer, when the id (a session's, an HTTP+SSE channel's) names
+        another replica (app/replicas.py); None: serve it here (which answers 404
+        for an id that is not here)."""
+        if self.relay is None:
+            return None
+        owner = self._sessions.elsewhere(
+            session_id, headers.get("authorization"), HOP_HEADER in headers
+        )
+        if owner is None:
+            return None
+        return self.relay.answer(
+            owner,
+            method,
+            target,
+            header_items(headers),
+            body,
+            what=owned,
+            long_lived=long_lived,
+            unreachable=lambda: refuse(owner_unreachable(request_id)),
+            write_timeout_s=self._write_timeout_s,
+        )
+
+    def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
+        if session_id is None:
+            return None
+        return self._sessions.find(session_id, authorization)
+
+    async def _initialize(
+        self,
+        request: front.LegacyRequest,
+        authorization: str | None,
+        *,
+        sse_ok: bool,
+        json_ok: bool,
+    ) -> Response:
+        opened = await self.open_session(request, authorization)
+        if isinstance(opened, AtLimit):
+            return refuse(opened, {"retry-after": str(opened.retry_after_s)})
+        if isinstance(opened, Rejection):
+            return refuse(opened)
+        session, answer = opened
+        headers = {front.SESSION_HEADER: session.id}
+        if json_ok or not sse_ok:
+            return json_response(answer, 200, headers)
+        return Response(sse_event(answer), media_type="text/event-stream", headers=headers)
+
+    async def open_session(
+        self, request: front.LegacyRequest, authorization: str | None
+    ) -> tuple[LegacySession, Message] | Rejection:
+        """Answer `initialize` (`opening.open_session`)."""
+        return await opening.open_session(self._sessions, self._offered, request, authorization)
+
+    async def _notify(self, session: LegacySession, note: front.LegacyNotification) -> Response:
+        # 2025-11-25 streamable-http "Sending Messages to the Server": an accepted
+        # notification or response gets 202 Accepted with no body.
+        failure = await self.deliver(session, note)
+        return Response(status_code=202) if failure is None else refuse(failure)
+
+    async def _respond(self, session: LegacySession, reply: front.LegacyResponse) -> Response:
+        failure = await self.deliver(session, reply)
+        return Response(status_code=202) if failure is None else refuse(failure)
+
+    async def deliver(
+        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
+    ) -> Rejection | None:
+        """A client's notification or response, sent upstream (`LegacyCalls.deliver`)."""
+        return await self._calls.deliver(session, item)
+
+    # -- a request and what the upstream sends back for it ------------------
+
+    def _answer(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        method: str,
+        session: LegacySession,
+        sse_ok: bool,
+        json_ok: bool,
+        *,
+        request_id: RequestId | None = None,
+        gateway_url: str | None = None,
+    ) -> CallAnswer:
+        started = time.perf_counter()
+        events = self.for_client(events, request_id, gateway_url)
+
+        def done(status: int, ending: str | None) -> None:
+            log.info(
+                "call",
+                era="legacy",
+                method=method[:64],
+                client_version=session.client_version.name,
+                upstream_version=session.upstream_version.name,
+                outcome=ending or "done",
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+        return CallAnswer(
+            events,
+            accepts_sse=sse_ok,
+            accepts_json=json_ok,
+            on_done=done,
+            write_timeout_s=self._write_timeout_s,
+        )
+
+    def call(
+        self,
+        session: LegacySession,
+        request: front.LegacyRequest,
+        *,
+        resumable: bool,
+        streamed: bool = True,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The upstream's answer to one request, as the client's messages (`LegacyCalls.call`)."""
+        return self._calls.call(session, request, resumable=resumable, streamed=streamed)
+
+    # -- GET /mcp: the session's server stream -------------------------------
+
+    @guarded
+    async def get(
+        self, headers: Mapping[str, str], *, sse_ok: bool, gateway_url: str | None = None
+    ) -> Response:
+        unfit = front.check_header_values(headers)
+        if unfit is not None:
+            return refuse(unfit)
+        session_id = headers.get(front.SESSION_HEADER)
+        relayed = self.relayed("GET", "/mcp", session_id, headers, long_lived=True)
+        if relayed is not None:
+            return relayed
+        session = self._find(session_id, headers.get("authorization"))
+        if session is None:
+            return refuse(session_not_found())
+        if not sse_ok:
+            return refuse(
+                Rejection(
+                    INVALID_REQUEST,
+                    "Not Acceptable: the server stream is text/event-stream; send "
+                    "Accept: text/event-stream",
+                    status=406,
+                )
+            )
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return refuse(refusal)
+        last_event_id = headers.get(front.LAST_EVENT_ID_HEADER)
+        return self._answer(
+            self.server_stream(session, last_event_id),
+            "GET",
+            session,
+            True,
+            True,
+            gateway_url=gateway_url,
+        )
+
+    def server_stream(
+        self, session: LegacySession, last_event_id: str | None
+    ) -> AsyncGenerator[Outgoing, None]:
+        """The session's GET stream (`stream.server_stream`)."""
+        return stream.server_stream(self._sessions, session, last_event_id, self._keepalive_s)
+
+    # -- DELETE /mcp ---------------------------------------------------------
+
+    @guarded
+    async def delete(self, headers: Mapping[str, str]) -> Response:
+        unfit = front.check_header_values(headers)
+        if unfit is not None:
+            return refuse(unfit)
+        session_id = headers.get(front.SESSION_HEADER)
+        relayed = self.relayed("DELETE", "/mcp", session_id, headers)
+        if relayed is not None:
+            return relayed
+        session = self._find(session_id, headers.get("authorization"))
+        if session is None:
+            return refuse(session_not_found())
+        await self._sessions.end(session, "client_deleted")
+        return Response(status_code=200)
+
+    # -- batches -------------------------------------------------------------
+
+    async def _batch(
+        self, claim: front.Claim, headers: Mapping[str, str], *, sse_ok: bool, json_ok: bool
+    ) -> Response:
+        """A JSON-RPC batch (2025-03-26 basic/index "Batching"): each request sent
+        upstream on its own and concurrently, the responses matched by id and
+        answered as one; notifications and responses in it forwarded."""
+        items: list[Any] = claim.body
+        session = self._find(claim.session_id, headers.get("authorization"))
+        if session is None:
+            if claim.session_id is not None and not front.holds_initialize(items):
+                return refuse(session_not_found())
+            # Served by no session: refused by the batch rules (an initialize inside).
+        members = self.batch_members(items, session)
+        if isinstance(members, Rejection):
+            return refuse(members)
+        assert session is not None
+        refusal = front.check_version_header(
+            headers.get(front.VERSION_HEADER), session.client_version
+        )
+        if refusal is not None:
+            return refuse(refusal)
+        requests = [m for m in members if isinstance(m, front.LegacyRequest)]
+        for member in members:
+            if isinstance(member, front.LegacyNotification | front.LegacyResponse):
+                failure = await self.deliver(session, member)
+                if failure is not None:
+                    return refuse(failure)
+        if not requests:
+            # 2025-03-26 streamable-http: only notifications or responses: 202.
+            return Response(status_code=202)
+        log.info("legacy_batch", size=len(items), requests=len(requests))
+        if sse_ok:
+            return self._answer(
+                batches.merged(self._calls, session, requests), "batch", session, True, False
+            )
+        answers = await asyncio.gather(
+            *(batches.collect(self._calls, session, r) for r in requests)
+        )
+        return json_list(answers)
+
+    def batch_members(
+        self, items: list[Any], session: LegacySession | None
+    ) -> list[front.LegacyMessage] | Rejection:
+        """The batch rules (`front.batch_members`) as every route applies them, by the
+        session's negotiated version."""
+        version = session.client_version if session is not None else None
+        return front.batch_members(items, version, self._max_batch)
+
+    def for_client(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        request_id: RequestId | None,
+        gateway_url: str | None = None,
+    ) -> AsyncGenerator[Outgoing, None]:
+        """`events` as a legacy client may receive them (`LegacyCalls.for_client`)."""
+        return self._calls.for_client(events, request_id, gateway_url)
