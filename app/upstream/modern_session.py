@@ -1,6 +1,6 @@
 """A modern upstream behind the legacy seam: what a legacy client's session needs.
 
-The legacy front (app/legacy) speaks to an upstream session: `initialize`, then
+The legacy front (app/fronts/legacy) speaks to an upstream session: `initialize`, then
 `request` / `notify` / `respond` / `listen` / `close`, in a legacy version.
 `ModernTransport` gives it that session in front of a 2026-07-28 server, which
 has no handshake and no session:

@@ -154,7 +154,7 @@ class SessionPool:
     Every session counts against `max_sessions` from the moment its
     `initialize` starts until it is closed: pooled ones, ones being opened, and
     detached ones (lanes); legacy clients' own sessions (`open_owned`) are
-    bounded apart, by app/legacy, so they never take a modern caller's room.
+    bounded apart, by app/fronts/legacy, so they never take a modern caller's room.
     One credential (the hash of an `Authorization` value; all anonymous callers
     together) may hold at most `max_per_credential`. When a bound is reached,
     an idle session (pooled or an idle lane) is closed to make room; when none
@@ -301,10 +301,10 @@ class SessionPool:
     async def open_owned(
         self, key: SessionKey, authorization: str | None, client_info: Mapping[str, Any] | None
     ) -> PooledSession:
-        """A fresh session for one owner alone (a legacy client's session, app/legacy),
+        """A fresh session for one owner alone (a legacy client's session, app/fronts/legacy),
         until `close_owned`. Not counted against this pool's bounds: owned sessions
         cannot be closed to make room for a modern caller (their client holds state
-        on them), so they have a bound of their own (app/legacy/bound.py)."""
+        on them), so they have a bound of their own (app/fronts/legacy/bound.py)."""
         pooled = await self._handshake(key, authorization, client_info, counted=False)
         pooled.detached = True
         if isinstance(pooled.session, Reclaimable):

@@ -10,8 +10,9 @@ from typing import Any
 
 import orjson
 
-from app.front import modern
-from app.gateway import CallState, Gateway, Outgoing
+from app.call import CallState, Outgoing
+from app.fronts.modern import checks as modern
+from app.fronts.modern.gateway import Gateway
 from app.mrtr.bridge import Bridge, BridgeSettings
 from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
@@ -36,7 +37,7 @@ def modern_call(
     caps: dict[str, Any] | None = None,
     meta: dict[str, Any] | None = None,
 ) -> modern.ModernCall:
-    """A 2026-07-28 request as the modern front parses it (app/front/modern.py)."""
+    """A 2026-07-28 request as the modern front parses it (app/fronts/modern/checks.py)."""
     body_params = dict(params or {})
     body_params["_meta"] = {
         "io.modelcontextprotocol/protocolVersion": MODERN,

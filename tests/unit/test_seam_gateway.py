@@ -1,4 +1,4 @@
-"""The gateway (app/gateway.py) against a scripted upstream session: one modern
+"""The gateway (app/fronts/modern/gateway.py) against a scripted upstream session: one modern
 call end to end, with nothing but the seam underneath (tests/seam_fake.py)."""
 
 from __future__ import annotations

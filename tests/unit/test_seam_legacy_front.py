@@ -1,4 +1,4 @@
-"""The legacy front (app/legacy/front.py) against a scripted upstream: a 2025-03-26
+"""The legacy front (app/fronts/legacy/front.py) against a scripted upstream: a 2025-03-26
 client initializes, calls, and sends a batch; every message is translated
 between its revision and the upstream session's (2025-11-25 here)."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from app.front import legacy
-from app.legacy.front import LegacyFront
-from app.legacy.sessions import LegacySessions
+from app.fronts.legacy import checks as legacy
+from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy.sessions import LegacySessions
 from app.mrtr.state import Sealer
 from app.replicas import OwnedIds
 from app.upstream.pool import SessionPool
