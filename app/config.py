@@ -175,8 +175,10 @@ class Settings(BaseSettings):
     )
     # h1: a session's POSTs on app/upstream/h1.py, the rest on httpx over
     # aiohttp (the measured default, bench/README.md); aiohttp: the POSTs on
-    # aiohttp too; httpx: httpx's own transport for everything, for comparison.
-    upstream_http_transport: Literal["h1", "aiohttp", "httpx"] = "h1"
+    # aiohttp too. httpx's own transport is no option: twice the CPU per call,
+    # and it pools connections by origin, not by credential (bench/README.md,
+    # "Why each HTTP stack remains").
+    upstream_http_transport: Literal["h1", "aiohttp"] = "h1"
     # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse.py).
     upstream_transport: Literal["auto", "streamable-http", "sse"] = Field(
         default="auto",

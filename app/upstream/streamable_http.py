@@ -419,7 +419,7 @@ _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 
 
 # An answer as its readers see it: h1's (or aiohttp's) on the hot path, httpx's
-# on the rare paths (GET streams, the modern seam, MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx).
+# on the rare paths (the modern pass-through, long-lived modern requests, HTTP+SSE streams).
 Answer: TypeAlias = "httpx.Response | AiohttpAnswer | h1.H1Answer"
 
 
@@ -454,19 +454,18 @@ def build_client(
     max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
 ) -> UpstreamClient:
     """`transport`: h1 (the session POSTs on app/upstream/h1.py, the rest on httpx
-    over aiohttp), aiohttp (the session POSTs on aiohttp too) or httpx (httpx's
-    own transport for everything)."""
+    over aiohttp) or aiohttp (the session POSTs on aiohttp too). Never httpx's
+    own transport (httpcore): it pools connections by origin, so one
+    credential's request could ride on another's connection and read a stray
+    byte left after its answer as its own (bench/README.md, "Why each HTTP
+    stack remains")."""
+    if transport not in ("aiohttp", "h1"):
+        raise ValueError(f"unknown upstream HTTP transport {transport!r}: h1 or aiohttp")
     limits = httpx.Limits(
         max_connections=max_connections,
         max_keepalive_connections=max_connections,
         keepalive_expiry=keepalive_s,
     )
-    if transport not in ("aiohttp", "h1"):
-        return UpstreamClient(
-            transport=httpx.AsyncHTTPTransport(limits=limits, trust_env=False),
-            connect_timeout_s=connect_timeout_s,
-            max_answer_bytes=max_answer_bytes,
-        )
     # CA certificates read on the first TLS handshake (app/upstream/tls.py);
     # one context for h1 and aiohttp.
     verify = upstream_context()

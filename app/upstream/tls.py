@@ -23,9 +23,9 @@ which every handshake goes through (uvloop's and asyncio's SSL protocols call
 `wrap_bio`) before a byte is exchanged. If reading the bundle fails, that
 handshake fails: nothing is ever verified against an empty store.
 
-The httpx transport (MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx) keeps httpx's own
-context: anyio runs `wrap_bio` of any SSLContext subclass in a worker thread,
-a thread hop per handshake that the default transport does not need.
+httpx's own transport (no longer an option toward the upstream) would run
+`wrap_bio` of any SSLContext subclass in a worker thread (anyio), a thread hop
+per handshake that neither h1 nor aiohttp needs.
 """
 
 from __future__ import annotations

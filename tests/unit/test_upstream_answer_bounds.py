@@ -35,7 +35,7 @@ async def upstream() -> AsyncIterator[MisbehavingUpstream]:
         yield peer
 
 
-@pytest.fixture(params=["h1", "aiohttp", "httpx"])
+@pytest.fixture(params=["h1", "aiohttp"])  # KEPT_STACKS
 def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -79,16 +79,38 @@ def _text(answer: dict[str, Any]) -> str:
 # -- item 1: one caller never receives bytes of another's answer -----------
 
 
-@pytest.mark.parametrize("pooled_by", ["h1", "aiohttp"])
+# Every HTTP stack the settings can choose (MCP_SHIM_UPSTREAM_HTTP_TRANSPORT).
+KEPT_STACKS = ["h1", "aiohttp"]
+
+
+def test_every_kept_stack_is_tested_and_httpx_own_transport_is_refused() -> None:
+    """httpx's own transport pooled by origin and read a stray byte after an
+    answer as the next answer (issue 19, defect 1): the setting refuses it now
+    (checked failing before: it was accepted and built)."""
+    from typing import get_args
+
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    field = Settings.model_fields["upstream_http_transport"]
+    assert sorted(get_args(field.annotation)) == sorted(KEPT_STACKS)
+    with pytest.raises(ValidationError):
+        Settings(upstream_url="http://127.0.0.1:9/mcp", upstream_http_transport="httpx")
+    with pytest.raises(ValueError, match="h1 or aiohttp"):
+        _client("httpx")
+
+
+@pytest.mark.parametrize("pooled_by", KEPT_STACKS)
 async def test_bytes_after_an_answer_close_its_connection(
     upstream: MisbehavingUpstream, pooled_by: str
 ) -> None:
     """The same credential even: what follows an answer in the same write
     is never read as the next request's answer (checked failing before the
     fix on h1: the next call got the stray response's bytes; aiohttp closed
-    such a connection already). httpx's own transport (httpcore, h11; the
-    comparison setting MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx) does read them
-    as the next answer: docs/operations.md, Limits."""
+    such a connection already). httpx's own transport (httpcore, h11) read
+    them as the next answer: no longer an option (bench/README.md, "Why each
+    HTTP stack remains")."""
     client = _client(pooled_by)
     try:
         for round_ in range(6):
@@ -101,7 +123,9 @@ async def test_bytes_after_an_answer_close_its_connection(
         await client.aclose()
 
 
-async def test_a_204_with_a_body_closes_its_connection(upstream: MisbehavingUpstream) -> None:
+async def test_a_204_with_a_body_closes_its_connection(
+    upstream: MisbehavingUpstream, transport: str
+) -> None:
     """Checked failing before the fix: the next call on the connection timed out."""
     stray = json.dumps(
         {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "STRAY"}]}}
@@ -111,7 +135,7 @@ async def test_a_204_with_a_body_closes_its_connection(upstream: MisbehavingUpst
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
         % (len(stray), stray[: len(stray) // 2])
     )
-    client = _client()
+    client = _client(transport)
     try:
         for round_ in range(3):
             session = _session(client, upstream.url, "Bearer a")
@@ -122,7 +146,7 @@ async def test_a_204_with_a_body_closes_its_connection(upstream: MisbehavingUpst
         await client.aclose()
 
 
-@pytest.mark.parametrize("pooled_by", ["h1", "aiohttp"])
+@pytest.mark.parametrize("pooled_by", KEPT_STACKS)
 async def test_a_late_stray_answer_reaches_only_its_own_credential(
     upstream: MisbehavingUpstream, pooled_by: str
 ) -> None:
@@ -130,8 +154,7 @@ async def test_a_late_stray_answer_reaches_only_its_own_credential(
     request: no client can tell it from that request's answer, so another
     credential's request never rides on that connection (checked failing
     before the fix, on h1 and on aiohttp: B got "STRAY a" in every round).
-    httpx's own transport (MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx, kept for
-    comparison) pools by origin only."""
+    httpx's own transport pooled by origin only: no longer an option."""
     client = _client(pooled_by)
     try:
         for round_ in range(6):
