@@ -32,9 +32,8 @@ from app import auth, jsonio, write_coalescer
 from app.client_held import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, answer_in
-from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError
+from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError, too_large
 from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
-from app.upstream.streamable_http import too_large
 
 log = structlog.get_logger("mcp_shim.passthrough")
 

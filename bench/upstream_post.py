@@ -62,13 +62,13 @@ from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exception
 from httpx_sse import EventSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.upstream.httpx_adapter import _unbind
 from app.upstream.sse_decoder import SSEDecoder
 from app.upstream.streamable_http import (
     HttpExchange,
     _content_type,
     _library_errors,
     _messages_of,
-    _unbind,
     build_client,
 )
 from bench import common

@@ -14,3 +14,13 @@ KEEPALIVE_S = 4.0
 def printable_ascii(value: str) -> bool:
     # RFC 9110 field values: visible ASCII, spaces and tabs (obs-text aside).
     return value.isascii() and all(c == "\t" or " " <= c <= "~" for c in value)
+
+
+class BodyTooLarge(Exception):
+    """An answer's body read past MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES (decoded), by
+    an adapter that bounds it while reading (aiohttp's, httpx's; h1 has its own
+    `AnswerTooLarge`); its connection is closed with the answer."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"answer over {limit} bytes")
+        self.limit = limit

@@ -420,8 +420,8 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
     # server/discover) on the h1 pool, its GET stream on h1's second pool:
     # httpx's transport over aiohttp is never made, so aiohttp is never
     # imported (bench/README.md, "Third round").
+    from app.upstream.httpx_adapter import OnFirstRequest
     from app.upstream.modern_http import ModernHttpUpstream
-    from app.upstream.streamable_http import _OnFirstRequest
 
     peer = await serve(_answer)
     async with _client() as client:
@@ -439,7 +439,7 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
         assert [m async for m in exchange] == [jsonio.loads(ANSWER)]
         await exchange.aclose()
         transport = client._transport
-        assert isinstance(transport, _OnFirstRequest)
+        assert isinstance(transport, OnFirstRequest)
         assert transport._made is None
         assert _lean(client).open_connections == 1  # one keep-alive connection served both
         # The stream's pool is not the POSTs' (a held stream takes none of their slots).
