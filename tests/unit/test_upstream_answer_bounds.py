@@ -374,3 +374,50 @@ async def test_a_passed_through_json_found_over_the_cap_is_cut(
     arguments = {"bytes": 8 * 1024 * 1024, "gzip": True}
     with pytest.raises(AnswerCutShort, match="MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES"):
         await _passed_through(upstream, arguments, 1024 * 1024)
+
+
+@pytest.mark.parametrize("pooled_by", KEPT_STACKS)
+async def test_httpx_requests_never_carry_two_credentials_on_one_connection(
+    upstream: MisbehavingUpstream, pooled_by: str
+) -> None:
+    """The httpx path that remains (`open_stream`: the modern pass-through,
+    long-lived modern requests, HTTP+SSE streams) runs over aiohttp's
+    transport, whose pool is per credential: a late stray answer after one
+    credential's answer never reaches another's request."""
+    import httpx
+
+    client = _client(pooled_by)
+    url = httpx.URL(upstream.url)
+    timeouts = httpx.Timeout(10.0)
+
+    async def call(credential: str, tool: str, text: str) -> str:
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": {"text": text}},
+        }
+        headers = {
+            "authorization": credential,
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-session-id": "misbehaving-1",
+        }
+        answer = await client.open_stream(
+            "POST", url, headers, json.dumps(message).encode(), timeouts
+        )
+        try:
+            return _text(json.loads(bytes(await answer.aread())))
+        finally:
+            await answer.aclose()
+
+    try:
+        for round_ in range(4):
+            assert await call(f"Bearer a{round_}", "stray_later", f"a{round_}") == f"a{round_}"
+            async with asyncio.timeout(10):
+                assert await call(f"Bearer b{round_}", "echo", f"b{round_}") == f"b{round_}"
+        assert upstream.connections
+        for seen in upstream.connections:
+            assert len(set(seen)) == 1, seen
+    finally:
+        await client.aclose()
