@@ -33,7 +33,7 @@ from app.client_held import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.era import Era, EraProbe, answer_in
 from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError, too_large
-from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
+from app.upstream.modern.upstream import ModernHttpUpstream, ModernResponse
 
 log = structlog.get_logger("mcp_shim.passthrough")
 

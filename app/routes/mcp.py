@@ -25,7 +25,7 @@ from app.replicas import HOP_HEADER
 from app.routes.edge import Edge, accepts, answer
 from app.subscriptions import listen as subscriptions_listen
 from app.upstream import era_transport
-from app.upstream.modern_http import passed_headers
+from app.upstream.modern.upstream import passed_headers
 from app.wiring import Wiring
 
 log = structlog.get_logger("mcp_shim.http")

@@ -9,7 +9,7 @@ gateway and fixture plays that server deterministically (`drop`: it closes
 the connection with no answer instead of forwarding the POST).
 
 - on a reused connection the response is sent once more, on a new connection
-  (app/upstream/streamable_http.py `resendable`), and the call completes;
+  (app/upstream/streamable_http/transport.py `resendable`), and the call completes;
 - if it cannot be delivered at all, the call ends at once with -32603 and
   HTTP 502 (the gateway's answer to an upstream failure), cancelled upstream,
   instead of waiting for its deadline.

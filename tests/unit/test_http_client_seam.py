@@ -1,4 +1,4 @@
-"""One HTTP client interface toward the upstream (app/upstream/http_client.py):
+"""One HTTP client interface toward the upstream (app/upstream/http/interface.py):
 no module but an adapter asks which library carried an answer or raised an
 exception. Outside the adapters, no `isinstance` names a class of httpx,
 aiohttp, httpcore or one of the adapters (before this interface,
@@ -16,7 +16,11 @@ APP = Path(__file__).resolve().parents[2] / "app"
 # The adapters, and the library they adapt: the only places that may ask.
 ADAPTERS = frozenset(("h1.py", "h1_adapter.py", "aiohttp_client.py", "httpx_adapter.py"))
 _LIBRARIES = ("httpx", "aiohttp", "httpx_aiohttp", "httpcore")
-_ADAPTER_MODULES = ("app.upstream.h1", "app.upstream.aiohttp_client", "app.upstream.httpx_adapter")
+_ADAPTER_MODULES = (
+    "app.upstream.http.h1",
+    "app.upstream.http.aiohttp_client",
+    "app.upstream.http.httpx_adapter",
+)
 # Names that say which object is underneath, whatever module they come from.
 _TELLING = frozenset(("UpstreamClient", "AsyncGenerator", "H1Answer", "AiohttpAnswer"))
 
@@ -57,7 +61,7 @@ def _asks(path: Path) -> list[str]:
 
 
 def test_the_finder_sees_an_adapters_question() -> None:
-    found = _asks(APP / "upstream" / "httpx_adapter.py")
+    found = _asks(APP / "upstream" / "http" / "httpx_adapter.py")
     assert any("httpx.TimeoutException" in line for line in found), found
 
 

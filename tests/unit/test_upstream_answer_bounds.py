@@ -19,9 +19,13 @@ from typing import Any
 
 import pytest
 
-from app.upstream import h1
 from app.upstream.errors import UpstreamAnswerTooLarge
-from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
+from app.upstream.http import h1
+from app.upstream.streamable_http.transport import (
+    StreamableHttpSession,
+    UpstreamClient,
+    build_client,
+)
 from tests.misbehaving.http_upstream import MisbehavingUpstream
 from translators.registry import get_version
 
@@ -274,7 +278,7 @@ async def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(
 
 
 def test_the_sse_decoder_bounds_an_event_and_joins_a_long_line_once() -> None:
-    from app.upstream.sse_decoder import EventTooLarge, SSEDecoder
+    from app.upstream.http.sse_decoder import EventTooLarge, SSEDecoder
 
     decoder = SSEDecoder(max_event_bytes=4096)
     assert decoder.feed(b"data: ") == []
@@ -295,7 +299,7 @@ async def _passed_through(
     """What a modern client's pass-through (app/passthrough.py) sends for a
     tools/call of `result` with `arguments`, the gateway's limit at `limit`."""
     from app.passthrough import PassThrough
-    from app.upstream.modern_http import ModernHttpUpstream
+    from app.upstream.modern.upstream import ModernHttpUpstream
 
     client = _client("h1", max_answer_bytes=limit)
     sent: list[dict[str, Any]] = []

@@ -31,7 +31,11 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
+from app.upstream.streamable_http.transport import (
+    StreamableHttpSession,
+    UpstreamClient,
+    build_client,
+)
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
@@ -321,7 +325,7 @@ async def test_the_drain_of_an_answered_stream_left_open_is_bounded(
     # The answer came, the server keeps the stream open and silent: closing
     # the exchange reads on for at most _DRAIN_S, then gives up quietly, and
     # leaves no cancel behind on the caller's task.
-    from app.upstream import streamable_http
+    from app.upstream.streamable_http import transport as streamable_http
 
     answer = _chunked(b"data: " + ANSWER + b"\n\n", end=False)
     peer = ScriptedServer(answer, hold=True)

@@ -13,7 +13,7 @@ an upstream over plain http never uses any of them:
   which only requests that bring no context of their own use (the gateway's
   always bring the transport's). `defer_aiohttp_defaults` replaces them with
   the same contexts, deferred; it runs right after aiohttp is imported
-  (`app/upstream/aiohttp_client.py`, itself imported by the first request
+  (`app/upstream/http/aiohttp_client.py`, itself imported by the first request
   that needs aiohttp), so the imports that follow reuse the memory the first
   ones are given back.
 

@@ -1,5 +1,5 @@
-"""The gateway's own HTTP/1.1 client (app/upstream/h1.py) as an adapter of the
-answer interface (app/upstream/http_client.py): a session's POSTs (the hot
+"""The gateway's own HTTP/1.1 client (app/upstream/http/h1.py) as an adapter of the
+answer interface (app/upstream/http/interface.py): a session's POSTs (the hot
 path), the one-off requests of a plain gateway (the era probe, DELETE) and
 its GETs (streams, metadata). h1's exceptions become the gateway's in
 `upstream_error`, and nowhere else."""
@@ -11,7 +11,6 @@ from collections.abc import Mapping
 import httpx
 import structlog
 
-from app.upstream import h1
 from app.upstream.errors import (
     UpstreamError,
     UpstreamProtocolError,
@@ -19,8 +18,9 @@ from app.upstream.errors import (
     UpstreamUnavailable,
     too_large,
 )
-from app.upstream.http_client import Post
-from app.upstream.http_common import printable_ascii
+from app.upstream.http import h1
+from app.upstream.http.common import printable_ascii
+from app.upstream.http.interface import Post
 from app.upstream.pool import credential_hash
 
 log = structlog.get_logger("mcp_shim.upstream")
@@ -75,11 +75,11 @@ def poster(
     timeout: httpx.Timeout,
     method: bytes = b"POST",
 ) -> Post:
-    """The hot path on app/upstream/h1.py: the request's head built once per
+    """The hot path on app/upstream/http/h1.py: the request's head built once per
     session (the call's extra headers, the trace context, appended), one write
     of head and body per POST. `method`: another for a one-off (`UpstreamClient.one_off`)."""
     fields = {k: v for k, v in merged.items() if k.lower() not in _FRAMING}
-    # Connections are the credential's own (app/upstream/h1.py says why); a
+    # Connections are the credential's own (app/upstream/http/h1.py says why); a
     # call's extra headers never carry Authorization (tracing.outgoing_headers).
     origin = client.origin(url.scheme, url.host, url.port, _credential(fields))
     # httpx refuses what is not ASCII, aiohttp a CR or LF: refused here as

@@ -1,5 +1,5 @@
 """httpx toward the upstream, as an adapter of the one answer interface
-(app/upstream/http_client.py): the API of the rare paths (the modern
+(app/upstream/http/interface.py): the API of the rare paths (the modern
 pass-through, long-lived modern requests, an HTTP+SSE upstream's stream, and
 without h1 the GET streams, metadata and DELETE), always over aiohttp's
 transport (httpx-aiohttp), never httpx's own (bench/README.md, "Why each HTTP
@@ -17,7 +17,7 @@ import httpx
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from app.upstream.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from app.upstream.http_common import BodyTooLarge
+from app.upstream.http.common import BodyTooLarge
 
 
 class HttpxAnswer:

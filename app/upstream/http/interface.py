@@ -1,7 +1,7 @@
 """The one interface of an HTTP answer from the upstream, whichever library
 read it, and of a POST that returns one. Each library is an adapter of it:
-app/upstream/h1.py's `H1Answer` (the hot path, app/upstream/h1_adapter.py),
-app/upstream/aiohttp_client.py's `AiohttpAnswer`, app/upstream/httpx_adapter.py's
+app/upstream/http/h1.py's `H1Answer` (the hot path, app/upstream/http/h1_adapter.py),
+app/upstream/http/aiohttp_client.py's `AiohttpAnswer`, app/upstream/http/httpx_adapter.py's
 `HttpxAnswer`; each adapter turns its library's exceptions into the gateway's
 own errors (app/upstream/errors.py) in its `upstream_error`. The code that reads
 answers (`HttpExchange`, the modern pass-through, HTTP+SSE) asks nothing else

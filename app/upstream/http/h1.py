@@ -6,8 +6,8 @@ time per connection, a pool of idle keep-alive connections per origin. aiohttp
 cost about 100 us of CPU per POST, this about 20 (bench/upstream_post.py,
 bench/README.md "A lean HTTP/1.1 client for the session POSTs"). It serves
 the POSTs, the one-off requests and the GETs when it is the POSTs' stack
-(app/upstream/h1_adapter.py, its adapter to the answer interface of
-app/upstream/http_client.py); long-lived streams and the modern pass-through
+(app/upstream/http/h1_adapter.py, its adapter to the answer interface of
+app/upstream/http/interface.py); long-lived streams and the modern pass-through
 go to httpx over aiohttp.
 
 Bounds: `max_connections` open connections (idle or busy) per client, a free

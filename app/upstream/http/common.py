@@ -1,6 +1,6 @@
 """What the HTTP clients toward the upstream share, below all of them: the
-legacy transport (app/upstream/streamable_http.py), aiohttp's session
-(app/upstream/aiohttp_client.py, imported by the first request that needs it)
+legacy transport (app/upstream/streamable_http/transport.py), aiohttp's session
+(app/upstream/http/aiohttp_client.py, imported by the first request that needs it)
 and the replicas' relay (app/replicas.py) import it, and it imports none of
 them (docs/architecture.md, "Imports point down")."""
 

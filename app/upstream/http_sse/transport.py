@@ -47,11 +47,11 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.http_client import Answer
+from app.upstream.http.interface import Answer
+from app.upstream.http.sse_decoder import Event
+from app.upstream.http.sse_decoder import events as sse_events
 from app.upstream.routing import Exchange, Router, initialize_result
-from app.upstream.sse_decoder import Event
-from app.upstream.sse_decoder import events as sse_events
-from app.upstream.streamable_http import (
+from app.upstream.streamable_http.transport import (
     StreamableHttpSession,
     StreamableHttpTransport,
     UpstreamClient,

@@ -9,11 +9,11 @@ side of the upstream seam has two uses:
 - `post`: a modern client's request, as it came, its answer handed back
   unparsed (`ModernResponse`): the pass-through path (app/passthrough.py);
 - `request`: a message the gateway built (the era probe's `server/discover`,
-  a legacy client's request made stateless by app/upstream/modern_session.py),
+  a legacy client's request made stateless by app/upstream/modern/session.py),
   its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
 
-Its requests go through `UpstreamClient` (app/upstream/streamable_http.py),
-their answers are `Answer`s (app/upstream/http_client.py), whichever library
+Its requests go through `UpstreamClient` (app/upstream/streamable_http/transport.py),
+their answers are `Answer`s (app/upstream/http/interface.py), whichever library
 carried them; library exceptions become the gateway's errors in each adapter's
 `upstream_error`, applied by `streamable_http._library_errors`.
 """
@@ -29,8 +29,8 @@ from app import jsonio, tracing
 from app.front.header_values import header_form
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
-from app.upstream.http_client import Answer
-from app.upstream.streamable_http import (
+from app.upstream.http.interface import Answer
+from app.upstream.streamable_http.transport import (
     HttpExchange,
     UpstreamClient,
     _content_type,

@@ -3,13 +3,13 @@ and `UpstreamClient`, the HTTP client every HTTP upstream kind shares.
 
 The client puts its requests on two stacks (bench/README.md, "Why each HTTP
 stack remains"): a session's POSTs (the hot path) on the lean HTTP/1.1 client
-of app/upstream/h1.py, or with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp on the
-aiohttp session itself (app/upstream/aiohttp_client.py); the rare paths on
-httpx over aiohttp (app/upstream/httpx_adapter.py). On h1 the one-off requests
+of app/upstream/http/h1.py, or with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp on the
+aiohttp session itself (app/upstream/http/aiohttp_client.py); the rare paths on
+httpx over aiohttp (app/upstream/http/httpx_adapter.py). On h1 the one-off requests
 of a plain gateway (the era probe, a session's DELETE) and its GETs go through
 h1 too, and aiohttp is imported by the first request that needs it
 (bench/README.md, "Third round"). Every answer is an
-`app.upstream.http_client.Answer`, read the same way whichever library read
+`app.upstream.http.interface.Answer`, read the same way whichever library read
 it; each adapter's exceptions become `app.upstream.errors` errors in its own
 `upstream_error`, applied by `_library_errors`, and nowhere else.
 """
@@ -29,7 +29,6 @@ import structlog
 from app import jsonio, tracing
 from app.call import mark
 from app.deadline import StepDeadline
-from app.upstream import h1, h1_adapter, httpx_adapter
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
@@ -40,16 +39,17 @@ from app.upstream.errors import (
     UpstreamUnavailable,
     too_large,
 )
-from app.upstream.http_client import Answer, Post
-from app.upstream.http_common import KEEPALIVE_S, BodyTooLarge
-from app.upstream.sse_decoder import EventTooLarge, SSEDecoder
-from app.upstream.tls import upstream_context
+from app.upstream.http import h1, h1_adapter, httpx_adapter
+from app.upstream.http.common import KEEPALIVE_S, BodyTooLarge
+from app.upstream.http.interface import Answer, Post
+from app.upstream.http.sse_decoder import EventTooLarge, SSEDecoder
+from app.upstream.http.tls import upstream_context
 from translators.registry import Version, get_version
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from app.upstream.aiohttp_client import FreshSession
+    from app.upstream.http.aiohttp_client import FreshSession
 
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
@@ -65,8 +65,8 @@ def _upstream_error(exc: Exception, what: str) -> UpstreamError | None:
     mapped = h1_adapter.upstream_error(exc, what)
     if mapped is None and "aiohttp" in sys.modules:
         # aiohttp is imported by the first request that needs it
-        # (app/upstream/aiohttp_client.py): before that, no exception is aiohttp's.
-        from app.upstream.aiohttp_client import upstream_error as aiohttp_error
+        # (app/upstream/http/aiohttp_client.py): before that, no exception is aiohttp's.
+        from app.upstream.http.aiohttp_client import upstream_error as aiohttp_error
 
         mapped = aiohttp_error(exc, what)
     if mapped is None:
@@ -178,7 +178,7 @@ class UpstreamClient(httpx.AsyncClient):
         merged = {**self.headers, **headers}  # what build_request would merge, once
         if self._lean is not None:
             return h1_adapter.poster(self._lean, url, merged, timeout)
-        from app.upstream.aiohttp_client import aiohttp_poster
+        from app.upstream.http.aiohttp_client import aiohttp_poster
 
         session, fresh = self._aiohttp_session, self._fresh_session
         assert session is not None and fresh is not None  # build_client makes both
@@ -250,7 +250,7 @@ def build_client(
     keepalive_s: float = KEEPALIVE_S,
     max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
 ) -> UpstreamClient:
-    """`transport`: h1 (the session POSTs on app/upstream/h1.py, the rest on httpx
+    """`transport`: h1 (the session POSTs on app/upstream/http/h1.py, the rest on httpx
     over aiohttp) or aiohttp (the session POSTs on aiohttp too). Never httpx's
     own transport (httpcore): it pools connections by origin, so one
     credential's request could ride on another's connection and read a stray
@@ -263,7 +263,7 @@ def build_client(
         max_keepalive_connections=max_connections,
         keepalive_expiry=keepalive_s,
     )
-    # CA certificates read on the first TLS handshake (app/upstream/tls.py);
+    # CA certificates read on the first TLS handshake (app/upstream/http/tls.py);
     # one context for h1 and aiohttp.
     verify = upstream_context()
     if transport == "h1":
@@ -288,7 +288,7 @@ def build_client(
                 max_answer_bytes=max_answer_bytes,
             ),
         )
-    from app.upstream import aiohttp_client
+    from app.upstream.http import aiohttp_client
 
     aiohttp_transport, session = aiohttp_client.transport(
         limits, max_connections, keepalive_s, verify
@@ -305,7 +305,7 @@ def build_client(
 def _aiohttp_transport(
     limits: httpx.Limits, max_connections: int, keepalive_s: float, verify: Any
 ) -> httpx.AsyncBaseTransport:
-    from app.upstream import aiohttp_client
+    from app.upstream.http import aiohttp_client
 
     made, _ = aiohttp_client.transport(limits, max_connections, keepalive_s, verify)
     return made

@@ -5,12 +5,12 @@ with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp (`aiohttp_poster`).
 Imported by the first request that needs it, not at start-up: with the
 default h1 transport a plain gateway's start-up, its calls and its sessions'
 ends (the era probe, the session POSTs, DELETE) all go through
-app/upstream/h1.py, and aiohttp with its dependencies (yarl, attrs,
+app/upstream/http/h1.py, and aiohttp with its dependencies (yarl, attrs,
 aiohappyeyeballs, aiosignal, propcache, httpx-aiohttp) is about 6 MB of
 idle RSS (bench/README.md, "Third round"). Importing this module imports
 aiohttp the gateway's way: its import-time CA contexts deferred
-(app/upstream/tls.py; frozenlist pure, app/upstream/__init__.py). An adapter
-of the answer interface (app/upstream/http_client.py): `AiohttpAnswer`; its
+(app/upstream/http/tls.py; frozenlist pure, app/upstream/__init__.py). An adapter
+of the answer interface (app/upstream/http/interface.py): `AiohttpAnswer`; its
 exceptions become the gateway's in `upstream_error`, and nowhere else.
 """
 
@@ -28,15 +28,15 @@ from aiohttp.tracing import Trace
 from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDictProxy
 
-from app.upstream import tls
 from app.upstream.errors import (
     UpstreamError,
     UpstreamProtocolError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.http_client import Post
-from app.upstream.http_common import BodyTooLarge, printable_ascii
+from app.upstream.http import tls
+from app.upstream.http.common import BodyTooLarge, printable_ascii
+from app.upstream.http.interface import Post
 from app.upstream.pool import credential_hash
 
 tls.defer_aiohttp_defaults()
@@ -84,7 +84,7 @@ class _Connector(aiohttp.TCPConnector):
 
 class _PerCredential(aiohttp.ClientRequest):
     """A request whose pooled connection is its credential's own, as on h1
-    (app/upstream/h1.py says why): the connector pools by `connection_key`,
+    (app/upstream/http/h1.py says why): the connector pools by `connection_key`,
     here with the credential in `proxy_headers_hash`, a field aiohttp uses
     only as part of that key (None without a proxy, which the gateway never
     uses: trust_env is off). `limit_per_host` then bounds one credential."""
@@ -136,7 +136,7 @@ def upstream_error(exc: Exception, what: str) -> UpstreamError | None:
 
 class AiohttpAnswer:
     """aiohttp's response to a POST of the hot path as an `Answer`
-    (app/upstream/http_client.py). Its exceptions are aiohttp's, mapped by
+    (app/upstream/http/interface.py). Its exceptions are aiohttp's, mapped by
     `upstream_error` (through `_library_errors` around the reads)."""
 
     __slots__ = ("__weakref__", "_limit", "_response", "headers", "status_code")
