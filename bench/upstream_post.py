@@ -62,15 +62,10 @@ from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exception
 from httpx_sse import EventSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.upstream.http.client import build_client, library_errors
 from app.upstream.http.httpx_adapter import _unbind
 from app.upstream.http.sse_decoder import SSEDecoder
-from app.upstream.streamable_http.transport import (
-    HttpExchange,
-    _content_type,
-    _library_errors,
-    _messages_of,
-    build_client,
-)
+from app.upstream.streamable_http.transport import HttpExchange, _content_type, _messages_of
 from bench import common
 
 HEADERS = {
@@ -111,7 +106,7 @@ class _OldExchange:
     async def _read(self) -> AsyncIterator[Any]:
         response = self._response
         if _content_type(response) == "text/event-stream":
-            with _library_errors(self._what):
+            with library_errors(self._what):
                 async for event in EventSource(response).aiter_sse():
                     if event.id:
                         self.last_event_id = event.id
@@ -120,7 +115,7 @@ class _OldExchange:
                     for message in _messages_of(orjson.loads(event.data)):
                         yield message
             return
-        with _library_errors(self._what):
+        with library_errors(self._what):
             body = await response.aread()
             parsed = orjson.loads(body) if body else None
         for message in _messages_of(parsed):
@@ -288,7 +283,7 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
     )
 
     async def via_poster_before(i: int) -> None:
-        with _library_errors(what), map_aiohttp_exceptions():
+        with library_errors(what), map_aiohttp_exceptions():
             answer = await aiohttp_session().request(
                 "POST",
                 url,
@@ -307,12 +302,12 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
     aiohttp_poster = on_aiohttp.poster(parsed, headers, timeout)
 
     async def via_poster(i: int) -> None:
-        with _library_errors(what):
+        with library_errors(what):
             answer = await poster(_call(i), {})
         await _messages(HttpExchange(answer, what), i)
 
     async def via_aiohttp_poster(i: int) -> None:
-        with _library_errors(what):
+        with library_errors(what):
             answer = await aiohttp_poster(_call(i), {})
         await _messages(HttpExchange(answer, what), i)
 

@@ -10,10 +10,11 @@ from app.config import Settings, command_argv
 from app.upstream.base import Transport
 from app.upstream.era import EraProbe
 from app.upstream.era_transport import EraTransport
+from app.upstream.http.client import build_client
 from app.upstream.http_sse.transport import DetectingTransport
 from app.upstream.modern.upstream import ModernHttpUpstream
 from app.upstream.stdio.transport import StdioTransport, child_environment
-from app.upstream.streamable_http.transport import StreamableHttpTransport, build_client
+from app.upstream.streamable_http.transport import StreamableHttpTransport
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The gateway's own upstream errors. Library exceptions become these in one place
 per HTTP adapter (`upstream_error` of app/upstream/http/h1_adapter.py, aiohttp_client.py
-and httpx_adapter.py), all applied by `app.upstream.streamable_http.transport._library_errors`;
+and httpx_adapter.py), all applied by `app.upstream.http.client.library_errors`;
 nothing above the transport sees a library's exception."""
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from contextlib import contextmanager
 import pytest
 
 from app.upstream.http.aiohttp_client import AiohttpAnswer
+from app.upstream.http.client import build_client
 from app.upstream.http.h1 import H1Answer
 from app.upstream.streamable_http.transport import (
     HttpExchange,
     StreamableHttpSession,
     StreamableHttpTransport,
-    build_client,
 )
 
 pytestmark = pytest.mark.peers

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable
 import orjson
 import pytest
 
+from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.modern.upstream import ModernHttpUpstream
-from app.upstream.streamable_http.transport import UpstreamClient, build_client
 from tests.unit.http_peer import LoopbackPeer, read_request
 
 ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType":"complete"}}'

@@ -169,7 +169,8 @@ async def test_a_header_httpx_cannot_encode_never_reaches_an_exception(
     import traceback
 
     from app.upstream.errors import UpstreamError
-    from app.upstream.streamable_http.transport import StreamableHttpSession, build_client
+    from app.upstream.http.client import build_client
+    from app.upstream.streamable_http.transport import StreamableHttpSession
 
     assert LEGACY is not None
     secret = "Bearer sk-live-TOPSECRET" + bad

@@ -21,11 +21,8 @@ import pytest
 
 from app.upstream.errors import UpstreamAnswerTooLarge
 from app.upstream.http import h1
-from app.upstream.streamable_http.transport import (
-    StreamableHttpSession,
-    UpstreamClient,
-    build_client,
-)
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.misbehaving.http_upstream import MisbehavingUpstream
 from translators.registry import get_version
 

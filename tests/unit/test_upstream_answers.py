@@ -31,11 +31,8 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.streamable_http.transport import (
-    StreamableHttpSession,
-    UpstreamClient,
-    build_client,
-)
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 

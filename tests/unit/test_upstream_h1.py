@@ -23,11 +23,8 @@ import pytest
 from app import jsonio
 from app.upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from app.upstream.http import h1
-from app.upstream.streamable_http.transport import (
-    StreamableHttpSession,
-    UpstreamClient,
-    build_client,
-)
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 

@@ -21,13 +21,9 @@ import pytest
 
 from app.config import Settings
 from app.upstream.errors import UpstreamUnavailable
+from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.http.common import KEEPALIVE_S
-from app.upstream.streamable_http.transport import (
-    StreamableHttpSession,
-    UpstreamClient,
-    build_client,
-    resendable,
-)
+from app.upstream.streamable_http.transport import StreamableHttpSession, resendable
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 

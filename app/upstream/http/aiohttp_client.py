@@ -137,7 +137,7 @@ def upstream_error(exc: Exception, what: str) -> UpstreamError | None:
 class AiohttpAnswer:
     """aiohttp's response to a POST of the hot path as an `Answer`
     (app/upstream/http/interface.py). Its exceptions are aiohttp's, mapped by
-    `upstream_error` (through `_library_errors` around the reads)."""
+    `upstream_error` (through `library_errors` around the reads)."""
 
     __slots__ = ("__weakref__", "_limit", "_response", "headers", "status_code")
 
@@ -250,7 +250,7 @@ def aiohttp_poster(
         sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
     )
     # httpx refuses what is not ASCII (UnicodeEncodeError, turned into our
-    # error in `_library_errors`); aiohttp would send it as UTF-8. The
+    # error in `library_errors`); aiohttp would send it as UTF-8. The
     # session's headers are checked once, the same way for both.
     unsendable = not all(printable_ascii(v) for v in merged.values())
 
@@ -270,7 +270,7 @@ def aiohttp_poster(
         )
 
     async def post(content: bytes, extra: Mapping[str, str], resend: bool = False) -> AiohttpAnswer:
-        # aiohttp's exceptions go up as they are: `_library_errors` around
+        # aiohttp's exceptions go up as they are: `library_errors` around
         # the call (StreamableHttpSession._post, SseSession._post) maps them.
         if unsendable:
             raise UnicodeEncodeError("ascii", "", 0, 0, "header value")

@@ -83,7 +83,7 @@ def poster(
     # call's extra headers never carry Authorization (tracing.outgoing_headers).
     origin = client.origin(url.scheme, url.host, url.port, _credential(fields))
     # httpx refuses what is not ASCII, aiohttp a CR or LF: refused here as
-    # httpx did (UnicodeEncodeError, turned into our error in `_library_errors`).
+    # httpx did (UnicodeEncodeError, turned into our error in `library_errors`).
     unsendable = not all(_token(k) and printable_ascii(v) for k, v in fields.items())
     names = frozenset(k.lower() for k in fields)
     start = b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method, url.raw_path, url.netloc)
@@ -102,7 +102,7 @@ def poster(
         return start + "".join(f"{k}: {v}\r\n" for k, v in both.items()).encode()
 
     async def post(content: bytes, extra: Mapping[str, str], resend: bool = False) -> h1.H1Answer:
-        # h1's exceptions go up as they are: `_library_errors` around the call maps them.
+        # h1's exceptions go up as they are: `library_errors` around the call maps them.
         if unsendable:
             raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
         payload = b"%scontent-length: %d\r\n\r\n%s" % (

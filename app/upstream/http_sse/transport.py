@@ -47,6 +47,7 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstream.http.client import UpstreamClient, library_errors
 from app.upstream.http.interface import Answer
 from app.upstream.http.sse_decoder import Event
 from app.upstream.http.sse_decoder import events as sse_events
@@ -54,10 +55,8 @@ from app.upstream.routing import Exchange, Router, initialize_result
 from app.upstream.streamable_http.transport import (
     StreamableHttpSession,
     StreamableHttpTransport,
-    UpstreamClient,
     _close,
     _content_type,
-    _library_errors,
     _refuse_challenge,
     resendable,
 )
@@ -145,7 +144,7 @@ class SseSession:
     async def _post(self, message: Message, what: str) -> None:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
-        with _library_errors(what):
+        with library_errors(what):
             response = await self._send(
                 jsonio.dumps(message), tracing.outgoing_headers(), resendable(message)
             )
@@ -168,7 +167,7 @@ class SseSession:
     async def _read(self, events: AsyncIterator[Event]) -> None:
         ended: UpstreamError = UpstreamUnavailable("the upstream's SSE stream ended")
         try:
-            with _library_errors("SSE stream"):
+            with library_errors("SSE stream"):
                 async for event in events:
                     if event.event != "message" or not event.data:
                         continue
@@ -205,7 +204,7 @@ async def open_sse_session(
     """GET the SSE stream, wait for its `endpoint`, then initialize over it."""
     get_headers = {"accept": "text/event-stream", **headers, **tracing.outgoing_headers()}
     stream_url = httpx.URL(url)
-    with _library_errors("SSE GET"):
+    with library_errors("SSE GET"):
         # On httpx over aiohttp: the stream is held for the session's life.
         response = await client.open_stream(
             "GET",
@@ -257,7 +256,7 @@ async def _endpoint(
     credentials) anywhere else."""
     try:
         async with asyncio.timeout(timeout_s):
-            with _library_errors("SSE GET"):
+            with library_errors("SSE GET"):
                 event = await anext(events)
     except TimeoutError:
         raise UpstreamTimeout(

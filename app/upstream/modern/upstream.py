@@ -12,10 +12,10 @@ side of the upstream seam has two uses:
   a legacy client's request made stateless by app/upstream/modern/session.py),
   its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
 
-Its requests go through `UpstreamClient` (app/upstream/streamable_http/transport.py),
+Its requests go through `UpstreamClient` (app/upstream/http/client.py),
 their answers are `Answer`s (app/upstream/http/interface.py), whichever library
 carried them; library exceptions become the gateway's errors in each adapter's
-`upstream_error`, applied by `streamable_http._library_errors`.
+`upstream_error`, applied by `http.client.library_errors`.
 """
 
 from __future__ import annotations
@@ -29,14 +29,9 @@ from app import jsonio, tracing
 from app.front.header_values import header_form
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
+from app.upstream.http.client import UpstreamClient, library_errors
 from app.upstream.http.interface import Answer
-from app.upstream.streamable_http.transport import (
-    HttpExchange,
-    UpstreamClient,
-    _content_type,
-    _library_errors,
-    _refuse_challenge,
-)
+from app.upstream.streamable_http.transport import HttpExchange, _content_type, _refuse_challenge
 
 VERSION_HEADER = "mcp-protocol-version"
 # What a modern client's request carries that the upstream needs (2026-07-28
@@ -108,7 +103,7 @@ class ModernResponse:
     async def read(self, limit: int) -> bytes | None:
         """The whole body, decoded, if it is at most `limit` bytes, else None."""
         body = bytearray()
-        with _library_errors("reading the answer"):
+        with library_errors("reading the answer"):
             async for chunk in self._response.aiter_bytes():
                 body += chunk
                 if len(body) > limit:
@@ -124,7 +119,7 @@ class ModernResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The decoded body as it comes; `UpstreamAnswerTooLarge` past the limit."""
         size = 0
-        with _library_errors("streaming the answer"):
+        with library_errors("streaming the answer"):
             async for chunk in self._response.aiter_bytes():
                 size += len(chunk)
                 if size > self.limit:
@@ -151,7 +146,7 @@ class ModernHttpUpstream:
     ) -> ModernResponse:
         """POST a request as it is; 401/403 come back as an answer, like any status."""
         timeouts = self._long_timeout if long_lived else self._timeout
-        with _library_errors(str(headers.get("mcp-method"))):
+        with library_errors(str(headers.get("mcp-method"))):
             response = await self._client.open_stream(
                 "POST", self._parsed_url, headers, body, timeouts
             )
@@ -171,7 +166,7 @@ class ModernHttpUpstream:
             **tracing.outgoing_headers(),
         }
         response: Answer
-        with _library_errors(what):
+        with library_errors(what):
             if long_lived:
                 # A listen keeps its connection as long as its client: never
                 # one of the POSTs' pool.
