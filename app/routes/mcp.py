@@ -117,8 +117,8 @@ class McpRoutes:
                 write_timeout_s=self._settings.write_timeout_s,
             )
 
-        upstream = wiring.upstream.modern
-        if era is None or era.name != "modern" or upstream is None:
+        passing = wiring.upstream.passes_through(era)
+        if passing is None:
             return translated()
 
         # The cheapest path: nothing to translate (app/passthrough.py).
@@ -131,14 +131,12 @@ class McpRoutes:
             done(status, "client_disconnected" if disconnected else None)
 
         return PassThrough(
-            upstream,
+            passing,
             body,
             passed_headers(request.headers),
             call_id=parsed.id,
             method=parsed.method,
             long_lived=parsed.method == subscriptions_listen.METHOD,
-            era=wiring.upstream.era,
-            seen=era,
             fallback=fallback,
             on_done=passed,
             gateway_url=state.gateway_url,

@@ -296,6 +296,7 @@ async def _passed_through(
     """What a modern client's pass-through (app/passthrough.py) sends for a
     tools/call of `result` with `arguments`, the gateway's limit at `limit`."""
     from app.passthrough import PassThrough
+    from app.upstream.modern.passthrough import PassThroughUpstream
     from app.upstream.modern.upstream import ModernHttpUpstream
 
     client = _client("h1", max_answer_bytes=limit)
@@ -321,14 +322,15 @@ async def _passed_through(
         }
     ).encode()
     answer = PassThrough(
-        ModernHttpUpstream(client, upstream.url, request_timeout_s=10.0),
+        PassThroughUpstream(
+            ModernHttpUpstream(client, upstream.url, request_timeout_s=10.0),
+            Any,  # type: ignore[arg-type]  # not asked: the answer is 200
+        ),
         body,
         {"content-type": "application/json", "accept": "application/json, text/event-stream"},
         call_id=7,
         method="tools/call",
         long_lived=False,
-        era=Any,  # type: ignore[arg-type]  # not asked: the answer is 200
-        seen=Any,  # type: ignore[arg-type]
         fallback=fallback,
         on_done=lambda status, gone, outcome: None,
         gateway_url=None,
