@@ -164,7 +164,7 @@ class Settings(BaseSettings):
     # An idle pooled upstream connection is dropped after this long: shorter
     # than the idle timeout of the common servers (uvicorn's and Node's are
     # 5 s), so the gateway never picks a connection the server is closing at
-    # that moment (a POST lost to that race: app/upstream/streamable_http.py
+    # that moment (a POST lost to that race: app/upstream/streamable_http/transport.py
     # `resendable`, bench/README.md "1,000 parked calls"). httpx's default, 5 s,
     # was the same as theirs.
     upstream_keepalive_s: float = Field(
@@ -173,17 +173,19 @@ class Settings(BaseSettings):
         description="seconds an idle upstream connection is kept for reuse; keep it "
         "under the upstream server's own keep-alive timeout",
     )
-    # h1: a session's POSTs on app/upstream/h1.py, the rest on httpx over
+    # h1: a session's POSTs on app/upstream/http/h1.py, the rest on httpx over
     # aiohttp (the measured default, bench/README.md); aiohttp: the POSTs on
-    # aiohttp too; httpx: httpx's own transport for everything, for comparison.
-    upstream_http_transport: Literal["h1", "aiohttp", "httpx"] = "h1"
-    # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse.py).
+    # aiohttp too. httpx's own transport is no option: twice the CPU per call,
+    # and it pools connections by origin, not by credential (bench/README.md,
+    # "Why each HTTP stack remains").
+    upstream_http_transport: Literal["h1", "aiohttp"] = "h1"
+    # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse/transport.py).
     upstream_transport: Literal["auto", "streamable-http", "sse"] = Field(
         default="auto",
         description="auto: Streamable HTTP, then HTTP+SSE (2024-11-05) if initialize is "
         "answered 400/404/405, as 2025-03-26 basic/transports tells clients",
     )
-    # stdio upstreams (app/upstream/stdio.py).
+    # stdio upstreams (app/upstream/stdio/transport.py).
     upstream_env: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="names of environment variables passed to the stdio server besides "

@@ -10,12 +10,10 @@ answer, an SSE answer with its progress, a `subscriptions/listen` stream for
 as long as it lasts. The client going away closes the upstream stream, which
 is a modern client's cancellation (2026-07-28 streamable-http "Cancellation").
 
-The one thing looked at is an error status before anything is sent: if its
-body says the upstream speaks the legacy era (`EraProbe.recheck`), it may have
-been redeployed as a legacy server. The era is probed again
-(app/upstream/era.py) and, if it changed, the call is served by the
-translating gateway instead, in the same request. A refusal that says nothing
-of the era (a rate limiter's plain-text 429) is relayed as it came.
+Sending, and the one thing looked at (an error status that may say the
+upstream was redeployed as a legacy server), are the modern upstream's
+capability (app/upstream/modern/passthrough.py); when the era changed, the
+call is served by the translating gateway instead, in the same request.
 """
 
 from __future__ import annotations
@@ -31,15 +29,11 @@ from starlette.responses import Response
 from app import auth, jsonio, write_coalescer
 from app.client_held import ClientHeld, Receive, Scope, Send
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.era import Era, EraProbe, answer_in
 from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError
-from app.upstream.modern_http import ModernHttpUpstream, ModernResponse
-from app.upstream.streamable_http import too_large
+from app.upstream.modern.passthrough import PassThroughUpstream
+from app.upstream.modern.upstream import ModernResponse
 
 log = structlog.get_logger("mcp_shim.passthrough")
-
-# An error answer is small; one larger than this is relayed without a look.
-_ERROR_PEEK_BYTES = 64 * 1024
 
 
 class AnswerCutShort(Exception):
@@ -49,15 +43,13 @@ class AnswerCutShort(Exception):
 class PassThrough(Response):
     def __init__(
         self,
-        upstream: ModernHttpUpstream,
+        upstream: PassThroughUpstream,
         body: bytes,
         headers: dict[str, str],
         *,
         call_id: Any,
         method: str,
         long_lived: bool,
-        era: EraProbe,
-        seen: Era,
         fallback: Callable[[], Awaitable[Response]],
         on_done: Callable[[int, bool, str], None],
         gateway_url: str | None,
@@ -70,8 +62,6 @@ class PassThrough(Response):
         self._call_id = call_id
         self._method = method
         self._long_lived = long_lived
-        self._era = era
-        self._seen = seen
         self._fallback = fallback
         self._on_done = on_done
         self._gateway_url = gateway_url
@@ -85,30 +75,19 @@ class PassThrough(Response):
         held = ClientHeld(receive, scope)
         try:
             async with held:
-                answer = await self._upstream.post(
-                    self._body, self._forward, long_lived=self._long_lived
+                passed = await self._upstream.send(
+                    self._body,
+                    self._forward,
+                    call_id=self._call_id,
+                    method=self._method,
+                    long_lived=self._long_lived,
                 )
-                peeked: bytes | None = None
-                if answer.status >= 400 and answer.status not in (401, 403):
-                    peeked = await answer.read(_ERROR_PEEK_BYTES)
-                    if peeked is not None:
-                        era = await self._era.recheck(
-                            self._seen,
-                            answer.status,
-                            answer_in(answer.content_type, peeked),
-                            self._call_id,
-                            self._method,
-                            self._forward.get("authorization"),
-                        )
-                        if era.name == "legacy":
-                            await answer.aclose()
-                            answer = None
-                            self._outcome = "era_changed"
-                            fallback = await self._fallback()
-                if answer is not None and peeked is None and answer.announced_too_large():
-                    raise too_large(answer.limit, "the passed-through request")
-                if answer is not None:
-                    await self._relay(answer, peeked, send)
+                if passed is None:
+                    self._outcome = "era_changed"
+                    fallback = await self._fallback()
+                else:
+                    answer = passed.answer
+                    await self._relay(answer, passed.peeked, send)
             if fallback is not None:
                 # Answered by the legacy path, which watches the client itself.
                 await fallback(scope, receive, send)  # type: ignore[arg-type]

@@ -56,8 +56,8 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.listener import default_answer
-from app.upstream.modern_http import ModernHttpUpstream, standard_headers
-from app.upstream.stdio import StdioProcessExited
+from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
+from app.upstream.stdio.transport import StdioProcessExited
 from translators import translate
 from translators._base import (
     META_CLIENT_CAPABILITIES,

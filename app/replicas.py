@@ -37,7 +37,7 @@ from app import jsonio, write_coalescer
 from app.client_held import ClientHeld
 from app.config import Settings
 from app.mrtr.state import Sealer, caller_digest, generate_key
-from app.upstream.http_common import KEEPALIVE_S
+from app.upstream.http.common import KEEPALIVE_S
 
 if TYPE_CHECKING:
     import aiohttp
@@ -167,7 +167,7 @@ class ReplicaRelay:
             import aiohttp
 
             # aiohttp as the upstream's transport imports it: its CA contexts deferred.
-            import app.upstream.aiohttp_client  # noqa: F401
+            import app.upstream.http.aiohttp_client  # noqa: F401
 
             # aiohttp's session itself, as for the upstream's POSTs: through
             # httpx's client and its own transport (httpcore), a relayed call

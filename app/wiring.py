@@ -32,7 +32,7 @@ from app.subscriptions.hub import SubscriptionHub
 from app.upstream import era_transport
 from app.upstream.choice import Upstream, build_upstream
 from app.upstream.pool import SessionPool
-from app.upstream.streamable_http import StreamableHttpTransport
+from app.upstream.streamable_http.transport import StreamableHttpTransport
 from translators.registry import Version, get_version
 
 log = structlog.get_logger("mcp_shim.http")

@@ -14,7 +14,7 @@ fixture (mcp 1.x, .peers/legacy), one gateway in front of each, and measures a
   translated, sent on a pooled legacy session (the path of the earlier issues);
 - a legacy client straight to the legacy fixture (for scale);
 - a legacy client through the gateway to the modern fixture: the gateway's
-  own session, each request sent stateless (app/upstream/modern_session.py).
+  own session, each request sent stateless (app/upstream/modern/session.py).
 
 Prints requests/s, p50/p99 latency, and the CPU time the gateway and the
 upstream spent per request (from /proc).

@@ -22,10 +22,10 @@ counted), best and median of the rounds, and calls/s:
   mapped by it), SSE through httpx_sse (the gateway before this change);
 - `UpstreamClient.poster, aiohttp`: what `StreamableHttpSession._post` and
   `HttpExchange` did with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp (the
-  default before app/upstream/h1.py): aiohttp's response read directly, one
-  `read()` for JSON, its chunks through app/upstream/sse_decoder.py for SSE;
+  default before app/upstream/http/h1.py): aiohttp's response read directly, one
+  `read()` for JSON, its chunks through app/upstream/http/sse_decoder.py for SSE;
 - `UpstreamClient.poster, h1 (now)`: the same on the default transport, h1:
-  app/upstream/h1.py (an asyncio Protocol per connection, httptools' parser,
+  app/upstream/http/h1.py (an asyncio Protocol per connection, httptools' parser,
   the pool, timeouts, resend bookkeeping and error mapping of the gateway);
 - `aiohttp session.post`: the aiohttp session itself, as bench/hop.py posts,
   the body read whole and parsed with the least code (no SSE decoder);
@@ -33,7 +33,7 @@ counted), best and median of the rounds, and calls/s:
   asyncio Protocol per connection with httptools' response parser, a list of
   idle connections, the request's bytes joined once; the answer through the
   same SSE decoder and orjson. A measurement for the team's decision only:
-  the sketch app/upstream/h1.py grew from (no timeouts, no errors mapped,
+  the sketch app/upstream/http/h1.py grew from (no timeouts, no errors mapped,
   no TLS, no bounds).
 
 The first three read the answer's messages as `HttpExchange` did before the
@@ -62,15 +62,10 @@ from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exception
 from httpx_sse import EventSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.upstream.sse_decoder import SSEDecoder
-from app.upstream.streamable_http import (
-    HttpExchange,
-    _content_type,
-    _library_errors,
-    _messages_of,
-    _unbind,
-    build_client,
-)
+from app.upstream.http.client import build_client, library_errors
+from app.upstream.http.httpx_adapter import _unbind
+from app.upstream.http.sse_decoder import SSEDecoder
+from app.upstream.streamable_http.transport import HttpExchange, _content_type, _messages_of
 from bench import common
 
 HEADERS = {
@@ -111,7 +106,7 @@ class _OldExchange:
     async def _read(self) -> AsyncIterator[Any]:
         response = self._response
         if _content_type(response) == "text/event-stream":
-            with _library_errors(self._what):
+            with library_errors(self._what):
                 async for event in EventSource(response).aiter_sse():
                     if event.id:
                         self.last_event_id = event.id
@@ -120,7 +115,7 @@ class _OldExchange:
                     for message in _messages_of(orjson.loads(event.data)):
                         yield message
             return
-        with _library_errors(self._what):
+        with library_errors(self._what):
             body = await response.aread()
             parsed = orjson.loads(body) if body else None
         for message in _messages_of(parsed):
@@ -288,7 +283,7 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
     )
 
     async def via_poster_before(i: int) -> None:
-        with _library_errors(what), map_aiohttp_exceptions():
+        with library_errors(what), map_aiohttp_exceptions():
             answer = await aiohttp_session().request(
                 "POST",
                 url,
@@ -307,12 +302,12 @@ async def _ways(url: str, stack: list[Any]) -> dict[str, Post]:
     aiohttp_poster = on_aiohttp.poster(parsed, headers, timeout)
 
     async def via_poster(i: int) -> None:
-        with _library_errors(what):
+        with library_errors(what):
             answer = await poster(_call(i), {})
         await _messages(HttpExchange(answer, what), i)
 
     async def via_aiohttp_poster(i: int) -> None:
-        with _library_errors(what):
+        with library_errors(what):
             answer = await aiohttp_poster(_call(i), {})
         await _messages(HttpExchange(answer, what), i)
 

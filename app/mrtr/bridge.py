@@ -141,7 +141,7 @@ async def _send_reply(
 ) -> UpstreamError | None:
     """Deliver a response to the upstream's request; the failure, if it could not
     be (after the one resend on a fresh connection the upstream layer makes:
-    app/upstream/streamable_http.py `resendable`)."""
+    app/upstream/streamable_http/transport.py `resendable`)."""
     try:
         await reply(message)
     except UpstreamError as exc:

@@ -29,7 +29,7 @@ from app.fronts.modern.checks import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay
-from app.upstream.sse_decoder import events as sse_events
+from app.upstream.http.sse_decoder import events as sse_events
 
 log = structlog.get_logger("mcp_shim.mrtr.forwarding")
 

@@ -26,7 +26,7 @@ from app.routes.edge import Edge, accepts, answer
 from app.routes.scope_headers import ScopeHeaders
 from app.subscriptions import listen as subscriptions_listen
 from app.upstream import era_transport
-from app.upstream.modern_http import passed_headers
+from app.upstream.modern.upstream import passed_headers
 from app.wiring import Wiring
 
 log = structlog.get_logger("mcp_shim.http")
@@ -118,8 +118,8 @@ class McpRoutes:
                 write_timeout_s=self._settings.write_timeout_s,
             )
 
-        upstream = wiring.upstream.modern
-        if era is None or era.name != "modern" or upstream is None:
+        passing = wiring.upstream.passes_through(era)
+        if passing is None:
             return translated()
 
         # The cheapest path: nothing to translate (app/passthrough.py).
@@ -132,14 +132,12 @@ class McpRoutes:
             done(status, "client_disconnected" if disconnected else None)
 
         return PassThrough(
-            upstream,
+            passing,
             body,
             passed_headers(request.headers),
             call_id=parsed.id,
             method=parsed.method,
             long_lived=parsed.method == subscriptions_listen.METHOD,
-            era=wiring.upstream.era,
-            seen=era,
             fallback=fallback,
             on_done=passed,
             gateway_url=state.gateway_url,

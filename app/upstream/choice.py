@@ -8,12 +8,14 @@ from dataclasses import dataclass
 
 from app.config import Settings, command_argv
 from app.upstream.base import Transport
-from app.upstream.era import EraProbe
+from app.upstream.era import Era, EraProbe
 from app.upstream.era_transport import EraTransport
-from app.upstream.http_sse import DetectingTransport
-from app.upstream.modern_http import ModernHttpUpstream
-from app.upstream.stdio import StdioTransport, child_environment
-from app.upstream.streamable_http import StreamableHttpTransport, build_client
+from app.upstream.http.client import build_client
+from app.upstream.http_sse.transport import DetectingTransport
+from app.upstream.modern.passthrough import PassThroughUpstream
+from app.upstream.modern.upstream import ModernHttpUpstream
+from app.upstream.stdio.transport import StdioTransport, child_environment
+from app.upstream.streamable_http.transport import StreamableHttpTransport
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,17 @@ class Upstream:
     # The HTTP upstream, whose documents (OAuth metadata) the gateway relays;
     # None for stdio, which has no challenge to relay.
     http: StreamableHttpTransport | None
+    # The modern upstream's pass-through (a modern client's request sent as it
+    # came); None when the upstream has no modern side.
+    pass_through: PassThroughUpstream | None = None
+
+    def passes_through(self, era: Era | None) -> PassThroughUpstream | None:
+        """The pass-through, when a modern client's call can take it: the
+        upstream has a modern side and speaks the modern era (for the caller);
+        None when the call is the translating gateway's."""
+        if era is None or era.name != "modern" or self.pass_through is None:
+            return None
+        return self.pass_through.bound(era)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
@@ -50,7 +63,8 @@ def build_upstream(settings: Settings) -> Upstream:
     )
     era = EraProbe(modern, settings.upstream_era)
     sessions = EraTransport(transport, modern, era)
-    return Upstream(transport, sessions, max_sessions, era, modern, transport)
+    passing = PassThroughUpstream(modern, era)
+    return Upstream(transport, sessions, max_sessions, era, modern, transport, passing)
 
 
 def build_transport(settings: Settings) -> tuple[Transport, int]:

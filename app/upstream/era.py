@@ -36,7 +36,7 @@ import structlog
 from app import jsonio
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError, UpstreamHttpError
-from app.upstream.modern_http import ModernHttpUpstream, standard_headers
+from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
 from translators.registry import LATEST_MODERN, Version, get_version, modern_versions
 
 log = structlog.get_logger("mcp_shim.era")

@@ -1,5 +1,5 @@
 """The upstream seam, by era: legacy Streamable HTTP sessions or stateless
-modern ones (app/upstream/modern_session.py), whichever the upstream speaks.
+modern ones (app/upstream/modern/session.py), whichever the upstream speaks.
 
 `EraTransport` is what the pool opens sessions with. It asks `EraProbe` for
 the upstream's era and opens the session of that era; if a legacy handshake is
@@ -29,10 +29,10 @@ from app.upstream.errors import (
     UpstreamHttpError,
     UpstreamProtocolError,
 )
-from app.upstream.modern_http import ModernHttpUpstream
-from app.upstream.modern_session import ModernTransport
+from app.upstream.modern.session import ModernTransport
+from app.upstream.modern.upstream import ModernHttpUpstream
 from app.upstream.pool import SessionPool
-from app.upstream.streamable_http import HttpExchange, StreamableHttpTransport
+from app.upstream.streamable_http.transport import HttpExchange, StreamableHttpTransport
 
 log = structlog.get_logger("mcp_shim.era")
 

@@ -1,7 +1,13 @@
 """The gateway's own upstream errors. Library exceptions become these in one place
-(`app.upstream.streamable_http._library_errors`); nothing above the transport sees httpx."""
+per HTTP adapter (`upstream_error` of app/upstream/http/h1_adapter.py, aiohttp_client.py
+and httpx_adapter.py), all applied by `app.upstream.http.client.library_errors`;
+nothing above the transport sees a library's exception."""
 
 from __future__ import annotations
+
+import structlog
+
+log = structlog.get_logger("mcp_shim.upstream")
 
 
 class UpstreamError(Exception):
@@ -68,3 +74,13 @@ class SessionShareExceeded(PoolExhausted):
     caller's own load, so 429 (RFC 6585) rather than the pool's 503."""
 
     status = 429
+
+
+def too_large(limit: int, what: str) -> UpstreamAnswerTooLarge:
+    """An answer over MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES (every transport's), logged."""
+    log.warning(
+        "upstream_answer_too_large", limit=limit, setting="MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES"
+    )
+    return UpstreamAnswerTooLarge(
+        f"the upstream answer to {what} exceeded {limit} bytes (MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES)"
+    )

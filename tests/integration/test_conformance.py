@@ -372,7 +372,7 @@ STDIO_BASELINE = ROOT / "tests" / "conformance" / "expected-failures-stdio.yml"
 @pytest.mark.peers
 def test_conformance_suite_with_the_fixture_over_stdio(tmp_path: Path) -> None:
     """The same fixture, run by the gateway as its stdio upstream
-    (MCP_SHIM_UPSTREAM_COMMAND, app/upstream/stdio.py): one process per session."""
+    (MCP_SHIM_UPSTREAM_COMMAND, app/upstream/stdio/transport.py): one process per session."""
     _peers_or_fail()
     import shlex
 

@@ -6,11 +6,11 @@ libraries served only rare paths yet were loaded at every start: the
 transport with its CA bundle and httpcore (the replica forwarder's client,
 about 3 MB) and `pydantic.v1` (FastAPI checked a declared path parameter
 against it, 1.5 MB). They are now loaded by the first call that needs them.
-So are the CA bundles of the TLS contexts toward the upstream (app/upstream/tls.py,
+So are the CA bundles of the TLS contexts toward the upstream (app/upstream/http/tls.py,
 2 MB): read by the first TLS handshake, none for a plain http upstream. And
 aiohttp with httpx-aiohttp (about 6 MB with yarl, attrs, aiohappyeyeballs, ...):
 on the default h1 transport a plain gateway's requests to a legacy upstream
-(era probe, session POSTs, DELETE) all go through app/upstream/h1.py
+(era probe, session POSTs, DELETE) all go through app/upstream/http/h1.py
 ("Third round" in bench/README.md).
 """
 
@@ -98,7 +98,7 @@ def test_start_up_and_a_plain_call_load_no_rarely_used_library(legacy_url: str) 
     assert "cryptography" in report["after_seal"], report
     # The transport's TLS context exists (h1's, shared with aiohttp's transport
     # when one is made), but it has read no CA bundle: the upstream is plain
-    # http (app/upstream/tls.py).
+    # http (app/upstream/http/tls.py).
     assert report["contexts"] >= 1, report
     assert report["certificates"] == 0, report
 

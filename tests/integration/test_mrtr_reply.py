@@ -9,7 +9,7 @@ gateway and fixture plays that server deterministically (`drop`: it closes
 the connection with no answer instead of forwarding the POST).
 
 - on a reused connection the response is sent once more, on a new connection
-  (app/upstream/streamable_http.py `resendable`), and the call completes;
+  (app/upstream/streamable_http/transport.py `resendable`), and the call completes;
 - if it cannot be delivered at all, the call ends at once with -32603 and
   HTTP 502 (the gateway's answer to an upstream failure), cancelled upstream,
   instead of waiting for its deadline.
@@ -82,7 +82,7 @@ def dropping(legacy_url: str, logs_dir: Path) -> Iterator[tuple[Dropper, Recordi
     dropper = Dropper()
     # The echo's answer comes whole (`_park`): its end reaches the gateway with
     # the answer itself, so the gateway's drain of it (0.25 s at most,
-    # app/upstream/streamable_http.py) finds it there and the connection goes
+    # app/upstream/streamable_http/transport.py) finds it there and the connection goes
     # back to the pool, whatever the fixture's pace on a loaded machine.
     with (
         RecordingProxy(legacy_url, drop=dropper, whole=_is_echo) as back,

@@ -34,7 +34,7 @@ def _cookie_for_a(record: Record) -> dict[str, str]:
     return {}
 
 
-@pytest.fixture(params=["h1", "aiohttp", "httpx"])
+@pytest.fixture(params=["h1", "aiohttp"])
 def chain(
     request: pytest.FixtureRequest, legacy_url: str, logs_dir: Path
 ) -> Iterator[tuple[str, RecordingProxy]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from app.upstream.stdio import StdioSession, StdioTransport
+from app.upstream.stdio.transport import StdioSession, StdioTransport
 
 
 async def spawned(

@@ -1,5 +1,5 @@
 """The modern pass-through relays the upstream's answer body as it streams
-(app/upstream/modern_http.py `ModernResponse`). The gateway's client offers
+(app/upstream/modern/upstream.py `ModernResponse`). The gateway's client offers
 gzip and deflate upstream (httpx's Accept-Encoding) and does not relay
 Content-Encoding, so what it relays must be the decoded body: the raw bytes
 of a compressing upstream (an nginx with gzip on in front of the server) would
@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable
 import orjson
 import pytest
 
-from app.upstream.modern_http import ModernHttpUpstream
-from app.upstream.streamable_http import UpstreamClient, build_client
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.modern.upstream import ModernHttpUpstream
 from tests.unit.http_peer import LoopbackPeer, read_request
 
 ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType":"complete"}}'

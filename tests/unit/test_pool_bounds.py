@@ -151,11 +151,12 @@ async def test_session_share_never_exceeds_the_pool(share: int | None) -> None:
 @pytest.mark.parametrize(
     ("client_kind", "bad"),
     [
-        ("httpx", "\xe9"),
-        ("httpx", "\u20ac"),
-        ("gateway", "\xe9"),
-        ("gateway", "\u20ac"),
-        ("gateway", "\r\nx-injected: 1"),
+        ("h1", "\xe9"),
+        ("h1", "\u20ac"),
+        ("h1", "\r\nx-injected: 1"),
+        ("aiohttp", "\xe9"),
+        ("aiohttp", "\u20ac"),
+        ("aiohttp", "\r\nx-injected: 1"),
     ],
 )
 async def test_a_header_httpx_cannot_encode_never_reaches_an_exception(
@@ -163,23 +164,19 @@ async def test_a_header_httpx_cannot_encode_never_reaches_an_exception(
 ) -> None:
     # Defect 3, below the front: httpx's UnicodeEncodeError holds the whole header
     # value; what leaves the transport is the gateway's own error, naming nothing.
-    # The gateway's own client (build_client: POSTs through aiohttp, which would
-    # send a non-ASCII value as UTF-8) refuses the same values the same way.
+    # Both POST stacks (h1; aiohttp, which would send a non-ASCII value as
+    # UTF-8) refuse the values httpx refused, the same way.
     import traceback
 
-    import httpx
-
     from app.upstream.errors import UpstreamError
-    from app.upstream.streamable_http import StreamableHttpSession, build_client
+    from app.upstream.http.client import build_client
+    from app.upstream.streamable_http.transport import StreamableHttpSession
 
     assert LEGACY is not None
     secret = "Bearer sk-live-TOPSECRET" + bad
-    chosen = (
-        httpx.AsyncClient()
-        if client_kind == "httpx"
-        else build_client(connect_timeout_s=5.0, max_connections=2)
-    )
-    async with chosen as client:
+    async with build_client(
+        connect_timeout_s=5.0, max_connections=2, transport=client_kind
+    ) as client:
         session = StreamableHttpSession(
             client, "http://127.0.0.1:9/mcp", {"authorization": secret}, "s-1", LEGACY, 5.0
         )

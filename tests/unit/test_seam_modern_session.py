@@ -1,4 +1,4 @@
-"""The modern session (app/upstream/modern_session.py) against a scripted modern
+"""The modern session (app/upstream/modern/session.py) against a scripted modern
 upstream: a legacy client's session in front of a stateless 2026-07-28 server.
 Each request goes up with its own `_meta` and standard headers; an
 `input_required` result becomes server requests on the call's exchange, the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.upstream.modern_session import ModernSession
+from app.upstream.modern.session import ModernSession
 from tests.seam_fake import (
     Script,
     ScriptedModernUpstream,

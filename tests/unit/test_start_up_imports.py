@@ -14,7 +14,7 @@ from tests import procs
 
 # aiohttp and what only it brings (httpx-aiohttp, yarl, attrs, aiohappyeyeballs,
 # aiosignal, propcache): about 6 MB of idle RSS, imported by the first request
-# that needs it (app/upstream/aiohttp_client.py), which a plain gateway in front
+# that needs it (app/upstream/http/aiohttp_client.py), which a plain gateway in front
 # of a legacy upstream never sends on the default h1 transport.
 AIOHTTP = ("aiohttp", "httpx_aiohttp", "yarl", "attr", "aiohappyeyeballs", "aiosignal", "propcache")
 
@@ -24,7 +24,7 @@ import app.cli
 import frozenlist
 app.cli.fix_mmap_threshold()
 app.cli.release_free_heap()
-import app.upstream.aiohttp_client  # what the first request that needs aiohttp imports
+import app.upstream.http.aiohttp_client  # what the first request that needs aiohttp imports
 from aiohttp import connector
 print(json.dumps({
     "modules": sorted(m for m in ("ctypes.util", "certifi") if m in sys.modules),
@@ -54,7 +54,7 @@ def _run(script: str, env: dict[str, str] | None = None) -> dict[str, object]:
 def test_command_line_start_up_loads_no_ca_bundle_no_library_search_no_libstdcxx() -> None:
     report = _run(_SCRIPT)
     # ctypes.util's find_library runs `ldconfig -p` in a child process; certifi is
-    # imported by the first TLS handshake (app/upstream/tls.py), not at import.
+    # imported by the first TLS handshake (app/upstream/http/tls.py), not at import.
     # frozenlist's compiled form is C++ (libstdc++ in the process) for a class only
     # aiohttp's tracing uses (app/upstream/__init__.py); the switch is not left set.
     # aiohttp's import-time CA contexts are replaced by deferred ones as it is imported.

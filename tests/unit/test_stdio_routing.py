@@ -1,4 +1,5 @@
-"""Where a message from a stdio server goes (app/upstream/stdio.py, StdioSession._dispatch).
+"""Where a message from a stdio server goes (StdioSession._dispatch in
+app/upstream/stdio/transport.py).
 
 stdout carries nothing but the message, so the session decides by the message:
 a response by id, progress by token, a server request or a log line to the one
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.upstream.stdio import StdioExchange, StdioSession
+from app.upstream.stdio.transport import StdioExchange, StdioSession
 from tests.unit.stdio_spawn import spawned
 
 

@@ -4,7 +4,7 @@ child process (the server); waiting for the server to exit, or sending SIGTERM i
 the server does not exit within a reasonable time; sending SIGKILL if the server
 does not exit within a reasonable time after SIGTERM".
 
-These drive app/upstream/stdio.py's stopping against real processes (cat, sleep,
+These drive app/upstream/stdio/transport.py's stopping against real processes (cat, sleep,
 a shell ignoring SIGTERM) rather than MCP servers: what is checked is signals and
 process groups, which an MCP server can only make slower to show.
 """

@@ -5,10 +5,9 @@ malformed chunk, a body that is not JSON, headers too long).
 
 The HTTP peer is a few lines of asyncio that reads one request and writes a
 scripted answer: an HTTP-level behaviour, no MCP involved (the real servers
-are in tests/integration). Each case runs on the hot path (aiohttp's response
-read directly) and on the `MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx` path
-(httpx's response): the errors and their messages are the same, and the same
-as when the hot path read through httpx.
+are in tests/integration). Each case runs on both stacks of the hot path
+(h1's answer and aiohttp's response, read directly): the errors and their
+messages are the same, and the same as when the hot path read through httpx.
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
@@ -82,7 +82,7 @@ class ScriptedServer(LoopbackPeer):
             writer.close()
 
 
-@pytest.fixture(params=["h1", "aiohttp", "httpx"])
+@pytest.fixture(params=["h1", "aiohttp"])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[UpstreamClient]:
     upstream = build_client(connect_timeout_s=5.0, max_connections=8, transport=request.param)
     try:
@@ -312,11 +312,8 @@ async def test_a_malformed_http_answer_is_the_gateways_error(
     # Not aiohttp's ClientResponseError, which escaped the mapping before.
     with pytest.raises(UpstreamError) as raised:
         await _call(client, answer)
-    if client._lean is not None or client._aiohttp_session is not None:  # h1's or aiohttp's
-        assert isinstance(raised.value, UpstreamProtocolError)
-        assert raised.value.message == f"upstream sent a malformed HTTP answer during {WHAT}"
-    else:  # httpx's own parser: its RemoteProtocolError
-        assert isinstance(raised.value, UpstreamUnavailable)
+    assert isinstance(raised.value, UpstreamProtocolError)
+    assert raised.value.message == f"upstream sent a malformed HTTP answer during {WHAT}"
 
 
 async def test_the_drain_of_an_answered_stream_left_open_is_bounded(
@@ -325,7 +322,7 @@ async def test_the_drain_of_an_answered_stream_left_open_is_bounded(
     # The answer came, the server keeps the stream open and silent: closing
     # the exchange reads on for at most _DRAIN_S, then gives up quietly, and
     # leaves no cancel behind on the caller's task.
-    from app.upstream import streamable_http
+    from app.upstream.streamable_http import transport as streamable_http
 
     answer = _chunked(b"data: " + ANSWER + b"\n\n", end=False)
     peer = ScriptedServer(answer, hold=True)

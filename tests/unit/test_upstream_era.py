@@ -1,5 +1,5 @@
 """The era probe's pure rules (app/upstream/era.py) and the modern headers
-(app/upstream/modern_http.py), without a server.
+(app/upstream/modern/upstream.py), without a server.
 
 2026-07-28 basic/transports/streamable-http "Backward Compatibility": "If the
 body contains a recognized modern JSON-RPC error, the server speaks a modern
@@ -25,7 +25,7 @@ from app.upstream.era import (
     probe_message,
     verdict,
 )
-from app.upstream.modern_http import header_value, passed_headers, standard_headers
+from app.upstream.modern.upstream import header_value, passed_headers, standard_headers
 from translators.registry import LATEST_MODERN
 
 

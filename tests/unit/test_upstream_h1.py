@@ -1,4 +1,4 @@
-"""The hot path's own HTTP/1.1 client (app/upstream/h1.py) at the wire's edge:
+"""The hot path's own HTTP/1.1 client (app/upstream/http/h1.py) at the wire's edge:
 what it writes, which connections it reuses, closes and bounds, its timeouts.
 
 The HTTP peer is a few lines of asyncio scripted byte by byte (an HTTP-level
@@ -21,9 +21,10 @@ import httpx
 import pytest
 
 from app import jsonio
-from app.upstream import h1
 from app.upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
-from app.upstream.streamable_http import StreamableHttpSession, UpstreamClient, build_client
+from app.upstream.http import h1
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
@@ -420,8 +421,8 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
     # server/discover) on the h1 pool, its GET stream on h1's second pool:
     # httpx's transport over aiohttp is never made, so aiohttp is never
     # imported (bench/README.md, "Third round").
-    from app.upstream.modern_http import ModernHttpUpstream
-    from app.upstream.streamable_http import _OnFirstRequest
+    from app.upstream.http.httpx_adapter import OnFirstRequest
+    from app.upstream.modern.upstream import ModernHttpUpstream
 
     peer = await serve(_answer)
     async with _client() as client:
@@ -439,7 +440,7 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
         assert [m async for m in exchange] == [jsonio.loads(ANSWER)]
         await exchange.aclose()
         transport = client._transport
-        assert isinstance(transport, _OnFirstRequest)
+        assert isinstance(transport, OnFirstRequest)
         assert transport._made is None
         assert _lean(client).open_connections == 1  # one keep-alive connection served both
         # The stream's pool is not the POSTs' (a held stream takes none of their slots).

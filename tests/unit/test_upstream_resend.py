@@ -2,7 +2,7 @@
 
 A server closes an idle keep-alive connection after its timeout (uvicorn: 5 s);
 a POST the client sends on it at that moment gets no answer. The gateway's
-poster (app/upstream/streamable_http.py) sends a response or a notification
+poster (app/upstream/streamable_http/transport.py) sends a response or a notification
 once more on a new connection when that happens on a reused connection, and
 never a request (RFC 9112 section 9.3.1: only what is known to be idempotent
 is retried). The HTTP peer here is a few lines of asyncio that answers the
@@ -21,13 +21,9 @@ import pytest
 
 from app.config import Settings
 from app.upstream.errors import UpstreamUnavailable
-from app.upstream.http_common import KEEPALIVE_S
-from app.upstream.streamable_http import (
-    StreamableHttpSession,
-    UpstreamClient,
-    build_client,
-    resendable,
-)
+from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.http.common import KEEPALIVE_S
+from app.upstream.streamable_http.transport import StreamableHttpSession, resendable
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
 
@@ -74,7 +70,7 @@ class HangUpServer(LoopbackPeer):
 
 @pytest.fixture(params=["h1", "aiohttp"])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[UpstreamClient]:
-    # h1 (app/upstream/h1.py) is the default hot path, aiohttp the other one that resends.
+    # h1 (app/upstream/http/h1.py) is the default hot path, aiohttp the other one that resends.
     upstream = build_client(connect_timeout_s=5.0, max_connections=8, transport=request.param)
     try:
         yield upstream

@@ -119,3 +119,26 @@ def test_upstream_kinds_are_asked_only_inside_the_upstream_package() -> None:
     outside = [p for p in sorted(APP.rglob("*.py")) if (APP / "upstream") not in p.parents]
     found = [line for path in outside for line in _kind_checks(path)]
     assert found == []
+
+
+def test_the_pass_through_is_the_modern_upstreams_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The upstream decides whether a modern client's call is passed through:
+    # only when it has a modern side and its era is modern (for the caller);
+    # the route asks, and never looks at the era itself.
+    from app.upstream.era import Era
+
+    monkeypatch.setenv("MCP_SHIM_UPSTREAM_URL", "http://127.0.0.1:9/mcp")
+    http = build_upstream(load_settings())
+    monkeypatch.delenv("MCP_SHIM_UPSTREAM_URL")
+    monkeypatch.setenv("MCP_SHIM_UPSTREAM_COMMAND", "python3 -m server")
+    stdio = build_upstream(load_settings())
+    try:
+        modern = Era("modern")
+        assert http.passes_through(None) is None
+        assert http.passes_through(Era("legacy")) is None
+        passing = http.passes_through(modern)
+        assert passing is not None and passing.seen is modern
+        assert stdio.passes_through(modern) is None
+    finally:
+        asyncio.run(http.aclose())
+        asyncio.run(stdio.aclose())

@@ -57,9 +57,9 @@ from app.headers.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import Message
 from app.upstream.era import Era, EraProbe, newest_common, probe_era
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
-from app.upstream.modern_http import ModernHttpUpstream, header_value, standard_headers
+from app.upstream.modern.upstream import ModernHttpUpstream, header_value, standard_headers
 from app.upstream.pool import credential_hash
-from app.upstream.streamable_http import HttpExchange
+from app.upstream.streamable_http.transport import HttpExchange
 from translators import translate
 from translators._base import Context
 from translators.registry import LATEST_MODERN, Version, get_version

@@ -13,7 +13,7 @@ an upstream over plain http never uses any of them:
   which only requests that bring no context of their own use (the gateway's
   always bring the transport's). `defer_aiohttp_defaults` replaces them with
   the same contexts, deferred; it runs right after aiohttp is imported
-  (`app/upstream/aiohttp_client.py`, itself imported by the first request
+  (`app/upstream/http/aiohttp_client.py`, itself imported by the first request
   that needs aiohttp), so the imports that follow reuse the memory the first
   ones are given back.
 
@@ -23,9 +23,9 @@ which every handshake goes through (uvloop's and asyncio's SSL protocols call
 `wrap_bio`) before a byte is exchanged. If reading the bundle fails, that
 handshake fails: nothing is ever verified against an empty store.
 
-The httpx transport (MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=httpx) keeps httpx's own
-context: anyio runs `wrap_bio` of any SSLContext subclass in a worker thread,
-a thread hop per handshake that the default transport does not need.
+httpx's own transport (no longer an option toward the upstream) would run
+`wrap_bio` of any SSLContext subclass in a worker thread (anyio), a thread hop
+per handshake that neither h1 nor aiohttp needs.
 """
 
 from __future__ import annotations

@@ -47,19 +47,17 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from app.upstream.http.client import UpstreamClient, library_errors
+from app.upstream.http.interface import Answer
+from app.upstream.http.sse_decoder import Event
+from app.upstream.http.sse_decoder import events as sse_events
 from app.upstream.routing import Exchange, Router, initialize_result
-from app.upstream.sse_decoder import Event
-from app.upstream.sse_decoder import events as sse_events
-from app.upstream.streamable_http import (
+from app.upstream.streamable_http.transport import (
     StreamableHttpSession,
     StreamableHttpTransport,
-    UpstreamClient,
     _close,
     _content_type,
-    _httpx_poster,
-    _library_errors,
     _refuse_challenge,
-    answer_limit,
     resendable,
 )
 
@@ -81,9 +79,9 @@ class SseSession:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         endpoint: httpx.URL,
-        stream: httpx.Response,
+        stream: Answer,
         events: AsyncIterator[Event],
         headers: Mapping[str, str],
         request_timeout_s: float,
@@ -92,15 +90,11 @@ class SseSession:
         self.endpoint = endpoint
         self._stream = stream
         self._request_timeout_s = request_timeout_s
-        self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
+        self._timeout = httpx.Timeout(request_timeout_s, connect=client.connect_timeout)
         self._headers = {"content-type": "application/json", **headers}
         # The hot path's POST (UpstreamClient.poster): the same resending of a
         # message that is not a request as on a Streamable HTTP session.
-        self._send = (
-            client.poster(endpoint, self._headers, self._timeout)
-            if isinstance(client, UpstreamClient)
-            else _httpx_poster(client, endpoint, self._headers, self._timeout)
-        )
+        self._send = client.poster(endpoint, self._headers, self._timeout)
         self._routes = Router(
             "upstream", initialized=lambda: self.initialized, respond=self.respond
         )
@@ -150,7 +144,7 @@ class SseSession:
     async def _post(self, message: Message, what: str) -> None:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
-        with _library_errors(what):
+        with library_errors(what):
             response = await self._send(
                 jsonio.dumps(message), tracing.outgoing_headers(), resendable(message)
             )
@@ -173,7 +167,7 @@ class SseSession:
     async def _read(self, events: AsyncIterator[Event]) -> None:
         ended: UpstreamError = UpstreamUnavailable("the upstream's SSE stream ended")
         try:
-            with _library_errors("SSE stream"):
+            with library_errors("SSE stream"):
                 async for event in events:
                     if event.event != "message" or not event.data:
                         continue
@@ -199,7 +193,7 @@ class SseSession:
 
 
 async def open_sse_session(
-    client: httpx.AsyncClient,
+    client: UpstreamClient,
     url: str,
     initialize: Message,
     headers: Mapping[str, str],
@@ -209,14 +203,16 @@ async def open_sse_session(
 ) -> tuple[SseSession, Message]:
     """GET the SSE stream, wait for its `endpoint`, then initialize over it."""
     get_headers = {"accept": "text/event-stream", **headers, **tracing.outgoing_headers()}
-    with _library_errors("SSE GET"):
-        request = client.build_request(
+    stream_url = httpx.URL(url)
+    with library_errors("SSE GET"):
+        # On httpx over aiohttp: the stream is held for the session's life.
+        response = await client.open_stream(
             "GET",
-            url,
-            headers=get_headers,
-            timeout=httpx.Timeout(None, connect=client.timeout.connect),
+            stream_url,
+            get_headers,
+            None,
+            httpx.Timeout(None, connect=client.connect_timeout),
         )
-        response = await client.send(request, stream=True)
     await _refuse_challenge(response, "SSE GET")
     if response.status_code >= 400 or _content_type(response) != "text/event-stream":
         status = response.status_code
@@ -228,8 +224,8 @@ async def open_sse_session(
         )
     session: SseSession | None = None
     try:
-        events = sse_events(response.aiter_bytes(), answer_limit(client))
-        endpoint = await _endpoint(events, response.url, endpoint_timeout_s)
+        events = sse_events(response.aiter_bytes(), client.max_answer_bytes)
+        endpoint = await _endpoint(events, stream_url, endpoint_timeout_s)
         session = SseSession(client, endpoint, response, events, headers, request_timeout_s)
         exchange = await session.request(initialize)
         answer: Message | None = None
@@ -260,7 +256,7 @@ async def _endpoint(
     credentials) anywhere else."""
     try:
         async with asyncio.timeout(timeout_s):
-            with _library_errors("SSE GET"):
+            with library_errors("SSE GET"):
                 event = await anext(events)
     except TimeoutError:
         raise UpstreamTimeout(
@@ -293,7 +289,7 @@ class DetectingTransport(StreamableHttpTransport):
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: UpstreamClient,
         url: str,
         *,
         request_timeout_s: float,

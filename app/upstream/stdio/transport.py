@@ -54,7 +54,6 @@ import structlog
 
 from app import jsonio
 from app.upstream.base import Message
-from app.upstream.containment import Cgroup, OrphanReaper, ServerCgroups
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
@@ -65,6 +64,7 @@ from app.upstream.errors import (
 )
 from app.upstream.pool import credential_hash
 from app.upstream.routing import Exchange, Router, initialize_result
+from app.upstream.stdio.containment import Cgroup, OrphanReaper, ServerCgroups
 
 log = structlog.get_logger("mcp_shim.stdio")
 

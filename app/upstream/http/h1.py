@@ -4,9 +4,11 @@ One asyncio Protocol per connection, httptools' response parser (llhttp, the
 parser uvicorn already runs for the gateway's own clients), one request at a
 time per connection, a pool of idle keep-alive connections per origin. aiohttp
 cost about 100 us of CPU per POST, this about 20 (bench/upstream_post.py,
-bench/README.md "A lean HTTP/1.1 client for the session POSTs"); the rare
-paths (GET streams, DELETE, metadata, the modern pass-through) stay on httpx
-over aiohttp.
+bench/README.md "A lean HTTP/1.1 client for the session POSTs"). It serves
+the POSTs, the one-off requests and the GETs when it is the POSTs' stack
+(app/upstream/http/h1_adapter.py, its adapter to the answer interface of
+app/upstream/http/interface.py); long-lived streams and the modern pass-through
+go to httpx over aiohttp.
 
 Bounds: `max_connections` open connections (idle or busy) per client, a free
 one waited for at most the pool timeout, and at most half of them for one
@@ -32,8 +34,8 @@ Timeouts: the read timeout runs between reads from the request's write to the
 answer's end, on one loop timer per connection re-armed lazily (a read only
 stamps the time), never a task per request.
 
-Errors are this module's own classes; `app.upstream.streamable_http` turns
-them into the gateway's (`_upstream_error`), as it does aiohttp's and httpx's.
+Errors are this module's own classes; `h1_adapter.upstream_error` turns them
+into the gateway's, as each other adapter does its library's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the HTTP clients toward the upstream share, below all of them: the
-legacy transport (app/upstream/streamable_http.py), aiohttp's session
-(app/upstream/aiohttp_client.py, imported by the first request that needs it)
+legacy transport (app/upstream/streamable_http/transport.py), aiohttp's session
+(app/upstream/http/aiohttp_client.py, imported by the first request that needs it)
 and the replicas' relay (app/replicas.py) import it, and it imports none of
 them (docs/architecture.md, "Imports point down")."""
 
@@ -14,3 +14,13 @@ KEEPALIVE_S = 4.0
 def printable_ascii(value: str) -> bool:
     # RFC 9110 field values: visible ASCII, spaces and tabs (obs-text aside).
     return value.isascii() and all(c == "\t" or " " <= c <= "~" for c in value)
+
+
+class BodyTooLarge(Exception):
+    """An answer's body read past MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES (decoded), by
+    an adapter that bounds it while reading (aiohttp's, httpx's; h1 has its own
+    `AnswerTooLarge`); its connection is closed with the answer."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"answer over {limit} bytes")
+        self.limit = limit

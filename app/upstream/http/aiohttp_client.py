@@ -5,20 +5,21 @@ with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp (`aiohttp_poster`).
 Imported by the first request that needs it, not at start-up: with the
 default h1 transport a plain gateway's start-up, its calls and its sessions'
 ends (the era probe, the session POSTs, DELETE) all go through
-app/upstream/h1.py, and aiohttp with its dependencies (yarl, attrs,
+app/upstream/http/h1.py, and aiohttp with its dependencies (yarl, attrs,
 aiohappyeyeballs, aiosignal, propcache, httpx-aiohttp) is about 6 MB of
 idle RSS (bench/README.md, "Third round"). Importing this module imports
 aiohttp the gateway's way: its import-time CA contexts deferred
-(app/upstream/tls.py; frozenlist pure, app/upstream/__init__.py). Its
-exceptions become the gateway's in `streamable_http._library_errors`.
+(app/upstream/http/tls.py; frozenlist pure, app/upstream/__init__.py). An adapter
+of the answer interface (app/upstream/http/interface.py): `AiohttpAnswer`; its
+exceptions become the gateway's in `upstream_error`, and nowhere else.
 """
 
 from __future__ import annotations
 
 import contextvars
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import aiohttp
 import httpx
@@ -27,8 +28,15 @@ from aiohttp.tracing import Trace
 from httpx_aiohttp import AiohttpTransport
 from multidict import CIMultiDictProxy
 
-from app.upstream import tls
-from app.upstream.http_common import printable_ascii
+from app.upstream.errors import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from app.upstream.http import tls
+from app.upstream.http.common import BodyTooLarge, printable_ascii
+from app.upstream.http.interface import Post
 from app.upstream.pool import credential_hash
 
 tls.defer_aiohttp_defaults()
@@ -76,7 +84,7 @@ class _Connector(aiohttp.TCPConnector):
 
 class _PerCredential(aiohttp.ClientRequest):
     """A request whose pooled connection is its credential's own, as on h1
-    (app/upstream/h1.py says why): the connector pools by `connection_key`,
+    (app/upstream/http/h1.py says why): the connector pools by `connection_key`,
     here with the credential in `proxy_headers_hash`, a field aiohttp uses
     only as part of that key (None without a proxy, which the gateway never
     uses: trust_env is off). `limit_per_host` then bounds one credential."""
@@ -101,17 +109,42 @@ def _stale(exc: BaseException, attempt: _Attempt) -> bool:
     )
 
 
+def upstream_error(exc: Exception, what: str) -> UpstreamError | None:
+    """The gateway's error for one of aiohttp's exceptions, None for another's."""
+    if not isinstance(exc, aiohttp.ClientError):
+        return None
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(f"upstream timed out during {what}")
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
+    # Errors that are not a broken connection (aiohttp.ClientConnectionError,
+    # named by its own class) get the name httpx-aiohttp gave them, the name the
+    # messages carried when the hot path's answers came through httpx.
+    names: tuple[tuple[type[BaseException], str], ...] = (
+        (aiohttp.ClientPayloadError, "ReadError"),
+        (aiohttp.ClientHttpProxyError, "ProxyError"),
+        (aiohttp.InvalidUrlClientError, "UnsupportedProtocol"),
+        (aiohttp.NonHttpUrlClientError, "UnsupportedProtocol"),
+    )
+    for kind, name in names:
+        if isinstance(exc, kind):
+            return UpstreamUnavailable(f"upstream unreachable during {what}: {name}")
+    # What is left is aiohttp's parser refusing the answer (ClientResponseError:
+    # a bad status line, a bad chunk size, headers over 8 KiB).
+    return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
+
+
 class AiohttpAnswer:
-    """aiohttp's response to a POST of the hot path, with the part of
-    `httpx.Response`'s interface the readers of an answer use (`Answer`):
-    `status_code`, `headers` (case-insensitive `get`), `is_closed`, `aread`,
-    `aiter_bytes`, `aclose`. Its exceptions are aiohttp's, mapped by
-    `_library_errors` around the reads."""
+    """aiohttp's response to a POST of the hot path as an `Answer`
+    (app/upstream/http/interface.py). Its exceptions are aiohttp's, mapped by
+    `upstream_error` (through `library_errors` around the reads)."""
 
-    __slots__ = ("__weakref__", "_response", "headers", "status_code")
+    __slots__ = ("__weakref__", "_limit", "_response", "headers", "status_code")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, limit: int) -> None:
         self._response = response
+        # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES, of the decoded body.
+        self._limit = limit
         self.status_code = response.status
         self.headers: CIMultiDictProxy[str] = response.headers
 
@@ -121,8 +154,14 @@ class AiohttpAnswer:
         # the pool then) or the response was released.
         return self._response.closed
 
-    async def aread(self) -> bytes:
-        return await self._response.read()
+    async def aread(self) -> bytearray:
+        body = bytearray()
+        async for chunk in self._response.content.iter_any():
+            if len(body) + len(chunk) > self._limit:
+                # Closing the unread answer closes its connection (aclose).
+                raise BodyTooLarge(self._limit)
+            body += chunk
+        return body
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body's chunks as they arrive. aiohttp's iterator, not a generator:
@@ -177,7 +216,7 @@ def transport(
 
     def session() -> aiohttp.ClientSession:
         # As httpx-aiohttp builds it, but with no cookie jar
-        # (streamable_http._NoCookies says why).
+        # (httpx_adapter.NoCookies says why).
         if not isinstance(aiohttp_transport.client, aiohttp.ClientSession):
             aiohttp_transport.client = aiohttp.ClientSession(
                 connector=_Connector(
@@ -196,23 +235,14 @@ def transport(
     return aiohttp_transport, session
 
 
-class AiohttpPost(Protocol):
-    """A session's POSTs on aiohttp: `streamable_http.Post`, with aiohttp's answer.
-    Declared here, not imported: streamable_http imports this module, never the
-    other way round."""
-
-    def __call__(
-        self, content: bytes, extra: Mapping[str, str], resend: bool = False
-    ) -> Awaitable[AiohttpAnswer]: ...
-
-
 def aiohttp_poster(
     session: Callable[[], aiohttp.ClientSession],
     fresh: FreshSession,
     url: httpx.URL,
     merged: dict[str, str],
     timeout: httpx.Timeout,
-) -> AiohttpPost:
+    limit: int,
+) -> Post:
     """The session POSTs on the aiohttp session itself, with the session's
     headers merged and its timeouts built once (`UpstreamClient.poster`)."""
     target = str(url)
@@ -220,7 +250,7 @@ def aiohttp_poster(
         sock_connect=timeout.connect, sock_read=timeout.read, connect=timeout.pool
     )
     # httpx refuses what is not ASCII (UnicodeEncodeError, turned into our
-    # error in `_library_errors`); aiohttp would send it as UTF-8. The
+    # error in `library_errors`); aiohttp would send it as UTF-8. The
     # session's headers are checked once, the same way for both.
     unsendable = not all(printable_ascii(v) for v in merged.values())
 
@@ -240,13 +270,13 @@ def aiohttp_poster(
         )
 
     async def post(content: bytes, extra: Mapping[str, str], resend: bool = False) -> AiohttpAnswer:
-        # aiohttp's exceptions go up as they are: `_library_errors` around
+        # aiohttp's exceptions go up as they are: `library_errors` around
         # the call (StreamableHttpSession._post, SseSession._post) maps them.
         if unsendable:
             raise UnicodeEncodeError("ascii", "", 0, 0, "header value")
         headers = {**merged, **extra} if extra else merged
         if not resend:
-            return AiohttpAnswer(await send(session(), content, headers))
+            return AiohttpAnswer(await send(session(), content, headers), limit)
         attempt = _Attempt()
         token = _ATTEMPT.set(attempt)
         try:
@@ -256,9 +286,9 @@ def aiohttp_poster(
                 raise
             log.info("upstream_post_resent", error=type(exc).__name__)
         else:
-            return AiohttpAnswer(answer)
+            return AiohttpAnswer(answer, limit)
         finally:
             _ATTEMPT.reset(token)
-        return AiohttpAnswer(await send(fresh(), content, headers))
+        return AiohttpAnswer(await send(fresh(), content, headers), limit)
 
     return post

@@ -9,11 +9,13 @@ side of the upstream seam has two uses:
 - `post`: a modern client's request, as it came, its answer handed back
   unparsed (`ModernResponse`): the pass-through path (app/passthrough.py);
 - `request`: a message the gateway built (the era probe's `server/discover`,
-  a legacy client's request made stateless by app/upstream/modern_session.py),
+  a legacy client's request made stateless by app/upstream/modern/session.py),
   its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
 
-Library exceptions become the gateway's errors in `streamable_http._library_errors`,
-the one place that does it.
+Its requests go through `UpstreamClient` (app/upstream/http/client.py),
+their answers are `Answer`s (app/upstream/http/interface.py), whichever library
+carried them; library exceptions become the gateway's errors in each adapter's
+`upstream_error`, applied by `http.client.library_errors`.
 """
 
 from __future__ import annotations
@@ -26,17 +28,10 @@ import httpx
 from app import jsonio, tracing
 from app.headers.header_values import header_form
 from app.upstream.base import Message
-from app.upstream.errors import UpstreamHttpError
-from app.upstream.streamable_http import (
-    Answer,
-    HttpExchange,
-    UpstreamClient,
-    _content_type,
-    _library_errors,
-    _refuse_challenge,
-    answer_limit,
-    too_large,
-)
+from app.upstream.errors import UpstreamHttpError, too_large
+from app.upstream.http.client import UpstreamClient, library_errors
+from app.upstream.http.interface import Answer
+from app.upstream.streamable_http.transport import HttpExchange, _content_type, _refuse_challenge
 
 VERSION_HEADER = "mcp-protocol-version"
 # What a modern client's request carries that the upstream needs (2026-07-28
@@ -90,7 +85,7 @@ class ModernResponse:
     """The upstream's answer to a passed-through request, not parsed: its status,
     the headers the client gets, and its body as it streams."""
 
-    def __init__(self, response: httpx.Response, limit: int) -> None:
+    def __init__(self, response: Answer, limit: int) -> None:
         self._response = response
         # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES, of the decoded body.
         self.limit = limit
@@ -101,14 +96,14 @@ class ModernResponse:
         ]
 
     # Decoded bytes (`aiter_bytes`), never the raw ones: the request offered
-    # gzip and deflate (httpx's Accept-Encoding) and Content-Encoding is not
+    # gzip and deflate (the client's Accept-Encoding) and Content-Encoding is not
     # relayed, so a compressing upstream's raw body would reach the client as
     # undecodable JSON (tests/unit/test_passthrough_encoding.py).
 
     async def read(self, limit: int) -> bytes | None:
         """The whole body, decoded, if it is at most `limit` bytes, else None."""
         body = bytearray()
-        with _library_errors("reading the answer"):
+        with library_errors("reading the answer"):
             async for chunk in self._response.aiter_bytes():
                 body += chunk
                 if len(body) > limit:
@@ -124,7 +119,7 @@ class ModernResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         """The decoded body as it comes; `UpstreamAnswerTooLarge` past the limit."""
         size = 0
-        with _library_errors("streaming the answer"):
+        with library_errors("streaming the answer"):
             async for chunk in self._response.aiter_bytes():
                 size += len(chunk)
                 if size > self.limit:
@@ -138,28 +133,24 @@ class ModernResponse:
 
 
 class ModernHttpUpstream:
-    def __init__(self, client: httpx.AsyncClient, url: str, *, request_timeout_s: float) -> None:
+    def __init__(self, client: UpstreamClient, url: str, *, request_timeout_s: float) -> None:
         self._client = client
         self.url = url
         self._parsed_url = httpx.URL(url)
-        self._timeout = httpx.Timeout(request_timeout_s, connect=client.timeout.connect)
+        self._timeout = httpx.Timeout(request_timeout_s, connect=client.connect_timeout)
         # A listen stream is quiet for as long as nothing changes.
-        self._long_timeout = httpx.Timeout(None, connect=client.timeout.connect)
+        self._long_timeout = httpx.Timeout(None, connect=client.connect_timeout)
 
     async def post(
         self, body: bytes, headers: Mapping[str, str], *, long_lived: bool = False
     ) -> ModernResponse:
         """POST a request as it is; 401/403 come back as an answer, like any status."""
-        request = self._client.build_request(
-            "POST",
-            self.url,
-            content=body,
-            headers=headers,
-            timeout=self._long_timeout if long_lived else self._timeout,
-        )
-        with _library_errors(str(headers.get("mcp-method"))):
-            response = await self._client.send(request, stream=True)
-        return ModernResponse(response, answer_limit(self._client))
+        timeouts = self._long_timeout if long_lived else self._timeout
+        with library_errors(str(headers.get("mcp-method"))):
+            response = await self._client.open_stream(
+                "POST", self._parsed_url, headers, body, timeouts
+            )
+        return ModernResponse(response, self._client.max_answer_bytes)
 
     async def request(
         self, message: Message, headers: Mapping[str, str], *, long_lived: bool = False
@@ -174,27 +165,23 @@ class ModernHttpUpstream:
             **headers,
             **tracing.outgoing_headers(),
         }
-        response: Answer | None = None
-        with _library_errors(what):
-            if not long_lived and isinstance(self._client, UpstreamClient):
-                # The era probe and a legacy client's stateless requests: on h1
-                # as a session's POSTs. A long-lived one (listen) keeps its
-                # connection as long as its client: on httpx's pool, as a GET stream.
-                response = await self._client.send_lean(
+        response: Answer
+        with library_errors(what):
+            if long_lived:
+                # A listen keeps its connection as long as its client: never
+                # one of the POSTs' pool.
+                response = await self._client.open_stream(
+                    "POST", self._parsed_url, sent, content, self._long_timeout
+                )
+            else:
+                # The era probe and a legacy client's stateless requests: as a
+                # session's one-off requests (on h1 when it is the POSTs' stack).
+                response = await self._client.one_off(
                     b"POST", self._parsed_url, sent, content, self._timeout
                 )
-            if response is None:
-                request = self._client.build_request(
-                    "POST",
-                    self.url,
-                    content=content,
-                    headers=sent,
-                    timeout=self._long_timeout if long_lived else self._timeout,
-                )
-                response = await self._client.send(request, stream=True)
         await _refuse_challenge(response, what)
         if response.status_code >= 400 and _content_type(response) != "application/json":
             status = response.status_code
             await response.aclose()
             raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
-        return HttpExchange(response, what, answer_limit(self._client))
+        return HttpExchange(response, what, self._client.max_answer_bytes)

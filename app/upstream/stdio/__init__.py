@@ -1,0 +1,1 @@
+"""stdio upstreams: server processes (transport.py) and their containment."""
