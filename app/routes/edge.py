@@ -48,8 +48,8 @@ async def read_body(
     link = connection_link(request.scope)
     if link is not None and link.body_complete:
         # The whole body came with the head (the common call): every receive()
-        # answers at once, so there is nothing to time (an asyncio.timeout is
-        # 4.2 us: bench/asyncio_costs.py, bench/README.md "Fourth round").
+        # answers at once, so there is nothing to time (an asyncio.timeout costs
+        # more than the read: bench/asyncio_costs.py, bench/README.md "Fourth round").
         return await _received_body(request.receive, limit)
     try:
         # A body shorter than its Content-Length, or dripped, would hold the

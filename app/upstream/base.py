@@ -1,7 +1,8 @@
 """The seam between the gateway and an upstream MCP server.
 
-A transport module (Streamable HTTP and stdio today; HTTP+SSE later) provides a
-`Transport` that opens sessions, and sessions that send messages and hand back
+Each upstream kind (a folder of this package: legacy Streamable HTTP, HTTP+SSE,
+stdio; a modern upstream behind `era_transport`) provides a `Transport` that
+opens sessions, and sessions that send messages and hand back
 the messages the server answers with. Everything above this seam deals only
 in parsed JSON-RPC dicts and the errors of `app.upstream.errors`.
 """

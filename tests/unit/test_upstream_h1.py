@@ -96,8 +96,8 @@ def _client(max_connections: int = 4, keepalive_s: float = 4.0) -> UpstreamClien
 
 
 def _lean(client: UpstreamClient) -> h1.H1Client:
-    assert client._lean is not None
-    return client._lean
+    assert client._h1 is not None
+    return client._h1
 
 
 async def _call(client: UpstreamClient, url: str, timeout_s: float = 5.0, **headers: str) -> Any:

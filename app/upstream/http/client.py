@@ -3,7 +3,7 @@
 adapter's `upstream_error` turns its library's exceptions into the gateway's.
 
 The client puts its requests on two stacks (bench/README.md, "Why each HTTP
-stack remains"): a session's POSTs (the hot path) on the lean HTTP/1.1 client
+stack remains"): a session's POSTs (the hot path) on the project's own HTTP/1.1 client
 of app/upstream/http/h1.py, or with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp on
 the aiohttp session itself (app/upstream/http/aiohttp_client.py); the rare
 paths on httpx over aiohttp (app/upstream/http/httpx_adapter.py). On h1 the
@@ -121,7 +121,7 @@ class UpstreamClient(httpx.AsyncClient):
         connect_timeout_s: float,
         aiohttp_session: Callable[[], aiohttp.ClientSession] | None = None,
         fresh_session: FreshSession | None = None,
-        lean: h1.H1Client | None = None,
+        h1_client: h1.H1Client | None = None,
         streams: h1.H1Client | None = None,
         max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
@@ -133,7 +133,7 @@ class UpstreamClient(httpx.AsyncClient):
         )
         self._aiohttp_session = aiohttp_session
         self._fresh_session = fresh_session
-        self._lean = lean
+        self._h1 = h1_client
         self._streams = streams
         # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: h1 bounds its answers itself,
         # the other adapters theirs as they read, `HttpExchange` every SSE event.
@@ -146,8 +146,8 @@ class UpstreamClient(httpx.AsyncClient):
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
         merged = {**self.headers, **headers}  # what build_request would merge, once
-        if self._lean is not None:
-            return h1_adapter.poster(self._lean, url, merged, timeout)
+        if self._h1 is not None:
+            return h1_adapter.poster(self._h1, url, merged, timeout)
         from app.upstream.http.aiohttp_client import aiohttp_poster
 
         session, fresh = self._aiohttp_session, self._fresh_session
@@ -167,10 +167,10 @@ class UpstreamClient(httpx.AsyncClient):
         client, headers merged as httpx merges them, when h1 is the POSTs'
         stack (a gateway in front of a legacy upstream then never uses httpx's
         transport, whose aiohttp is imported by its first request); else on httpx."""
-        if self._lean is None:
+        if self._h1 is None:
             return await self.open_stream(method.decode(), url, headers, content, timeouts)
         merged = {**self.headers, **headers}
-        return await h1_adapter.poster(self._lean, url, merged, timeouts, method)(content, {})
+        return await h1_adapter.poster(self._h1, url, merged, timeouts, method)(content, {})
 
     async def open_get(
         self, url: httpx.URL, headers: Mapping[str, str], timeouts: httpx.Timeout
@@ -206,8 +206,8 @@ class UpstreamClient(httpx.AsyncClient):
         finally:
             if self._fresh_session is not None:
                 await self._fresh_session.close()
-            if self._lean is not None:
-                await self._lean.aclose()
+            if self._h1 is not None:
+                await self._h1.aclose()
             if self._streams is not None:
                 await self._streams.aclose()
 
@@ -243,7 +243,7 @@ def build_client(
             ),
             connect_timeout_s=connect_timeout_s,
             max_answer_bytes=max_answer_bytes,
-            lean=h1.H1Client(
+            h1_client=h1.H1Client(
                 max_connections=max_connections,
                 keepalive_s=keepalive_s,
                 ssl_context=verify,
