@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from translators._base import Delta, Era, Steps, change
+from translators._base import BOOL, OPEN, Delta, Era, Steps, change, reshape
 
 NAME: Final = "2024-11-05"
 
@@ -61,6 +61,9 @@ DELTA: Final = Delta(
         }
     ),
     server_requests=change(add={"ping", "roots/list", "sampling/createMessage"}),
+    client_capabilities=reshape(
+        add={"experimental": OPEN, "roots": {"listChanged": BOOL}, "sampling": {}}
+    ),
     server_notifications=change(
         add={
             "notifications/cancelled",

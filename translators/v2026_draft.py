@@ -57,6 +57,7 @@ from translators._base import (
     META_LOG_LEVEL,
     META_PROTOCOL_VERSION,
     META_RELATED_TASK,
+    OPEN,
     UNKNOWN_IMPLEMENTATION,
     Context,
     Delta,
@@ -73,6 +74,7 @@ from translators._base import (
     map_list,
     meta_without,
     params_of,
+    reshape,
     with_params,
     without,
 )
@@ -146,6 +148,8 @@ DELTA: Final = Delta(
         }
     ),
     server_requests=change(remove={"ping", *_TASK_METHODS}),
+    # `extensions` added, `tasks` and `roots.listChanged` gone.
+    client_capabilities=reshape(add={"roots": {}, "extensions": OPEN}, remove={"tasks"}),
     server_notifications=change(
         add={"notifications/subscriptions/acknowledged"},
         remove={"notifications/tasks/status"},
