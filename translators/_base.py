@@ -162,6 +162,16 @@ def change(add: Iterable[str] = (), remove: Iterable[str] = ()) -> Change:
 NO_CHANGE: Final = Change()
 
 
+@dataclass(frozen=True)
+class ListMethod:
+    """A paged list method: the server capability that declares it, the result
+    member holding its items, the notification that says the list changed."""
+
+    capability: str
+    member: str
+    changed: str
+
+
 # ---------------------------------------------------------------------------
 # Capability shapes
 # ---------------------------------------------------------------------------
