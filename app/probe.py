@@ -58,14 +58,16 @@ from app.upstream.errors import (
 from app.upstream.listener import default_answer
 from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
 from app.upstream.stdio.transport import StdioProcessExited
-from translators import translate
+from translators import translate, v2024_11_05
 from translators._base import (
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
     META_PROTOCOL_VERSION,
     META_SERVER_INFO,
 )
-from translators.registry import LATEST_MODERN, Version, error_fallback, get_version
+from translators.explain import pass_through as modern_translations
+from translators.explain import translations
+from translators.registry import LATEST_MODERN, Version, get_version
 
 # The shape of `--json` output; raised only when a field changes meaning or goes.
 JSON_SHAPE = 1
@@ -113,132 +115,6 @@ class ProbeFailed(Exception):
         super().__init__(reason)
         self.code = code
         self.reason = reason
-
-
-# -- what the gateway translates ---------------------------------------------
-
-
-def _error_number(meaning: str, version: Version) -> int | None:
-    """The code `version` uses for `meaning`, following the registry's fallbacks."""
-    seen: set[str] = set()
-    current: str | None = meaning
-    while current is not None and current not in seen:
-        number = version.features.error_codes.get(current)
-        if number is not None:
-            return number
-        seen.add(current)
-        current = error_fallback(current)
-    return None
-
-
-def translations(
-    upstream: Version, capabilities: dict[str, Any], modern: Version = LATEST_MODERN
-) -> list[dict[str, str]]:
-    """What the gateway does between a client of `modern` and this upstream, each an
-    `{"id", "description"}`; derived from the two versions' features."""
-    up, to = upstream.features, modern.features
-    out: list[dict[str, str]] = []
-
-    def add(ident: str, description: str) -> None:
-        out.append({"id": ident, "description": description})
-
-    if up.sessions and not to.sessions:
-        add(
-            "sessions",
-            "initialize and the session are held by the gateway: sessions pooled per "
-            "client capabilities, protocol version and credentials; each request's _meta "
-            "picks its session",
-        )
-    new_requests = to.client_requests - up.client_requests
-    if "server/discover" in new_requests:
-        add("discover", "server/discover synthesised from initialize")
-    if "subscriptions/listen" in new_requests:
-        listenable = _listenable(capabilities)
-        add(
-            "listen",
-            "subscriptions/listen served from the session's notifications"
-            + (f" ({', '.join(listenable)})" if listenable else " (the server declares none)"),
-        )
-    if to.result_type and not up.result_type:
-        add("resultType", "resultType added to every result")
-    cacheable = sorted(to.cacheable_methods - up.cacheable_methods)
-    if cacheable:
-        add("cache", f"ttlMs/cacheScope added to {', '.join(cacheable)}")
-    renumbered = []
-    for meaning, number in sorted(up.error_codes.items()):
-        modern_number = _error_number(meaning, modern)
-        if modern_number is not None and modern_number != number:
-            renumbered.append(f"{number} -> {modern_number} ({meaning.lower().replace('_', ' ')})")
-    if renumbered:
-        add("errorCodes", "error codes renumbered: " + ", ".join(renumbered))
-    if up.server_initiated_requests and not to.server_initiated_requests:
-        asked = sorted(up.server_requests & to.server_requests)
-        if asked:
-            add(
-                "inputRequired",
-                f"server requests ({', '.join(asked)}) become input_required results of "
-                f"{', '.join(sorted(to.mrtr_methods))}",
-            )
-        answered = sorted(up.server_requests - to.server_requests)
-        if answered:
-            add("serverRequests", f"answered by the gateway itself: {', '.join(answered)}")
-    gone = up.client_requests - to.client_requests - {"initialize"}
-    if "logging/setLevel" in gone and "logging" in capabilities:
-        add(
-            "logLevel",
-            "the per-request logLevel replaces logging/setLevel: log notifications are "
-            "filtered by the gateway for each call",
-        )
-    unavailable = sorted(gone - {"logging/setLevel"})
-    if unavailable:
-        add(
-            "unavailable",
-            f"requests of {upstream.name} that {modern.name} clients cannot send: "
-            f"{', '.join(unavailable)}",
-        )
-    dropped = sorted(up.server_notifications - to.server_notifications)
-    if dropped:
-        add("droppedNotifications", f"notifications dropped: {', '.join(dropped)}")
-    add(
-        "messages",
-        "messages translated step by step: "
-        + " -> ".join(v.name for v in _chain(upstream, modern)),
-    )
-    return out
-
-
-def modern_translations(modern: Version = LATEST_MODERN) -> list[dict[str, str]]:
-    """What the gateway does for a modern client in front of a modern upstream
-    (app/passthrough.py): nothing to translate."""
-    return [
-        {
-            "id": "passThrough",
-            "description": f"{modern.name} requests passed through unchanged (body, _meta, "
-            "requestState, inputResponses) and answers streamed back as they come: "
-            "nothing translated",
-        }
-    ]
-
-
-def _listenable(capabilities: dict[str, Any]) -> list[str]:
-    advertised = subscription_filters.advertised(capabilities)
-    found = []
-    for capability, key in (
-        ("tools", "listChanged"),
-        ("prompts", "listChanged"),
-        ("resources", "listChanged"),
-        ("resources", "subscribe"),
-    ):
-        section = advertised.get(capability)
-        if isinstance(section, dict) and section.get(key) is True:
-            found.append(f"{capability}.{key}")
-    return found
-
-
-def _chain(start: Version, end: Version) -> list[Version]:
-    from translators.registry import known_versions
-
-    return [v for v in known_versions() if start.index <= v.index <= end.index]
 
 
 # -- the probe ------------------------------------------------------------------
@@ -312,12 +188,7 @@ async def _ask(session: Session, method: str, params: dict[str, Any], ident: str
 # One request of the probe and its response: (method, params, id) -> response.
 Ask = Callable[[str, dict[str, Any], str], Awaitable[Message]]
 # The list methods, by the capability that declares them, and their result's list.
-LISTS = (
-    ("tools", "tools/list", "tools"),
-    ("prompts", "prompts/list", "prompts"),
-    ("resources", "resources/list", "resources"),
-    ("resources", "resources/templates/list", "resourceTemplates"),
-)
+LISTS = tuple((m.capability, method, m.member) for method, m in v2024_11_05.LISTS.items())
 
 
 async def _list(

@@ -101,6 +101,8 @@ class Features:
     server_notifications: frozenset[str]
     cacheable_methods: frozenset[str]
     mrtr_methods: frozenset[str]
+    # The version's schema.json ClientCapabilities.
+    client_capabilities: Shape = field(default_factory=_empty_map, hash=False)
     # Codes an earlier version defined and this one no longer does, with the
     # meaning they had ("remain reserved and will not be reused").
     retired_error_codes: Mapping[int, str] = field(default_factory=_empty_map, hash=False)
@@ -161,6 +163,52 @@ NO_CHANGE: Final = Change()
 
 
 @dataclass(frozen=True)
+class ListMethod:
+    """A paged list method: the server capability that declares it, the result
+    member holding its items, the notification that says the list changed."""
+
+    capability: str
+    member: str
+    changed: str
+
+
+# ---------------------------------------------------------------------------
+# Capability shapes
+# ---------------------------------------------------------------------------
+
+# A capabilities object's shape as a revision's schema.json defines it: each
+# member a nested shape, BOOL (a boolean) or OPEN (an object whose every value
+# is an object: ``experimental``, ``extensions``). An empty shape is an open
+# object (``JSONObject``, ``additionalProperties: true``).
+BOOL: Final = "bool"
+OPEN: Final = "open"
+Shape = Mapping[str, "Shape | str"]
+
+
+@dataclass(frozen=True)
+class ShapeChange:
+    """Members a version adds (or replaces whole) and removes at the top level
+    of a capabilities shape, relative to its predecessor."""
+
+    add: Mapping[str, Shape | str] = field(default_factory=_empty_map, hash=False)
+    remove: frozenset[str] = frozenset()
+
+    def apply(self, current: Shape) -> Shape:
+        merged = {k: v for k, v in current.items() if k not in self.remove}
+        merged.update(self.add)
+        return MappingProxyType(merged)
+
+
+def reshape(
+    add: Mapping[str, Shape | str] | None = None, remove: Iterable[str] = ()
+) -> ShapeChange:
+    return ShapeChange(MappingProxyType(dict(add or {})), frozenset(remove))
+
+
+NO_RESHAPE: Final = ShapeChange()
+
+
+@dataclass(frozen=True)
 class Delta:
     """A protocol version described as the difference from its predecessor.
 
@@ -191,6 +239,7 @@ class Delta:
     server_notifications: Change = NO_CHANGE
     cacheable_methods: Change = NO_CHANGE
     mrtr_methods: Change = NO_CHANGE
+    client_capabilities: ShapeChange = NO_RESHAPE
 
     def apply(self, prev: Features) -> Features:
         def flag(new: bool | None, old: bool) -> bool:
@@ -220,6 +269,7 @@ class Delta:
             server_notifications=self.server_notifications.apply(prev.server_notifications),
             cacheable_methods=self.cacheable_methods.apply(prev.cacheable_methods),
             mrtr_methods=self.mrtr_methods.apply(prev.mrtr_methods),
+            client_capabilities=self.client_capabilities.apply(prev.client_capabilities),
             retired_error_codes=MappingProxyType(
                 {
                     **{
@@ -500,3 +550,37 @@ def add_cache_hints(
     if res.get("resultType", "complete") != "complete":
         return res
     return with_defaults(res, {"ttlMs": ctx.ttl_ms, "cacheScope": ctx.cache_scope})
+
+
+# ---------------------------------------------------------------------------
+# Reading capabilities by a shape
+# ---------------------------------------------------------------------------
+
+
+def object_members(shape: Shape) -> dict[str, tuple[str, ...] | None]:
+    """Which top-level members of ``shape`` are objects, each with the names of
+    its own members that are objects in turn (None: every value is)."""
+    out: dict[str, tuple[str, ...] | None] = {}
+    for name, member in shape.items():
+        if member == OPEN:
+            out[name] = None
+        elif isinstance(member, Mapping):
+            out[name] = tuple(k for k, v in member.items() if isinstance(v, Mapping))
+    return out
+
+
+def reduce_to_shape(value: Mapping[str, Any], shape: Shape) -> dict[str, Any]:
+    """``value`` cut to the members ``shape`` defines: every open object emptied,
+    a BOOL member kept only when true (absent means false), OPEN members
+    (``experimental``, ``extensions``) dropped."""
+    out: dict[str, Any] = {}
+    for name, member in shape.items():
+        if name not in value:
+            continue
+        got = value[name]
+        if member == BOOL:
+            if got is True:
+                out[name] = True
+        elif isinstance(member, Mapping) and isinstance(got, Mapping):
+            out[name] = reduce_to_shape(got, member)
+    return out

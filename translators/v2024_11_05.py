@@ -12,9 +12,11 @@ There is no predecessor, so every step is the shared identity.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
-from translators._base import Delta, Era, Steps, change
+from translators._base import BOOL, OPEN, Delta, Era, ListMethod, Steps, change, reshape
 
 NAME: Final = "2024-11-05"
 
@@ -61,6 +63,9 @@ DELTA: Final = Delta(
         }
     ),
     server_requests=change(add={"ping", "roots/list", "sampling/createMessage"}),
+    client_capabilities=reshape(
+        add={"experimental": OPEN, "roots": {"listChanged": BOOL}, "sampling": {}}
+    ),
     server_notifications=change(
         add={
             "notifications/cancelled",
@@ -72,6 +77,21 @@ DELTA: Final = Delta(
             "notifications/tools/list_changed",
         }
     ),
+)
+
+# The list methods: the server capability that declares each, the result
+# member that holds its items and the notification that says it changed.
+LISTS: Final[Mapping[str, ListMethod]] = MappingProxyType(
+    {
+        "tools/list": ListMethod("tools", "tools", "notifications/tools/list_changed"),
+        "prompts/list": ListMethod("prompts", "prompts", "notifications/prompts/list_changed"),
+        "resources/list": ListMethod(
+            "resources", "resources", "notifications/resources/list_changed"
+        ),
+        "resources/templates/list": ListMethod(
+            "resources", "resourceTemplates", "notifications/resources/list_changed"
+        ),
+    }
 )
 
 STEPS: Final = Steps()

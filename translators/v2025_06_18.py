@@ -31,6 +31,7 @@ from translators._base import (
     drop_content_types,
     drop_item_fields,
     params_of,
+    reshape,
     with_params,
     without,
 )
@@ -43,6 +44,7 @@ DELTA: Final = Delta(
     batching=False,
     protocol_version_header=True,
     server_requests=change(add={"elicitation/create"}),
+    client_capabilities=reshape(add={"elicitation": {}}),
 )
 
 _ADDED_ITEM_FIELDS: Final = {

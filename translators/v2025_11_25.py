@@ -34,6 +34,7 @@ from translators._base import (
     drop_item_fields,
     drop_sub_capability,
     params_of,
+    reshape,
     with_params,
     without,
 )
@@ -51,6 +52,20 @@ DELTA: Final = Delta(
     server_requests=change(add=_TASK_METHODS),
     server_notifications=change(
         add={"notifications/elicitation/complete", "notifications/tasks/status"}
+    ),
+    client_capabilities=reshape(
+        add={
+            "sampling": {"context": {}, "tools": {}},
+            "elicitation": {"form": {}, "url": {}},
+            "tasks": {
+                "cancel": {},
+                "list": {},
+                "requests": {
+                    "elicitation": {"create": {}},
+                    "sampling": {"createMessage": {}},
+                },
+            },
+        }
     ),
 )
 

@@ -48,6 +48,8 @@ Changes from 2025-11-25:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Final
 
 from translators._base import (
@@ -57,6 +59,7 @@ from translators._base import (
     META_LOG_LEVEL,
     META_PROTOCOL_VERSION,
     META_RELATED_TASK,
+    OPEN,
     UNKNOWN_IMPLEMENTATION,
     Context,
     Delta,
@@ -73,6 +76,7 @@ from translators._base import (
     map_list,
     meta_without,
     params_of,
+    reshape,
     with_params,
     without,
 )
@@ -81,6 +85,21 @@ NAME: Final = "DRAFT-2026-v1"
 IDENTIFIERS: Final = (NAME,)
 
 _TASK_METHODS: Final = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
+
+# SubscriptionFilter's boolean fields (subscriptions/listen), each with the
+# server capability flag (`<capability>.<flag>`) a legacy server announces
+# that kind of change under; `resourceSubscriptions` needs `resources.subscribe`.
+SUBSCRIPTION_FLAGS: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
+    {
+        "toolsListChanged": ("tools", "listChanged"),
+        "promptsListChanged": ("prompts", "listChanged"),
+        "resourcesListChanged": ("resources", "listChanged"),
+    }
+)
+SUBSCRIPTION_URIS: Final = "resourceSubscriptions"
+SUBSCRIPTION_URIS_FLAG: Final = ("resources", "subscribe")
+# Every capability flag a listen stream can be served from.
+SUBSCRIPTION_CAPABILITY_FLAGS: Final = (*SUBSCRIPTION_FLAGS.values(), SUBSCRIPTION_URIS_FLAG)
 
 DELTA: Final = Delta(
     name=NAME,
@@ -146,6 +165,8 @@ DELTA: Final = Delta(
         }
     ),
     server_requests=change(remove={"ping", *_TASK_METHODS}),
+    # `extensions` added, `tasks` and `roots.listChanged` gone.
+    client_capabilities=reshape(add={"roots": {}, "extensions": OPEN}, remove={"tasks"}),
     server_notifications=change(
         add={"notifications/subscriptions/acknowledged"},
         remove={"notifications/tasks/status"},

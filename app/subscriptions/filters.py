@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from app.rejections import INVALID_PARAMS, Rejection
+from translators import v2026_draft
 
 TOOLS_LIST_CHANGED: Final = "notifications/tools/list_changed"
 PROMPTS_LIST_CHANGED: Final = "notifications/prompts/list_changed"
@@ -30,14 +31,21 @@ CHANGE_METHODS: Final = frozenset(
     {TOOLS_LIST_CHANGED, PROMPTS_LIST_CHANGED, RESOURCES_LIST_CHANGED, RESOURCE_UPDATED}
 )
 
-# Wire names of SubscriptionFilter's boolean fields, and the capability
-# (`<capability>.listChanged`) each needs upstream.
-_FLAGS: Final = (
-    ("toolsListChanged", "tools"),
-    ("promptsListChanged", "prompts"),
-    ("resourcesListChanged", "resources"),
-)
-URIS_FIELD: Final = "resourceSubscriptions"
+# Wire names of SubscriptionFilter's boolean fields (tools, prompts, resources,
+# in Filter's order), each with the capability flag it needs upstream.
+_FLAGS: Final = tuple(v2026_draft.SUBSCRIPTION_FLAGS.items())
+URIS_FIELD: Final = v2026_draft.SUBSCRIPTION_URIS
+
+
+def _served() -> dict[str, tuple[str, ...]]:
+    served: dict[str, tuple[str, ...]] = {}
+    for capability, key in v2026_draft.SUBSCRIPTION_CAPABILITY_FLAGS:
+        served[capability] = (*served.get(capability, ()), key)
+    return served
+
+
+# Per capability, the flags a listen stream is served from.
+_SERVED: Final = _served()
 
 # One listen request may name at most this many URIs: each costs an upstream
 # resources/subscribe and per-notification matching work.
@@ -114,12 +122,14 @@ def honourable(requested: Filter, upstream_capabilities: Mapping[str, Any]) -> F
     declared at initialize. URIs are kept here; whether each one's upstream
     `resources/subscribe` succeeds is decided later (the hub's refcount)."""
     caps = upstream_capabilities
-    return Filter(
-        tools=requested.tools and _flag(caps, "tools", "listChanged"),
-        prompts=requested.prompts and _flag(caps, "prompts", "listChanged"),
-        resources=requested.resources and _flag(caps, "resources", "listChanged"),
-        uris=requested.uris if _flag(caps, "resources", "subscribe") else (),
+    tools, prompts, resources = (
+        on and _flag(caps, *needed)
+        for on, (_, needed) in zip(
+            (requested.tools, requested.prompts, requested.resources), _FLAGS, strict=True
+        )
     )
+    uris_served = _flag(caps, *v2026_draft.SUBSCRIPTION_URIS_FLAG)
+    return Filter(tools, prompts, resources, requested.uris if uris_served else ())
 
 
 def advertised(capabilities: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,11 +137,7 @@ def advertised(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     only where they are `true` upstream, i.e. exactly what `subscriptions/listen`
     can deliver through this gateway. Everything else is kept as it is."""
     out = dict(capabilities)
-    for capability, keys in (
-        ("tools", ("listChanged",)),
-        ("prompts", ("listChanged",)),
-        ("resources", ("listChanged", "subscribe")),
-    ):
+    for capability, keys in _SERVED.items():
         section = out.get(capability)
         if not isinstance(section, dict):
             continue

@@ -23,6 +23,7 @@ from app.fronts.modern import checks as modern
 from app.fronts.modern.checks import META_VERSION
 from app.fronts.shared import header_guard
 from app.rejections import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Rejection, RequestId
+from translators.capabilities import client_capability_objects
 from translators.registry import LATEST_LEGACY, Version, get_version, legacy_versions
 
 SESSION_HEADER = "mcp-session-id"
@@ -253,7 +254,7 @@ def check_initialize(request: LegacyRequest) -> Initialize | Rejection:
     version = negotiate(requested)
     # Malformed capabilities are the client's error (issue 7): refused here,
     # not by the upstream's initialize.
-    bad = modern.check_client_capabilities(caps, _CAPABILITY_OBJECTS[version.name])
+    bad = modern.check_client_capabilities(caps, client_capability_objects(version))
     if bad is not None:
         return Rejection(
             INVALID_PARAMS,
@@ -268,28 +269,6 @@ def check_initialize(request: LegacyRequest) -> Initialize | Rejection:
         caps,
         info if isinstance(info, dict) else None,
     )
-
-
-# Each legacy revision's schema.json ClientCapabilities, in the form of
-# modern.check_client_capabilities: which members are objects, and which of
-# their members are objects in turn (None: every value is).
-_UP_TO_2025_03_26: dict[str, tuple[str, ...] | None] = {
-    "experimental": None,
-    "roots": (),
-    "sampling": (),
-}
-_CAPABILITY_OBJECTS: dict[str, dict[str, tuple[str, ...] | None]] = {
-    "2024-11-05": _UP_TO_2025_03_26,
-    "2025-03-26": _UP_TO_2025_03_26,
-    "2025-06-18": {**_UP_TO_2025_03_26, "elicitation": ()},
-    "2025-11-25": {
-        "experimental": None,
-        "roots": (),
-        "sampling": ("context", "tools"),
-        "elicitation": ("form", "url"),
-        "tasks": ("cancel", "list", "requests"),
-    },
-}
 
 
 def check_version_header(value: str | None, negotiated: Version) -> Rejection | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from app import jsonio
 from app.fronts.shared.header_guard import check_header_values
@@ -24,7 +24,8 @@ from app.rejections import (
     Rejection,
     RequestId,
 )
-from translators.registry import Version, get_version, modern_versions
+from translators.capabilities import client_capability_objects
+from translators.registry import LATEST_MODERN, Version, get_version, modern_versions
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -347,18 +348,8 @@ def _check_standard_headers(
     return None
 
 
-# 2026-07-28 schema.json ClientCapabilities: which members are objects, and which
-# of their members are objects in turn (JSONObject). The set is open: other
-# members are allowed and left to the translators, which drop what the
-# upstream's revision does not define.
-_CAPABILITY_OBJECTS: dict[str, tuple[str, ...] | None] = {
-    "elicitation": ("form", "url"),
-    "roots": (),
-    "sampling": ("context", "tools"),
-    # Every value of these two is a JSONObject.
-    "experimental": None,
-    "extensions": None,
-}
+# 2026-07-28 schema.json ClientCapabilities, as the translators define it.
+_CAPABILITY_OBJECTS: Final = client_capability_objects(LATEST_MODERN)
 
 
 def check_client_capabilities(
