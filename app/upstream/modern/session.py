@@ -60,7 +60,7 @@ from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolE
 from app.upstream.modern.upstream import ModernHttpUpstream, header_value, standard_headers
 from app.upstream.pool import credential_hash
 from app.upstream.streamable_http.transport import HttpExchange
-from translators import translate
+from translators import translate, v2024_11_05
 from translators._base import Context
 from translators.registry import LATEST_MODERN, Version, get_version
 
@@ -81,13 +81,8 @@ LISTEN_ID = "mcp-shim-listen"
 _ANSWERED_HERE = {"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
 # The cacheable lists (2026-07-28 server/utilities/caching "Cacheable Results";
 # resources/read is left to the upstream), each with the member that holds its
-# items and the notification that says it changed.
-LISTS = {
-    "tools/list": ("tools", "notifications/tools/list_changed"),
-    "prompts/list": ("prompts", "notifications/prompts/list_changed"),
-    "resources/list": ("resources", "notifications/resources/list_changed"),
-    "resources/templates/list": ("resourceTemplates", "notifications/resources/list_changed"),
-}
+# items and the notification that says it changed (the translators' table).
+LISTS = {method: (item.member, item.changed) for method, item in v2024_11_05.LISTS.items()}
 # Bound on the cached list pages (all credentials together), least recently used out first.
 LIST_CACHE_ENTRIES = 256
 _DROPPED_NOTES = {
