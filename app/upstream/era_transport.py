@@ -29,7 +29,7 @@ from app.upstream.errors import (
     UpstreamHttpError,
     UpstreamProtocolError,
 )
-from app.upstream.modern.session import ModernTransport
+from app.upstream.modern.transport import ModernTransport
 from app.upstream.modern.upstream import ModernHttpUpstream
 from app.upstream.pool import SessionPool
 from app.upstream.streamable_http.transport import HttpExchange, StreamableHttpTransport

@@ -1,11 +1,11 @@
-"""ListCache (app/upstream/modern/session.py): the keys and freshness rules of
+"""ListCache (app/upstream/modern/list_cache.py): the keys and freshness rules of
 2026-07-28 server/utilities/caching, on a fake clock."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.upstream.modern.session import ListCache
+from app.upstream.modern.list_cache import ListCache
 from translators.registry import LATEST_MODERN
 
 
