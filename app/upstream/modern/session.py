@@ -44,11 +44,6 @@ from translators.registry import Version
 # How long the tools' x-mcp-header annotations are trusted without a list_changed.
 TOOLS_CACHE_S = 60.0
 _ANSWERED_HERE = {"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
-_DROPPED_NOTES = {
-    "notifications/initialized",
-    "notifications/roots/list_changed",
-    "notifications/progress",
-}
 
 
 class _Canned:
