@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import re
 import shlex
@@ -51,6 +52,100 @@ def everything_sse(port: int, log_path: Path) -> Iterator[str]:
         argv, f"http://127.0.0.1:{port}/message", env={"PORT": str(port)}, log_path=log_path
     ):
         yield f"http://127.0.0.1:{port}/sse"
+
+
+# -- what the checks need of a server ---------------------------------------------
+
+
+def assert_simulated_log_line(data: object) -> None:
+    # One of eight random levels: "Debug-level message", ..., "Alert level-message".
+    assert isinstance(data, str) and re.match(r"\w+[- ]level[- ]message", data), data
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """The tools, prompt and resource of one server that the checks use: the same
+    check logic runs on every kind, each with its server's names."""
+
+    server_name: str
+    echo_tool: str
+    echo_args: Callable[[str], dict[str, Any]]
+    echo_text: Callable[[str], str]
+    listed_tools: frozenset[str]
+    # A tool the server lists only to a client that declared sampling, if any.
+    sampling_only_tool: str | None
+    sum_call: tuple[str, dict[str, Any], str] | None  # tool, arguments, its text
+    prompt: str
+    sampling_tool: str
+    # A long call: its arguments for `steps` progress steps over `seconds`.
+    progress_tool: str
+    progress_args: Callable[[float, int], dict[str, Any]]
+    progress_values: Callable[[int], list[float]]
+    # One call that logs during the call, and one after which nothing logs any more.
+    log_on: str
+    log_off: str
+    log_count: int
+    log_line: Callable[[object], None]
+    slow_tool: str
+    slow_args: Callable[[float], dict[str, Any]]
+    subscribed_uri: str
+    # The call that makes the server update `subscribed_uri`, and the one that stops it.
+    update_on: str
+    update_off: str | None
+
+
+def _modern_log_line(data: object) -> None:
+    assert data in {"Tool execution started", "Tool processing data", "Tool execution completed"}
+
+
+EVERYTHING_PROFILE = Profile(
+    server_name=SERVER_NAME,
+    echo_tool="echo",
+    echo_args=lambda message: {"message": message},
+    echo_text=lambda message: f"Echo: {message}",
+    listed_tools=frozenset({"echo", "get-sum", "get-env"}),
+    sampling_only_tool="trigger-sampling-request",
+    sum_call=("get-sum", {"a": 2, "b": 3}, "The sum of 2 and 3 is 5."),
+    prompt="simple-prompt",
+    sampling_tool="trigger-sampling-request",
+    progress_tool="trigger-long-running-operation",
+    progress_args=lambda seconds, steps: {"duration": seconds, "steps": steps},
+    progress_values=lambda steps: list(range(1, steps + 1)),
+    log_on="toggle-simulated-logging",
+    log_off="toggle-simulated-logging",
+    log_count=1,
+    log_line=assert_simulated_log_line,
+    slow_tool="trigger-long-running-operation",
+    slow_args=lambda seconds: {"duration": seconds},
+    subscribed_uri="demo://resource/static/document/features.md",
+    update_on="toggle-subscriber-updates",
+    update_off="toggle-subscriber-updates",
+)
+# The project's mcp 2.x fixture (tests/fixtures/modern_server.py): the conformance
+# suite's names. Its progress tool always takes three steps: 0, 50, 100 of 100.
+MODERN_PROFILE = Profile(
+    server_name="mcp-shim-modern-fixture",
+    echo_tool="test_echo",
+    echo_args=lambda message: {"text": message},
+    echo_text=lambda message: message,
+    listed_tools=frozenset({"test_echo", "test_simple_text", "test_sampling"}),
+    sampling_only_tool=None,
+    sum_call=None,
+    prompt="test_simple_prompt",
+    sampling_tool="test_sampling",
+    progress_tool="test_tool_with_progress",
+    progress_args=lambda seconds, steps: {},
+    progress_values=lambda steps: [0, 50, 100],
+    log_on="test_tool_with_logging",
+    log_off="test_tool_with_logging",
+    log_count=3,
+    log_line=_modern_log_line,
+    slow_tool="test_slow",
+    slow_args=lambda seconds: {"seconds": seconds},
+    subscribed_uri="test://watched-resource",
+    update_on="test_touch_watched",
+    update_off=None,
+)
 
 
 # -- calls ---------------------------------------------------------------------
@@ -97,11 +192,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "c
 # -- the checks ------------------------------------------------------------------
 
 
-def check_discover_list_and_calls(http: httpx.Client, base: str, how: str) -> None:
+def check_discover_list_and_calls(http: httpx.Client, base: str, how: str, p: Profile) -> None:
     discover = mw.send(http, base, mw.message_for("server/discover", {}, caps=NO_CAPS))
     assert discover.status == 200, discover.final
     info = discover.result["_meta"]["io.modelcontextprotocol/serverInfo"]
-    assert info["name"] == SERVER_NAME
+    assert info["name"] == p.server_name
     assert MODERN in discover.result["supportedVersions"]
     assert discover.result["resultType"] == "complete"
     assert discover.result["capabilities"]["tools"] == {"listChanged": True}
@@ -109,17 +204,18 @@ def check_discover_list_and_calls(http: httpx.Client, base: str, how: str) -> No
     tools = mw.send(http, base, mw.message_for("tools/list", {}, caps=NO_CAPS))
     assert tools.status == 200, tools.final
     names = {tool["name"] for tool in tools.result["tools"]}
-    assert {"echo", "get-sum", "get-env"} <= names
+    assert p.listed_tools <= names
     # Registered by the server only for a client that declared sampling: not this one.
-    assert "trigger-sampling-request" not in names
+    assert p.sampling_only_tool is None or p.sampling_only_tool not in names
 
-    echo = call(http, base, "echo", {"message": f"hi over {how}"})
-    assert echo.status == 200 and text_of(echo) == f"Echo: hi over {how}"
+    echo = call(http, base, p.echo_tool, p.echo_args(f"hi over {how}"))
+    assert echo.status == 200 and text_of(echo) == p.echo_text(f"hi over {how}")
     assert echo.result["resultType"] == "complete"
-    total = call(http, base, "get-sum", {"a": 2, "b": 3})
-    assert text_of(total) == "The sum of 2 and 3 is 5."
+    if p.sum_call is not None:
+        tool, arguments, expected = p.sum_call
+        assert text_of(call(http, base, tool, arguments)) == expected
     prompts = mw.send(http, base, mw.message_for("prompts/list", {}, caps=NO_CAPS))
-    assert "simple-prompt" in {p["name"] for p in prompts.result["prompts"]}
+    assert p.prompt in {prompt["name"] for prompt in prompts.result["prompts"]}
 
 
 def check_the_official_modern_client(base: str) -> None:
@@ -138,9 +234,11 @@ def check_the_official_modern_client(base: str) -> None:
     assert "Alice Example" in elicited
 
 
-def check_unrelated_calls_complete_while_a_call_is_parked(http: httpx.Client, base: str) -> None:
+def check_unrelated_calls_complete_while_a_call_is_parked(
+    http: httpx.Client, base: str, p: Profile
+) -> None:
     args = {"prompt": "Capital of France?"}
-    first = call(http, base, "trigger-sampling-request", args, caps=SAMPLING)
+    first = call(http, base, p.sampling_tool, args, caps=SAMPLING)
     assert first.input_required, first.final
     mw.check_input_required(first)
     ((key, question),) = first.requests.items()
@@ -148,26 +246,28 @@ def check_unrelated_calls_complete_while_a_call_is_parked(http: httpx.Client, ba
     # The upstream call waits for its answer; other calls go on, on other sessions.
     started = time.monotonic()
     for n in range(5):
-        echo = call(http, base, "echo", {"message": f"meanwhile {n}"})
-        assert text_of(echo) == f"Echo: meanwhile {n}"
+        echo = call(http, base, p.echo_tool, p.echo_args(f"meanwhile {n}"))
+        assert text_of(echo) == p.echo_text(f"meanwhile {n}")
     assert time.monotonic() - started < 10
     done = call(
         http,
         base,
-        "trigger-sampling-request",
+        p.sampling_tool,
         args,
         caps=SAMPLING,
         input_responses={key: sampled("Paris")},
         state=first.state,
     )
     assert done.status == 200 and done.result["resultType"] == "complete", done.final
-    assert '"Paris"' in text_of(done)
+    assert "Paris" in text_of(done)
 
 
-def check_two_parked_calls_answered_in_reverse_order(http: httpx.Client, base: str) -> None:
+def check_two_parked_calls_answered_in_reverse_order(
+    http: httpx.Client, base: str, p: Profile
+) -> None:
     prompts = ("first", "second")
     firsts = [
-        call(http, base, "trigger-sampling-request", {"prompt": p}, caps=SAMPLING) for p in prompts
+        call(http, base, p.sampling_tool, {"prompt": prompt}, caps=SAMPLING) for prompt in prompts
     ]
     for first in firsts:
         assert first.input_required, first.final
@@ -178,7 +278,7 @@ def check_two_parked_calls_answered_in_reverse_order(http: httpx.Client, base: s
         done = call(
             http,
             base,
-            "trigger-sampling-request",
+            p.sampling_tool,
             {"prompt": prompt},
             caps=SAMPLING,
             input_responses={key: sampled(f"answer {n}")},
@@ -188,51 +288,45 @@ def check_two_parked_calls_answered_in_reverse_order(http: httpx.Client, base: s
         assert f"answer {n}" in text_of(done)
 
 
-def check_progress_reaches_its_caller(http: httpx.Client, base: str) -> None:
+def check_progress_reaches_its_caller(http: httpx.Client, base: str, p: Profile) -> None:
     """The server's progress carries the token the gateway put on the request (its
     own, one per request); the caller gets its own token back."""
     progress = call(
         http,
         base,
-        "trigger-long-running-operation",
-        {"duration": 1, "steps": 3},
+        p.progress_tool,
+        p.progress_args(1, 3),
         meta={"progressToken": "my-token"},
     )
     notes = [m for m in progress.messages if m.get("method") == "notifications/progress"]
     assert progress.content_type == "text/event-stream"
-    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert [n["params"]["progress"] for n in notes] == p.progress_values(3)
     assert all(n["params"]["progressToken"] == "my-token" for n in notes)
     assert "completed" in text_of(progress).lower()
     # No token, no progress.
-    plain = call(http, base, "trigger-long-running-operation", {"duration": 0.3, "steps": 2})
+    plain = call(http, base, p.progress_tool, p.progress_args(0.3, 2))
     assert [m for m in plain.messages if m.get("method")] == []
     assert "completed" in text_of(plain).lower()
 
 
-def assert_simulated_log_line(data: object) -> None:
-    # One of eight random levels: "Debug-level message", ..., "Alert level-message".
-    assert isinstance(data, str) and re.match(r"\w+[- ]level[- ]message", data), data
-
-
-def check_logs_of_a_call_reach_its_caller(http: httpx.Client, base: str) -> None:
-    """`toggle-simulated-logging` sends one log line at once, during the call (then
-    one every 5 s, until toggled off). Nothing on the shared stream ties it to the
-    call but being the one call in flight; the caller asked for logs (logLevel,
-    2026-07-28 per-request `_meta`), so it gets it."""
-    on = call(http, base, "toggle-simulated-logging", meta={wire.META_LOG_LEVEL: "debug"})
+def check_logs_of_a_call_reach_its_caller(http: httpx.Client, base: str, p: Profile) -> None:
+    """server-everything's `toggle-simulated-logging` sends one log line at once,
+    during the call (then one every 5 s, until toggled off): nothing on the shared
+    stream ties it to the call but being the one call in flight. The modern
+    fixture's logging tool logs three lines on the call's own stream. The caller
+    asked for logs (logLevel, 2026-07-28 per-request `_meta`), so it gets them."""
+    on = call(http, base, p.log_on, meta={wire.META_LOG_LEVEL: "debug"})
     try:
-        assert "Started simulated" in text_of(on), on.final
+        assert on.status == 200 and not on.result.get("isError"), on.final
         lines = [m for m in on.messages if m.get("method") == "notifications/message"]
-        assert len(lines) == 1, on.messages
-        assert_simulated_log_line(lines[0]["params"]["data"])
+        assert len(lines) == p.log_count, on.messages
+        for line in lines:
+            p.log_line(line["params"]["data"])
     finally:
-        off = call(http, base, "toggle-simulated-logging")
+        off = call(http, base, p.log_off)
     # A caller that asked for no logs gets none.
-    assert "Stopped simulated" in text_of(off), off.final
+    assert off.status == 200 and not off.result.get("isError"), off.final
     assert [m for m in off.messages if m.get("method")] == []
-
-
-SUBSCRIBED_URI = "demo://resource/static/document/features.md"
 
 
 class Frames:
@@ -272,28 +366,32 @@ def listening(http: httpx.Client, base: str, uri: str) -> Iterator[tuple[Frames,
         yield frames, listen["id"]
 
 
-def check_an_update_arrives(http: httpx.Client, base: str, frames: Frames, listen_id: Any) -> None:
+def check_an_update_arrives(
+    http: httpx.Client, base: str, frames: Frames, listen_id: Any, p: Profile
+) -> None:
     """server-everything's `toggle-subscriber-updates` sends an update for each URI
-    its session subscribed at once (then every 5 s, until toggled off)."""
-    toggled = call(http, base, "toggle-subscriber-updates")
+    its session subscribed at once (then every 5 s, until toggled off); the modern
+    fixture's `test_touch_watched` sends one."""
+    toggled = call(http, base, p.update_on)
     try:
         answered = toggled.final.get("result")
         assert toggled.status == 200 and answered and not answered.get("isError"), toggled.final
         update = frames.next()
         assert update["method"] == "notifications/resources/updated"
-        assert update["params"]["uri"] == SUBSCRIBED_URI
+        assert update["params"]["uri"] == p.subscribed_uri
         subscription = update["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
         assert subscription == listen_id
     finally:
-        call(http, base, "toggle-subscriber-updates")  # and off again
+        if p.update_off is not None:
+            call(http, base, p.update_off)  # and off again
 
 
-def check_a_resource_subscription(http: httpx.Client, base: str) -> None:
+def check_a_resource_subscription(http: httpx.Client, base: str, p: Profile) -> None:
     """subscriptions/listen: `resources/subscribe` sent upstream, and the server's
     `notifications/resources/updated` (tied to no call) delivered on the listen
     stream, tagged with the listen request's id."""
-    with listening(http, base, SUBSCRIBED_URI) as (frames, listen_id):
-        check_an_update_arrives(http, base, frames, listen_id)
+    with listening(http, base, p.subscribed_uri) as (frames, listen_id):
+        check_an_update_arrives(http, base, frames, listen_id, p)
 
 
 def check_an_unprompted_roots_request_is_answered(
@@ -315,7 +413,7 @@ def check_an_unprompted_roots_request_is_answered(
     wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
 
 
-def check_a_legacy_client(http: httpx.Client, base: str) -> None:
+def check_a_legacy_client(http: httpx.Client, base: str, p: Profile) -> None:
     """The mcp 1.x client (2025-11-25, a session of its own upstream): the server's
     requests reach its callbacks, its progress and log lines its handlers."""
     doc = procs.run_legacy_client("everything.py", base + "/mcp", "2025-11-25")
@@ -340,7 +438,7 @@ def check_a_legacy_client(http: httpx.Client, base: str) -> None:
     assert doc["ping"] == {"result": {}}
 
 
-def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str) -> None:
+def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str, p: Profile) -> None:
     """A legacy client cancels its call with notifications/cancelled; the server,
     as it should (2025-11-25 basic/utilities/cancellation: receivers "SHOULD NOT
     send a response for the cancelled request"), never answers it. Nothing else on
@@ -361,7 +459,7 @@ def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str) ->
                 session,
                 version,
                 "tools/call",
-                {"name": "trigger-long-running-operation", "arguments": {"duration": 30}},
+                {"name": p.slow_tool, "arguments": p.slow_args(30)},
                 "slow-1",
             )
             time.sleep(1.0)
@@ -385,7 +483,7 @@ def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str) ->
             "jsonrpc": "2.0",
             "id": "ask-1",
             "method": "tools/call",
-            "params": {"name": "trigger-sampling-request", "arguments": {"prompt": "Hi?"}},
+            "params": {"name": p.sampling_tool, "arguments": {"prompt": "Hi?"}},
         }
         with client.stream(
             "POST", url, json=ask, headers=legacy.headers(session, version)
@@ -401,8 +499,8 @@ def check_a_legacy_clients_cancelled_call_ends(http: httpx.Client, base: str) ->
         client.delete(url, headers=legacy.headers(session, version))
 
 
-# The checks that take (http, base): every transport's test file runs them all.
-CHECKS: list[Callable[[httpx.Client, str], None]] = [
+# The checks that take (http, base, profile): every transport's test file runs them all.
+CHECKS: list[Callable[[httpx.Client, str, Profile], None]] = [
     check_unrelated_calls_complete_while_a_call_is_parked,
     check_two_parked_calls_answered_in_reverse_order,
     check_progress_reaches_its_caller,

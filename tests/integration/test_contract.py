@@ -33,11 +33,18 @@ pytestmark = pytest.mark.peers
 
 STATE_KEY = "a2tra2tra2tra2tra2tra2tra2tra2tra2tra2tra2s="  # 32 bytes, base64
 KINDS = ["streamable_http", "stdio", "http_sse", "modern_http"]
-# server-everything's tools, prompts and resources are what the checks name; the
-# modern kind's real server is another one.
+# What each kind's server offers the checks: server-everything behind the legacy
+# kinds, the project's mcp 2.x fixture behind the modern one.
+PROFILES = {
+    "streamable_http": ev.EVERYTHING_PROFILE,
+    "stdio": ev.EVERYTHING_PROFILE,
+    "http_sse": ev.EVERYTHING_PROFILE,
+    "modern_http": ev.MODERN_PROFILE,
+}
+# The client scripts these two checks run name server-everything's tools themselves.
 NOT_EVERYTHING = (
     "the modern kind's server is the mcp 2.x fixture (server-everything has no 2026-07-28 "
-    "build): the check names server-everything's tools, prompts and resources"
+    "build): the client script this check runs names server-everything's tools"
 )
 
 
@@ -115,8 +122,10 @@ CANNOT_HOLD: dict[str, dict[str, str]] = {
             "takes it)"
         ),
     },
-    "modern_http": {ev.check_id(check): NOT_EVERYTHING for check in ev.CHECKS}
-    | {"discover_list_and_calls": NOT_EVERYTHING, "the_official_modern_client": NOT_EVERYTHING},
+    "modern_http": {
+        ev.check_id(ev.check_a_legacy_client): NOT_EVERYTHING,
+        "the_official_modern_client": NOT_EVERYTHING,
+    },
 }
 
 
@@ -131,7 +140,7 @@ def test_discover_list_and_calls(
 ) -> None:
     kind, base = upstream
     _xfail_where_it_cannot_hold(request, kind, "discover_list_and_calls")
-    ev.check_discover_list_and_calls(http, base, kind)
+    ev.check_discover_list_and_calls(http, base, kind, PROFILES[kind])
 
 
 def test_the_official_modern_client(
@@ -145,7 +154,7 @@ def test_the_official_modern_client(
 
 @pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)
 def test_the_same_checks_on_every_upstream_kind(
-    check: Callable[[httpx.Client, str], None],
+    check: Callable[[httpx.Client, str, ev.Profile], None],
     upstream: tuple[str, str],
     http: httpx.Client,
     request: pytest.FixtureRequest,
@@ -156,4 +165,4 @@ def test_the_same_checks_on_every_upstream_kind(
     client's cancelled call."""
     kind, base = upstream
     _xfail_where_it_cannot_hold(request, kind, ev.check_id(check))
-    check(http, base)
+    check(http, base, PROFILES[kind])

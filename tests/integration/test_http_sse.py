@@ -64,7 +64,7 @@ def test_discover_list_and_calls_over_http_sse(
     sse_gateway: tuple[str, str, Path], http: httpx.Client
 ) -> None:
     base, _, log = sse_gateway
-    ev.check_discover_list_and_calls(http, base, "HTTP+SSE")
+    ev.check_discover_list_and_calls(http, base, "HTTP+SSE", ev.EVERYTHING_PROFILE)
     # Detected once: Streamable HTTP was refused (POST /sse: 404), HTTP+SSE worked.
     detected = [
         line for line in wire.log_lines(log) if line.get("event") == "upstream_transport_detected"
@@ -264,8 +264,8 @@ def test_a_listen_stream_outlives_the_upstream_stream(tmp_path: Path, http: http
         contextlib.ExitStack() as first,
     ):
         first.enter_context(everything_sse(port, tmp_path / "everything-1.log"))
-        with ev.listening(http, base, ev.SUBSCRIBED_URI) as (frames, listen_id):
-            ev.check_an_update_arrives(http, base, frames, listen_id)
+        with ev.listening(http, base, ev.EVERYTHING_PROFILE.subscribed_uri) as (frames, listen_id):
+            ev.check_an_update_arrives(http, base, frames, listen_id, ev.EVERYTHING_PROFILE)
             first.close()  # the server goes, and its streams with it
             with everything_sse(port, tmp_path / "everything-2.log"):
                 ev.wait_for(
@@ -275,7 +275,7 @@ def test_a_listen_stream_outlives_the_upstream_stream(tmp_path: Path, http: http
                     ),
                     what="the listen hub to move to a new session",
                 )
-                ev.check_an_update_arrives(http, base, frames, listen_id)
+                ev.check_an_update_arrives(http, base, frames, listen_id, ev.EVERYTHING_PROFILE)
 
 
 def test_forced_streamable_http_does_not_fall_back(
