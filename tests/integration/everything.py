@@ -86,6 +86,16 @@ class Profile:
     log_off: str
     log_count: int
     log_line: Callable[[object], None]
+    # What the two logging calls answer, and how many lines the second one logs at
+    # level debug (a legacy client sets that level for its whole session).
+    log_on_text: str
+    log_off_text: str
+    log_off_count: int
+    # A tool that asks its caller (elicitation), its arguments, and the content a
+    # client accepts with, given a name the tool's answer then shows.
+    elicitation_tool: str
+    elicitation_args: dict[str, Any]
+    elicited: Callable[[str], dict[str, Any]]
     slow_tool: str
     slow_args: Callable[[float], dict[str, Any]]
     subscribed_uri: str
@@ -115,6 +125,12 @@ EVERYTHING_PROFILE = Profile(
     log_off="toggle-simulated-logging",
     log_count=1,
     log_line=assert_simulated_log_line,
+    log_on_text="Started simulated",
+    log_off_text="Stopped simulated",
+    log_off_count=0,
+    elicitation_tool="trigger-elicitation-request",
+    elicitation_args={},
+    elicited=lambda name: {"name": name, "check": True},
     slow_tool="trigger-long-running-operation",
     slow_args=lambda seconds: {"duration": seconds},
     subscribed_uri="demo://resource/static/document/features.md",
@@ -140,12 +156,51 @@ MODERN_PROFILE = Profile(
     log_off="test_tool_with_logging",
     log_count=3,
     log_line=_modern_log_line,
+    log_on_text="Logging test completed",
+    log_off_text="Logging test completed",
+    log_off_count=3,
+    elicitation_tool="test_elicitation",
+    elicitation_args={"message": "Who are you?"},
+    elicited=lambda name: {"username": name, "email": "someone@example.com"},
     slow_tool="test_slow",
     slow_args=lambda seconds: {"seconds": seconds},
     subscribed_uri="test://watched-resource",
     update_on="test_touch_watched",
     update_off=None,
 )
+
+
+def client_plan(p: Profile, echo_message: str, name: str) -> str:
+    """The calls a client script (tests/legacy_client/everything.py,
+    tests/modern_client/stdio_servers.py) makes, as its JSON argument: the same
+    scripts run against every profile's server."""
+
+    def step(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"tool": tool, "arguments": arguments}
+
+    plan = {
+        "echo": step(p.echo_tool, p.echo_args(echo_message)),
+        "sum": None if p.sum_call is None else step(p.sum_call[0], p.sum_call[1]),
+        "sampling": step(p.sampling_tool, {"prompt": "Say something"}),
+        "elicitation": step(p.elicitation_tool, p.elicitation_args),
+        "elicited": p.elicited(name),
+        "progress": step(p.progress_tool, p.progress_args(1, 3)),
+        "log_on": step(p.log_on, {}),
+        "log_off": step(p.log_off, {}),
+    }
+    return json.dumps(plan)
+
+
+def first_text(outcome: dict[str, Any]) -> str:
+    text: str = outcome["result"]["content"][0]["text"]
+    return text
+
+
+def check_sum(p: Profile, outcome: dict[str, Any] | None) -> None:
+    if p.sum_call is None:
+        assert outcome is None, outcome
+    else:
+        assert outcome is not None and first_text(outcome) == p.sum_call[2], outcome
 
 
 # -- calls ---------------------------------------------------------------------
@@ -218,18 +273,19 @@ def check_discover_list_and_calls(http: httpx.Client, base: str, how: str, p: Pr
     assert p.prompt in {prompt["name"] for prompt in prompts.result["prompts"]}
 
 
-def check_the_official_modern_client(base: str) -> None:
-    doc = procs.run_modern_client("stdio_servers.py", base + "/mcp", "everything")
+def check_the_official_modern_client(base: str, p: Profile) -> None:
+    plan = client_plan(p, "hello through the shim", "Alice Example")
+    doc = procs.run_modern_client("stdio_servers.py", base + "/mcp", "everything", plan)
     assert isinstance(doc, dict)
     assert doc["protocolVersion"] == MODERN and doc["adoptedVia"] == "discover"
     # This client declared sampling and elicitation: the server registered its tools for them.
-    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
-    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello through the shim"
-    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    assert {p.echo_tool, p.sampling_tool, p.elicitation_tool} <= set(doc["tools"])
+    assert first_text(doc["echo"]) == p.echo_text("hello through the shim")
+    check_sum(p, doc["sum"])
     # The server asked its client; the gateway turned that into input_required and
     # the client answered through its own MRTR loop.
     assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
-    assert "Sampled through the shim." in doc["sampling"]["result"]["content"][0]["text"]
+    assert "Sampled through the shim." in first_text(doc["sampling"])
     elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
     assert "Alice Example" in elicited
 
@@ -416,25 +472,27 @@ def check_an_unprompted_roots_request_is_answered(
 def check_a_legacy_client(http: httpx.Client, base: str, p: Profile) -> None:
     """The mcp 1.x client (2025-11-25, a session of its own upstream): the server's
     requests reach its callbacks, its progress and log lines its handlers."""
-    doc = procs.run_legacy_client("everything.py", base + "/mcp", "2025-11-25")
+    plan = client_plan(p, "hello, legacy", "Ada Legacy")
+    doc = procs.run_legacy_client("everything.py", base + "/mcp", "2025-11-25", plan)
     assert isinstance(doc, dict), doc
-    assert doc["initialize"]["serverInfo"]["name"] == SERVER_NAME
+    assert doc["initialize"]["serverInfo"]["name"] == p.server_name
     assert doc["initialize"]["protocolVersion"] == "2025-11-25"
     assert doc["has_session_id"] is True
-    assert {"echo", "trigger-sampling-request", "trigger-elicitation-request"} <= set(doc["tools"])
-    assert doc["echo"]["result"]["content"][0]["text"] == "Echo: hello, legacy"
-    assert doc["sum"]["result"]["content"][0]["text"] == "The sum of 40 and 2 is 42."
+    assert {p.echo_tool, p.sampling_tool, p.elicitation_tool} <= set(doc["tools"])
+    assert first_text(doc["echo"]) == p.echo_text("hello, legacy")
+    check_sum(p, doc["sum"])
     assert doc["asked"] == ["sampling/createMessage", "elicitation/create"]
-    assert "Sampled by a legacy client." in doc["sampling"]["result"]["content"][0]["text"]
+    assert "Sampled by a legacy client." in first_text(doc["sampling"])
     elicited = " ".join(c["text"] for c in doc["elicitation"]["result"]["content"])
     assert "Ada Legacy" in elicited
-    assert doc["progress"] == [1, 2, 3]
-    assert "completed" in doc["long"]["result"]["content"][0]["text"].lower()
+    assert doc["progress"] == p.progress_values(3)
+    assert "completed" in first_text(doc["long"]).lower()
     assert "result" in doc["set_level"], doc["set_level"]
-    assert "Started simulated" in doc["logging_on"]["result"]["content"][0]["text"]
-    assert "Stopped simulated" in doc["logging_off"]["result"]["content"][0]["text"]
-    assert len(doc["logs"]) == 1, doc["logs"]
-    assert_simulated_log_line(doc["logs"][0])
+    assert p.log_on_text in first_text(doc["logging_on"])
+    assert p.log_off_text in first_text(doc["logging_off"])
+    assert len(doc["logs"]) == p.log_count + p.log_off_count, doc["logs"]
+    for line in doc["logs"]:
+        p.log_line(line)
     assert doc["ping"] == {"result": {}}
 
 

@@ -41,11 +41,6 @@ PROFILES = {
     "http_sse": ev.EVERYTHING_PROFILE,
     "modern_http": ev.MODERN_PROFILE,
 }
-# The client scripts these two checks run name server-everything's tools themselves.
-NOT_EVERYTHING = (
-    "the modern kind's server is the mcp 2.x fixture (server-everything has no 2026-07-28 "
-    "build): the client script this check runs names server-everything's tools"
-)
 
 
 @contextlib.contextmanager
@@ -122,10 +117,6 @@ CANNOT_HOLD: dict[str, dict[str, str]] = {
             "takes it)"
         ),
     },
-    "modern_http": {
-        ev.check_id(ev.check_a_legacy_client): NOT_EVERYTHING,
-        "the_official_modern_client": NOT_EVERYTHING,
-    },
 }
 
 
@@ -149,7 +140,7 @@ def test_the_official_modern_client(
     """The mcp 2.x client: discover, tools, a sampling and an elicitation round trip."""
     kind, base = upstream
     _xfail_where_it_cannot_hold(request, kind, "the_official_modern_client")
-    ev.check_the_official_modern_client(base)
+    ev.check_the_official_modern_client(base, PROFILES[kind])
 
 
 @pytest.mark.parametrize("check", ev.CHECKS, ids=ev.check_id)

@@ -1,25 +1,35 @@
-"""A legacy client through the gateway to the published server-everything
-(behind the gateway over stdio or HTTP+SSE).
+"""A legacy client through the gateway to a server with tools that ask their
+caller, report progress and log (server-everything behind the legacy kinds, the
+mcp 2.x fixture behind the modern one).
 
-Usage: everything.py URL VERSION
+Usage: everything.py URL VERSION PLAN
 
-Initializes offering VERSION; lists tools, calls `echo` and `get-sum`; answers
-the server's sampling and elicitation requests with its callbacks (the server
-sends them on its one stream, the gateway relays them on the call's answer);
-gets the progress of `trigger-long-running-operation`; sets the log level and
-collects the log line `toggle-simulated-logging` sends at once; pings.
+PLAN is JSON naming the server's tools (tests/integration/everything.py,
+`client_plan`): each step is {"tool", "arguments"}; "sum" may be null;
+"elicited" is the content the elicitation callback accepts with.
+
+Initializes offering VERSION; lists tools, calls the echo and sum tools; answers
+the server's sampling and elicitation requests with its callbacks (the gateway
+relays them on the call's answer); gets the progress of the progress tool; sets
+the log level and collects the log lines of the two logging calls; pings.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from _common import connect, dump, main, outcome, types
 from mcp.shared.context import RequestContext
 
 
+def call(session: Any, step: dict[str, Any], **kwargs: Any) -> Any:
+    return session.call_tool(step["tool"], step["arguments"], **kwargs)
+
+
 async def run(url: str, args: list[str]) -> dict[str, Any]:
-    version = args[0]
+    version, raw_plan = args
+    plan: dict[str, Any] = json.loads(raw_plan)
     asked: list[str] = []
     logs: list[dict[str, Any]] = []
     progress: list[float] = []
@@ -39,7 +49,7 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
         context: RequestContext[Any, Any], params: types.ElicitRequestParams
     ) -> types.ElicitResult:
         asked.append("elicitation/create")
-        return types.ElicitResult(action="accept", content={"name": "Ada Legacy", "check": True})
+        return types.ElicitResult(action="accept", content=plan["elicited"])
 
     async def logging(params: types.LoggingMessageNotificationParams) -> None:
         logs.append(dump(params))
@@ -57,24 +67,16 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {"initialize": dump(init), "has_session_id": bool(session_id())}
         tools = await session.list_tools()
         out["tools"] = sorted(t.name for t in tools.tools)
-        out["echo"] = await outcome(session.call_tool("echo", {"message": "hello, legacy"}))
-        out["sum"] = await outcome(session.call_tool("get-sum", {"a": 40, "b": 2}))
-        out["sampling"] = await outcome(
-            session.call_tool("trigger-sampling-request", {"prompt": "Say something"})
-        )
-        out["elicitation"] = await outcome(session.call_tool("trigger-elicitation-request", {}))
+        out["echo"] = await outcome(call(session, plan["echo"]))
+        out["sum"] = None if plan["sum"] is None else await outcome(call(session, plan["sum"]))
+        out["sampling"] = await outcome(call(session, plan["sampling"]))
+        out["elicitation"] = await outcome(call(session, plan["elicitation"]))
         out["asked"] = list(asked)
-        out["long"] = await outcome(
-            session.call_tool(
-                "trigger-long-running-operation",
-                {"duration": 1, "steps": 3},
-                progress_callback=on_progress,
-            )
-        )
+        out["long"] = await outcome(call(session, plan["progress"], progress_callback=on_progress))
         out["progress"] = progress
         out["set_level"] = await outcome(session.set_logging_level("debug"))
-        out["logging_on"] = await outcome(session.call_tool("toggle-simulated-logging", {}))
-        out["logging_off"] = await outcome(session.call_tool("toggle-simulated-logging", {}))
+        out["logging_on"] = await outcome(call(session, plan["log_on"]))
+        out["logging_off"] = await outcome(call(session, plan["log_off"]))
         out["logs"] = [entry.get("data") for entry in logs]
         out["ping"] = await outcome(session.send_ping())
         return out

@@ -6,11 +6,14 @@ Usage: stdio_servers.py URL SERVER [ARG]
 SERVER is the server behind the gateway (its stdio upstream; server-everything
 also in its HTTP+SSE mode):
 
-- ``everything`` (@modelcontextprotocol/server-everything): tools listed,
-  `echo` and `get-sum`, then a sampling and an elicitation round trip: the
-  server asks its client (over stdio or the SSE stream), the gateway
-  answers the client `input_required`, the client's own MRTR loop answers
-  through the callbacks below;
+- ``everything`` (@modelcontextprotocol/server-everything, or the mcp 2.x
+  fixture behind a modern upstream): ARG is JSON naming the server's tools
+  (tests/integration/everything.py, `client_plan`). Tools listed, the echo and
+  sum tools ("sum" may be null), then a sampling and an elicitation round trip:
+  the server asks its client (over stdio or the SSE stream, or answers
+  `input_required` itself), the gateway answers the client `input_required`,
+  the client's own MRTR loop answers through the callbacks below, accepting
+  the elicitation with the plan's "elicited" content;
 - ``memory`` (@modelcontextprotocol/server-memory): `create_entities` then
   `read_graph`; ARG names the entity;
 - ``time`` (PyPI mcp-server-time): `get_current_time` in ARG's time zone;
@@ -20,6 +23,7 @@ also in its HTTP+SSE mode):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx2
@@ -32,13 +36,14 @@ from mcp.client.streamable_http import streamable_http_client
 SAMPLED_TEXT = "Sampled through the shim."
 
 asked: list[str] = []
+elicited: dict[str, Any] = {}
 
 
 async def on_elicit(
     context: ClientRequestContext, params: types.ElicitRequestParams
 ) -> types.ElicitResult:
     asked.append("elicitation/create")
-    return types.ElicitResult(action="accept", content={"name": "Alice Example", "check": True})
+    return types.ElicitResult(action="accept", content=elicited)
 
 
 async def on_sample(
@@ -70,15 +75,17 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
         tools = await client.list_tools()
         out["tools"] = sorted(tool.name for tool in tools.tools)
         if server == "everything":
-            out["echo"] = await outcome(
-                client.call_tool("echo", {"message": "hello through the shim"})
-            )
-            out["sum"] = await outcome(client.call_tool("get-sum", {"a": 19, "b": 23}))
+            plan: dict[str, Any] = json.loads(arg)
+            elicited.update(plan["elicited"])
+
+            def call(step: dict[str, Any]) -> Any:
+                return client.call_tool(step["tool"], step["arguments"])
+
+            out["echo"] = await outcome(call(plan["echo"]))
+            out["sum"] = None if plan["sum"] is None else await outcome(call(plan["sum"]))
             asked.clear()
-            out["sampling"] = await outcome(
-                client.call_tool("trigger-sampling-request", {"prompt": "Say something"})
-            )
-            out["elicitation"] = await outcome(client.call_tool("trigger-elicitation-request", {}))
+            out["sampling"] = await outcome(call(plan["sampling"]))
+            out["elicitation"] = await outcome(call(plan["elicitation"]))
             out["asked"] = list(asked)
         elif server == "memory":
             entity = {"name": arg, "entityType": "person", "observations": ["likes stdio"]}
