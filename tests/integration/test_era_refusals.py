@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from tests import procs
+from tests.integration import wire
 from tests.integration.recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.peers
@@ -74,16 +75,7 @@ def modern_call(base: str, method: str, params: dict[str, Any], token: str) -> h
 def legacy_initialize(base: str, token: str) -> httpx.Response:
     return httpx.post(
         base + "/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"},
-            },
-        },
+        json=wire.legacy_initialize(),
         headers={"accept": ACCEPT, "authorization": token},
         timeout=15,
     )

@@ -482,16 +482,7 @@ def test_legacy_clients_calls_are_counted(legacy_url: str, logs_dir: Path) -> No
         with httpx.Client(timeout=15) as client:
             init = client.post(
                 base + "/mcp",
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "raw", "version": "1"},
-                    },
-                },
+                json=wire.legacy_initialize(),
                 headers={"accept": "application/json, text/event-stream"},
             )
             assert init.status_code == 200, init.text

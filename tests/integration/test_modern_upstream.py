@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests import procs
+from tests.integration import wire
 
 pytestmark = pytest.mark.peers
 
@@ -305,16 +306,7 @@ class LegacyRaw:
         self.client = httpx.Client(timeout=15, headers=auth)
         init = self.client.post(
             self.url,
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": capabilities,
-                    "clientInfo": {"name": "raw", "version": "1"},
-                },
-            },
+            json=wire.legacy_initialize("2025-11-25", capabilities),
             headers={"accept": ACCEPT},
         )
         assert init.status_code == 200, init.text

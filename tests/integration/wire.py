@@ -62,6 +62,22 @@ def body(
     }
 
 
+def legacy_initialize(
+    version: str = "2025-11-25", capabilities: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A legacy client's `initialize` (id 0), as a hand-written client sends it."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+
+
 def headers_for(message: dict[str, Any], **extra: str | None) -> dict[str, str]:
     """The headers a conforming client sends with `message`; `extra` overrides (None: drop).
 
