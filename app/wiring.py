@@ -21,6 +21,7 @@ from app.auth import MAX_METADATA_BYTES, AuthRelay
 from app.config import Settings
 from app.fronts.base import CallFront, ChannelFront, SessionFront
 from app.fronts.http_sse.front import HttpSseFront
+from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.gateway import Gateway
@@ -140,9 +141,11 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         pool,
         idle_s=settings.session_idle_s,
         ids=replicas.ids,
-        max_sessions=settings.max_legacy_sessions,
-        max_per_credential=settings.legacy_session_share(),
-        reclaim_idle_s=settings.legacy_session_reclaim_idle_s,
+        limits=Limits(
+            total=settings.max_legacy_sessions,
+            share=settings.legacy_session_share(),
+            reclaim_idle_s=settings.legacy_session_reclaim_idle_s,
+        ),
     )
     legacy_sessions.start()
     legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)

@@ -14,6 +14,7 @@ import orjson
 from starlette.responses import Response
 
 from app.fronts.legacy import checks as legacy
+from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.sessions import LegacySessions
 from app.mrtr.state import Sealer
@@ -36,7 +37,10 @@ async def front_on(transport: ScriptedTransport) -> AsyncIterator[LegacyFront]:
     """The legacy front as app/server.py builds it, on `transport`."""
     pool = SessionPool(transport, max_sessions=8, idle_s=300)
     sessions = LegacySessions(
-        pool, idle_s=300, ids=OwnedIds(Sealer([os.urandom(32)]), "local:seam-test")
+        pool,
+        idle_s=300,
+        ids=OwnedIds(Sealer([os.urandom(32)]), "local:seam-test"),
+        limits=Limits(total=8, share=8, reclaim_idle_s=60.0),
     )
     front = LegacyFront(sessions, offered=OFFERED, max_batch=8, write_timeout_s=5.0)
     try:

@@ -90,18 +90,13 @@ class LegacySessions:
         *,
         idle_s: float,
         ids: OwnedIds,
-        max_sessions: int = 1024,
-        max_per_credential: int | None = None,
-        reclaim_idle_s: float = 60.0,
+        limits: bound.Limits,
     ) -> None:
         self._pool = pool
         self.ids = ids
         self._idle_s = idle_s
-        self._limits = bound.Limits(
-            total=max_sessions,
-            share=min(max_per_credential or max(1, max_sessions // 4), max_sessions),
-            reclaim_idle_s=reclaim_idle_s,
-        )
+        # From the settings (Settings.legacy_session_share holds the default share).
+        self._limits = limits
         self._sessions: dict[str, LegacySession] = {}
         # Sessions being opened (counted from the start of their initialize), and
         # every session held, opened or being opened, per credential hash.
