@@ -1,0 +1,1 @@
+"""Tasks across eras: the records of long-running calls, whoever runs them."""
