@@ -141,13 +141,12 @@ class RedisTaskStore:
             async with asyncio.timeout(self._timeout_s):
                 return await call()
         except (RedisError, OSError, TimeoutError, jsonio.JSONDecodeError) as exc:
-            self._log_failure(op, exc)
             reason = "did not answer in time" if isinstance(exc, TimeoutError) else "failed"
-            raise TaskStoreUnavailable(
-                f"the task store (MCP_SHIM_TASK_STORE) {reason}; retry later"
-            ) from None
+            message = f"the task store (MCP_SHIM_TASK_STORE) {reason}; retry later"
+            self._log_failure(op, message, exc)
+            raise TaskStoreUnavailable(message) from None
 
-    def _log_failure(self, op: str, exc: BaseException) -> None:
+    def _log_failure(self, op: str, message: str, exc: BaseException) -> None:
         self._failures += 1
         now = time.monotonic()
         if now - self._logged_at < _LOG_EVERY_S:
@@ -158,8 +157,8 @@ class RedisTaskStore:
         log.warning(
             "task_store_unavailable",
             op=op,
-            error=type(exc).__name__,
-            detail=str(exc),
+            error=message,
+            cause=f"{type(exc).__name__}: {exc}",
             count_since_last=count,
         )
 

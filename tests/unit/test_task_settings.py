@@ -5,6 +5,8 @@ and the store each choice builds."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +14,7 @@ from app.config import Settings, SettingsError, load_settings
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.redis_store import RedisTaskStore
 from app.tasks.store import MemoryTaskStore, choose_ttl_ms
+from tests import procs
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
@@ -101,3 +104,25 @@ def test_ttl_choice() -> None:
     assert choose_ttl_ms(5_000, 60_000, 120_000) == 5_000
     assert choose_ttl_ms(10**12, 60_000, 120_000) == 120_000
     assert choose_ttl_ms(0, 60_000, 120_000) == 1
+
+
+def test_redis_py_is_loaded_only_for_the_redis_store() -> None:
+    # A fresh interpreter: sys.modules is per process.
+    script = (
+        "import sys, os\n"
+        "os.environ['MCP_SHIM_UPSTREAM_URL'] = 'http://127.0.0.1:9/mcp'\n"
+        "import app.cli\n"
+        "from app.config import load_settings\n"
+        "from app.tasks.factory import build_task_store\n"
+        "build_task_store(load_settings())\n"
+        "print('redis' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=procs.ROOT,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "False"
