@@ -6,6 +6,7 @@ import re
 import shlex
 import shutil
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AnyHttpUrl,
@@ -17,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.tasks.store import DEFAULT_MAX_RECORD_BYTES
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # Upstream connections kept free of parked exchanges for everything else.
@@ -235,7 +238,49 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=5.0,
         ge=0,
-        description="on shutdown, how long listen streams get to send their closing result",
+        description="on shutdown, how long listen streams get to send their closing result "
+        "and running tasks get to finish",
+    )
+    # Tasks (app/tasks): where their records are kept, and their bounds.
+    task_store: SecretStr = Field(
+        default=SecretStr(""),
+        description="where task records are kept: empty or `memory` (this process), or "
+        "redis://host:port/db (rediss:// for TLS; a password may be in the URL)",
+    )
+    task_store_prefix: str = Field(
+        default="mcp-shim",
+        pattern=r"^[A-Za-z0-9_.:-]{1,64}$",
+        description="first part of every key in a shared task store, so that deployments "
+        "sharing one server keep apart",
+    )
+    task_store_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="longest wait for one operation of a shared task store, connecting "
+        "included; then the store is reported unavailable",
+    )
+    max_tasks_per_credential: int = Field(
+        default=100,
+        ge=1,
+        description="live tasks one Authorization value (or all anonymous callers "
+        "together) may hold; one more is refused",
+    )
+    max_task_record_bytes: int = Field(
+        default=DEFAULT_MAX_RECORD_BYTES,
+        ge=1024,
+        le=512 * 1024 * 1024,  # a Redis string's own bound
+        description="bytes of one task's record (its result included), as JSON",
+    )
+    task_ttl_ms: int = Field(
+        default=3_600_000,
+        ge=1000,
+        description="how long a task and its result are kept when the caller asks for no TTL",
+    )
+    task_max_ttl_ms: int = Field(
+        default=86_400_000,
+        ge=1000,
+        description="the longest TTL a task gets, whatever the caller asks for",
     )
     # The multi round-trip bridge (app/mrtr).
     state_key: SecretStr | None = Field(
@@ -375,6 +420,20 @@ class Settings(BaseSettings):
             parse_keys(value.get_secret_value())  # ValueError names the bad key, not its value
         return value
 
+    @field_validator("task_store")
+    @classmethod
+    def _task_store(cls, value: SecretStr) -> SecretStr:
+        task_store_url(value.get_secret_value())  # ValueError says what is wrong, never the value
+        return value
+
+    @field_validator("task_max_ttl_ms")
+    @classmethod
+    def _max_ttl_above_default(cls, value: int, info: ValidationInfo) -> int:
+        default = info.data.get("task_ttl_ms")
+        if isinstance(default, int) and value < default:
+            raise ValueError(f"must be at least MCP_SHIM_TASK_TTL_MS ({default})")
+        return value
+
     @field_validator("advertise_url")
     @classmethod
     def _base_url(cls, value: AnyHttpUrl | None) -> AnyHttpUrl | None:
@@ -481,6 +540,10 @@ class Settings(BaseSettings):
         processes = self.stdio_max_processes
         return 1 if processes == 1 else min(processes - 1, processes - processes // 4)
 
+    def task_store_url(self) -> str | None:
+        """MCP_SHIM_TASK_STORE's redis:// or rediss:// URL, or None for the in-memory store."""
+        return task_store_url(self.task_store.get_secret_value())
+
     def state_keys(self) -> list[bytes] | None:
         """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""
         if self.state_key is None:
@@ -505,6 +568,29 @@ def command_argv(command: str) -> list[str]:
     if shutil.which(argv[0]) is None:
         raise ValueError(f"{argv[0]!r} is not an executable file nor found on PATH")
     return argv
+
+
+def task_store_url(value: str) -> str | None:
+    """The shared store's URL in MCP_SHIM_TASK_STORE, None for `memory` (or empty);
+    ValueError naming what is wrong, never quoting the value (it may hold a password)."""
+    value = value.strip()
+    if value in ("", "memory"):
+        return None
+    forms = "use memory, redis://host:port/db or rediss://host:port/db"
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"is neither memory nor a redis:// or rediss:// URL; {forms}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"has a port that is not a number from 0 to 65535; {forms}") from None
+    if not parts.hostname or port == 0:
+        raise ValueError(f"names no host, or port 0; {forms}")
+    if parts.path not in ("", "/") and not re.fullmatch(r"/\d{1,5}", parts.path):
+        raise ValueError(f"has a path that is not a database number; {forms}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"has a query or #fragment, which are not supported; {forms}")
+    return value
 
 
 class SettingsError(Exception):

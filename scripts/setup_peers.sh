@@ -11,6 +11,9 @@
 #   haproxy         Debian's haproxy (system package, not under .peers/): the real
 #                   load balancer of tests/integration/test_replicas.py; installed
 #                   with apt-get when missing and run as root, else an error
+#   redis           Debian's redis-server (system package, like haproxy): the shared task
+#                   store (MCP_SHIM_TASK_STORE=redis://...) of tests/integration/test_task_store.py,
+#                   which starts its own servers on free loopback ports
 #   podman          Debian's podman, buildah, runc and debootstrap (system packages)
 #                   and the stand-in for the Dockerfile's base image that
 #                   scripts/container_base.sh makes when it is missing; for
@@ -30,7 +33,7 @@
 #   scripts/setup_peers.sh --refresh-pins [PEER...]  re-resolve the top-level pins below and
 #                                                    rewrite their tests/peers/* files, then build
 #
-#   PEER is legacy, modern, node, haproxy or podman; without one, all five. `legacy` alone
+#   PEER is legacy, modern, node, haproxy, redis or podman; without one, all six. `legacy` alone
 #   (what scripts/demo.sh needs) takes neither npm nor the ~300 MB of the node peer.
 #
 # Environment: PYTHON (interpreter for the venvs, default python3),
@@ -57,12 +60,12 @@ for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
-        legacy|modern|node|haproxy|podman) SELECTED+=("$arg") ;;
+        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        legacy|modern|node|haproxy|redis|podman) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy podman)
+[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy redis podman)
 wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 
 say() { printf 'setup_peers: %s\n' "$*"; }
@@ -174,6 +177,25 @@ if wanted haproxy; then
     else
         die "haproxy is missing and cannot be installed here (not root, or no apt-get): run \
 'sudo apt-get install haproxy'; tests/integration/test_replicas.py needs it"
+    fi
+fi
+
+# redis-server: the binary only. Debian's package also installs a service, which
+# policy-rc.d or the lack of an init keeps from starting in a container; the
+# tests start their own servers and use no system one.
+if wanted redis; then
+    if command -v redis-server >/dev/null || [[ -x /usr/bin/redis-server ]]; then
+        say "redis: present"
+    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        say "redis: apt-get install redis-server ..."
+        run_logged "apt-get update" "$LOG_DIR/redis.log" apt-get update -q
+        run_logged "apt-get install redis-server" "$LOG_DIR/redis.log" \
+            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            redis-server
+        say "redis: ready"
+    else
+        die "redis-server is missing and cannot be installed here (not root, or no apt-get): \
+run 'sudo apt-get install redis-server'; tests/integration/test_task_store.py needs it"
     fi
 fi
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -156,3 +157,63 @@ def run_legacy_client(script: str, *args: str, timeout: float = 120.0) -> object
             f"stderr:\n{proc.stderr.decode()[-4000:]}"
         )
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def redis_server_binary() -> str:
+    """Debian's redis-server, the shared task store's test peer."""
+    found = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+    )
+    if found is None:
+        raise RuntimeError(
+            "redis-server is not installed: run scripts/setup_peers.sh redis (apt-get install "
+            "redis-server as root); the shared task store's tests need a real Redis server"
+        )
+    return found
+
+
+def wait_for_redis(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Until the server answers PING on its port (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server on port {port} exited early ({proc.returncode})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(64).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"redis-server on port {port} did not answer PING within {timeout}s")
+
+
+@contextmanager
+def redis_server(port: int, workdir: Path, log_path: Path | None = None) -> Iterator[str]:
+    """A redis-server of the test's own on a loopback port, its files in `workdir`,
+    nothing saved to disk; yields its URL (database 0)."""
+    argv = [
+        redis_server_binary(),
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--dir", str(workdir),
+        "--save", "",
+        "--appendonly", "no",
+        "--daemonize", "no",
+        "--logfile", "",
+    ]  # fmt: skip
+    out = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, stdout=out, stderr=out, cwd=workdir)
+    try:
+        wait_for_redis(port, proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log_path is not None:
+            out.close()  # type: ignore[union-attr]

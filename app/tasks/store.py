@@ -7,8 +7,15 @@ one owner may hold, and how large one may be, is the store's to bound, so
 that one credential's tasks never crowd out another's.
 
 The in-memory store is the default. A store on an external engine
-(`MCP_SHIM_TASK_STORE=redis://...`) is what lets a finished result outlive a
-restart and be read from any replica without a relay.
+(`MCP_SHIM_TASK_STORE=redis://...`, app/tasks/redis_store.py) is what lets a
+finished result outlive a restart and be read from any replica without a relay.
+
+Refusals (the owner's bound, a record over the size bound) are values that
+`create` returns. An engine that cannot be reached is no refusal but a fault
+of the moment: `get`, `update`, `live` and `delete` have no room for it in
+their results (None, False, [] already mean "no such task"), so a store on an
+engine raises `TaskStoreUnavailable`, its own exception and never the engine
+client's, from one place, with one log line.
 """
 
 from __future__ import annotations
@@ -17,7 +24,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app import jsonio
+
 Record = dict[str, Any]
+
+MAX_TASKS_SETTING = "MCP_SHIM_MAX_TASKS_PER_CREDENTIAL"
+MAX_RECORD_SETTING = "MCP_SHIM_MAX_TASK_RECORD_BYTES"
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -26,13 +39,71 @@ class TaskLimitReached:
 
     limit: int
 
+    @property
+    def message(self) -> str:
+        """What the caller is told: the bound, and the setting that sets it."""
+        return (
+            f"this credential already holds {self.limit} live tasks ({MAX_TASKS_SETTING}); "
+            "wait for one to finish or expire"
+        )
+
+
+@dataclass(frozen=True)
+class TaskRecordTooLarge(TaskLimitReached):
+    """A refusal as a value: the record's JSON is `size` bytes, over the `limit`.
+
+    A kind of `TaskLimitReached` (a bound of the store was reached) so that it
+    fits `create`'s result as the contract states it; tell them apart with
+    isinstance, or just pass `message` on."""
+
+    size: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"the task's record would be {self.size} bytes, over the limit of {self.limit} "
+            f"({MAX_RECORD_SETTING})"
+        )
+
+
+class TaskStoreUnavailable(Exception):
+    """The store's engine could not be reached in time, or failed; `message` says
+    so for the caller (it names no address and no secret)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def encoded(record: Record, max_bytes: int) -> bytes | TaskRecordTooLarge:
+    """The record as the JSON a store keeps, or the refusal when it is over `max_bytes`."""
+    data = jsonio.dumps(record)
+    if len(data) > max_bytes:
+        return TaskRecordTooLarge(limit=max_bytes, size=len(data))
+    return data
+
+
+def record_refusal(record: Record, max_bytes: int) -> TaskRecordTooLarge | None:
+    """The refusal a store would give this record, or None: for `update`, whose
+    False cannot say why (check first, then store a smaller record instead)."""
+    data = encoded(record, max_bytes)
+    return data if isinstance(data, TaskRecordTooLarge) else None
+
+
+def choose_ttl_ms(requested_ms: int | None, default_ms: int, max_ms: int) -> int:
+    """A task's TTL: what the caller asked for (none: the default), at most
+    `max_ms`, at least 1 ms."""
+    wanted = default_ms if requested_ms is None else requested_ms
+    return max(1, min(wanted, max_ms))
+
 
 class TaskStore(Protocol):
     async def create(
         self, owner: str, task_id: str, record: Record, ttl_ms: int
     ) -> TaskLimitReached | None:
         """File a new record that expires `ttl_ms` from now; a refusal when the
-        owner is at its bound (nothing is filed then)."""
+        owner is at its bound or the record is over the size bound (nothing is
+        filed then)."""
         ...
 
     async def get(self, owner: str, task_id: str) -> Record | None:
@@ -40,7 +111,9 @@ class TaskStore(Protocol):
         ...
 
     async def update(self, owner: str, task_id: str, record: Record) -> bool:
-        """Replace a live record, keeping its expiry; False when there is none."""
+        """Replace a live record, keeping its expiry; False when there is none,
+        and when the new record is over the size bound (the live one is kept:
+        `record_refusal` tells a caller beforehand)."""
         ...
 
     async def delete(self, owner: str, task_id: str) -> None: ...
@@ -55,8 +128,11 @@ class TaskStore(Protocol):
 class MemoryTaskStore:
     """Records in this process, expired lazily on every access."""
 
-    def __init__(self, max_per_owner: int) -> None:
+    def __init__(
+        self, max_per_owner: int, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    ) -> None:
         self.max_per_owner = max_per_owner
+        self.max_record_bytes = max_record_bytes
         # owner -> task id -> (deadline on the monotonic clock, record)
         self._owners: dict[str, dict[str, tuple[float, Record]]] = {}
 
@@ -74,6 +150,9 @@ class MemoryTaskStore:
     async def create(
         self, owner: str, task_id: str, record: Record, ttl_ms: int
     ) -> TaskLimitReached | None:
+        too_large = record_refusal(record, self.max_record_bytes)
+        if too_large is not None:
+            return too_large
         tasks = self._live(owner)
         if len(tasks) >= self.max_per_owner:
             return TaskLimitReached(self.max_per_owner)
@@ -90,7 +169,7 @@ class MemoryTaskStore:
     async def update(self, owner: str, task_id: str, record: Record) -> bool:
         tasks = self._live(owner)
         entry = tasks.get(task_id)
-        if entry is None:
+        if entry is None or record_refusal(record, self.max_record_bytes) is not None:
             return False
         tasks[task_id] = (entry[0], record)
         return True
