@@ -25,6 +25,7 @@ CONFORMANCE = (
 )
 FIXTURE = ROOT / "tests" / "fixtures" / "legacy_server.py"
 MODERN_FIXTURE = ROOT / "tests" / "fixtures" / "modern_server.py"
+MODERN_TASK_FIXTURE = ROOT / "tests" / "fixtures" / "modern_task_server.py"
 
 
 def require_peer(path: Path) -> Path:
@@ -94,6 +95,15 @@ def modern_server(port: int, *extra: str, log_path: Path | None = None) -> Itera
     argv = [str(require_peer(MODERN_PY)), str(MODERN_FIXTURE), "--port", str(port), *extra]
     base = f"http://127.0.0.1:{port}"
     # Any HTTP answer means it is up: GET /mcp is 405 on a modern-only server.
+    with running(argv, base + "/mcp", log_path=log_path):
+        yield base + "/mcp"
+
+
+@contextmanager
+def modern_task_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
+    """The modern fixture with the `io.modelcontextprotocol/tasks` extension (mcp 2.x)."""
+    argv = [str(require_peer(MODERN_PY)), str(MODERN_TASK_FIXTURE), "--port", str(port), *extra]
+    base = f"http://127.0.0.1:{port}"
     with running(argv, base + "/mcp", log_path=log_path):
         yield base + "/mcp"
 
