@@ -85,3 +85,47 @@ def test_the_task_fixture_passes_every_tasks_scenario_directly(
     for scenario in TASK_SCENARIOS:
         if scenario not in SKIPPED_BY_THE_SUITE:
             assert passed[scenario] > 0, f"{scenario}: no check passed"
+
+
+@pytest.fixture(scope="module")
+def task_gateway(task_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("tasks-gateway") / "gateway.log"
+    with procs.gateway(task_server, procs.free_port(), log_path=log) as base:
+        yield base + "/mcp"
+
+
+@pytest.mark.peers
+def test_sdk1_task_client_through_the_gateway_to_the_modern_task_server(
+    task_gateway: str,
+) -> None:
+    out: Any = procs.run_legacy_client("tasks.py", task_gateway)
+    print(json.dumps(out, indent=1)[:6000])
+    assert out["capabilities"]["tasks"]["requests"]["tools"]["call"] == {}
+    assert out["task_support"]["slow_compute"] == "optional"
+    assert out["task_support"]["failing_job"] == "required"
+    task = out["created"]["task"]
+    assert task["status"] == "working" and task["ttl"] > 0 and task["pollInterval"] > 0
+    assert out["get"]["taskId"] == task["taskId"]
+    assert out["result"]["content"][0]["text"] == "computed first after 1s"
+    related = out["result"]["_meta"]["io.modelcontextprotocol/related-task"]
+    assert related == {"taskId": task["taskId"]}
+    assert out["get_after"]["status"] == "completed"
+    assert out["cancel"]["result"]["status"] == "cancelled"
+    assert out["get_cancelled"]["status"] == "cancelled"
+    assert out["cancel_again"]["error"]["code"] == -32602
+    assert out["cancel_finished"]["error"]["code"] == -32602
+    assert out["input_status"]["status"] == "input_required"
+    assert out["input_result"]["content"][0]["text"] == "deleted notes.txt"
+    assert len(out["asked"]) == 1 and "notes.txt" in out["asked"][0]["message"]
+    meta = out["asked"][0]["meta"]
+    assert meta["io.modelcontextprotocol/related-task"] == {"taskId": out["ids"]["ask"]}
+    assert out["failing_result"]["result"]["isError"] is True
+    assert out["failing_status"]["status"] == "completed"
+    listed = {t["taskId"]: t["status"] for t in out["list"]["tasks"]}
+    assert listed == {
+        out["ids"]["first"]: "completed",
+        out["ids"]["long"]: "cancelled",
+        out["ids"]["ask"]: "completed",
+        out["ids"]["failing"]: "completed",
+    }
+    assert out["unknown"]["error"]["code"] == -32602
