@@ -129,3 +129,50 @@ def test_sdk1_task_client_through_the_gateway_to_the_modern_task_server(
         out["ids"]["failing"]: "completed",
     }
     assert out["unknown"]["error"]["code"] == -32602
+
+
+@pytest.fixture(scope="module")
+def legacy_task_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    logs = tmp_path_factory.mktemp("legacy-tasks")
+    with (
+        procs.legacy_task_min(procs.free_port(), log_path=logs / "server.log") as server,
+        procs.gateway(server, procs.free_port(), log_path=logs / "gateway.log") as base,
+    ):
+        yield {"server": server, "gateway": base + "/mcp"}
+
+
+@pytest.mark.peers
+def test_sdk1_task_client_through_the_gateway_to_a_legacy_task_server(
+    legacy_task_gateway: dict[str, str],
+) -> None:
+    """2025-11-25 on both sides: the tasks pass through unchanged, so the client
+    sees what it sees talking to the server itself."""
+    direct: Any = procs.run_legacy_client("tasks.py", legacy_task_gateway["server"])
+    through: Any = procs.run_legacy_client("tasks.py", legacy_task_gateway["gateway"])
+    print(json.dumps({"direct": direct, "through": through}, indent=1)[:8000])
+    for out in (direct, through):
+        assert out["capabilities"]["tasks"]["requests"]["tools"]["call"] == {}
+        assert out["task_support"]["slow_compute"] == "optional"
+        assert out["created"]["task"]["status"] == "working"
+        assert out["result"]["content"][0]["text"] == "computed first after 1s"
+        assert out["get_after"]["status"] == "completed"
+        assert out["cancel"]["result"]["status"] == "cancelled"
+        assert out["cancel_again"]["error"]["code"] == -32602
+        assert out["input_result"]["content"][0]["text"] == "deleted notes.txt"
+        assert out["failing_result"]["result"]["isError"] is True
+        assert {t["taskId"] for t in out["list"]["tasks"]} >= set(out["ids"].values())
+        assert out["unknown"]["error"]["code"] == -32602
+    assert _shape(direct) == _shape(through)
+
+
+def _shape(out: Any) -> Any:
+    """What the two runs must share: everything but ids and timestamps."""
+    if isinstance(out, dict):
+        return {
+            k: _shape(v)
+            for k, v in out.items()
+            if k not in ("taskId", "createdAt", "lastUpdatedAt", "ids", "message", "meta")
+        }
+    if isinstance(out, list):
+        return [_shape(v) for v in out]
+    return out
