@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests import procs
+from tests.integration import wire
 
 TASK_SCENARIOS = (
     "tasks-lifecycle",
@@ -98,7 +99,7 @@ def task_gateway(task_server: str, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_sdk1_task_client_through_the_gateway_to_the_modern_task_server(
     task_gateway: str,
 ) -> None:
-    out: Any = procs.run_legacy_client("tasks.py", task_gateway)
+    out: Any = procs.run_legacy_client("tasks.py", task_gateway, "modern")
     print(json.dumps(out, indent=1)[:6000])
     assert out["capabilities"]["tasks"]["requests"]["tools"]["call"] == {}
     assert out["task_support"]["slow_compute"] == "optional"
@@ -129,6 +130,34 @@ def test_sdk1_task_client_through_the_gateway_to_the_modern_task_server(
         out["ids"]["failing"]: "completed",
     }
     assert out["unknown"]["error"]["code"] == -32602
+    # Two questions at once, both answered on the tasks/result stream.
+    assert out["multi_result"]["content"][0]["text"] == "name=Ada confirm=True"
+    # The server ran greet without a task: the client asked for one, and gets it, completed.
+    assert out["greet_task"]["task"]["status"] == "completed"
+    assert out["greet_get"]["status"] == "completed"
+    assert out["greet_result"]["content"][0]["text"] == "Hello, Ada!"
+
+
+@pytest.mark.peers
+def test_a_legacy_sessions_tasks_are_its_own_and_bounded(task_server: str, tmp_path: Path) -> None:
+    """MCP_SHIM_LEGACY_TASKS_PER_SESSION=2: the oldest of three is forgotten; another
+    session reaches none of them (-32602, as an unknown task)."""
+    env = {"MCP_SHIM_LEGACY_TASKS_PER_SESSION": "2"}
+    with procs.gateway(task_server, procs.free_port(), env, tmp_path / "gateway.log") as base:
+        out: Any = procs.run_legacy_client("tasks.py", base + "/mcp", "bound")
+    ids = out["ids"]
+    assert out["list"] == ids[1:]
+    assert out["first"]["error"]["code"] == -32602
+    assert out["last"]["result"]["taskId"] == ids[-1]
+    assert out["other_list"] == []
+    assert out["other_get"]["error"]["code"] == -32602
+    assert out["other_cancel"]["error"]["code"] == -32602
+    forgotten = [
+        line
+        for line in wire.log_lines(tmp_path / "gateway.log")
+        if line.get("event") == "legacy_task_forgotten"
+    ]
+    assert len(forgotten) == 1 and forgotten[0]["limit"] == 2
 
 
 @pytest.fixture(scope="module")

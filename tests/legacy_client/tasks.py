@@ -1,6 +1,6 @@
 """A 2025-11-25 client's tasks through the gateway, with the SDK 1.x experimental API.
 
-Usage: tasks.py URL
+Usage: tasks.py URL [modern | bound]
 
 Initializes offering 2025-11-25, then with `session.experimental`: a task
 created (`call_tool_as_task`), its status (`get_task`), its result (the
@@ -10,7 +10,10 @@ for input (the question reaches the elicitation callback while
 `get_task_result` waits), a tool error, and an unknown task id. The server's
 tools: `slow_compute` (seconds, label), `confirm_delete` (filename),
 `failing_job` (the conformance suite's fixture names, offered by both the
-modern and the legacy task fixtures).
+modern and the legacy task fixtures). With `modern`, also `multi_input` (two
+questions at once) and `greet` (a tool the server runs without a task). With
+`bound`: three tasks in one session, then what that session and a second one
+can still reach.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ async def _sleep(seconds: float) -> None:
 
 
 async def run(url: str, args: list[str]) -> dict[str, Any]:
+    if args[:1] == ["bound"]:
+        return await bound(url)
     asked: list[dict[str, Any]] = []
 
     async def elicitation(
@@ -46,7 +51,8 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
     ) -> types.ElicitResult:
         meta = params.meta.model_dump(by_alias=True) if params.meta is not None else {}
         asked.append({"message": params.message, "meta": meta})
-        return types.ElicitResult(action="accept", content={"confirm": True, "ok": True})
+        content = {"confirm": True, "ok": True, "name": "Ada"}
+        return types.ElicitResult(action="accept", content=content)
 
     out: dict[str, Any] = {}
     async with connect(url, "2025-11-25", elicitation_callback=elicitation) as (session, init, _):
@@ -73,7 +79,7 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
         ask = await x.call_tool_as_task("confirm_delete", {"filename": "notes.txt"})
         out["input_status"] = dump(await until(session, ask.task.taskId, {"input_required"}))
         out["input_result"] = dump(await x.get_task_result(ask.task.taskId, types.CallToolResult))
-        out["asked"] = asked
+        out["asked"] = list(asked)
 
         failing = await x.call_tool_as_task("failing_job", {})
         out["failing_result"] = await outcome(
@@ -90,6 +96,34 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
             "failing": failing.task.taskId,
         }
         out["unknown"] = await outcome(x.get_task("no-such-task"))
+        if args[:1] == ["modern"]:
+            multi = await x.call_tool_as_task("multi_input", {})
+            got = await x.get_task_result(multi.task.taskId, types.CallToolResult)
+            out["multi_result"] = dump(got)
+            greet = await x.call_tool_as_task("greet", {"name": "Ada"})
+            out["greet_task"] = dump(greet)
+            out["greet_get"] = dump(await x.get_task(greet.task.taskId))
+            got = await x.get_task_result(greet.task.taskId, types.CallToolResult)
+            out["greet_result"] = dump(got)
+    return out
+
+
+async def bound(url: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with connect(url, "2025-11-25") as (session, _, _):
+        x = session.experimental
+        ids = []
+        for n in range(3):
+            created = await x.call_tool_as_task("slow_compute", {"seconds": 0.1, "label": str(n)})
+            ids.append(created.task.taskId)
+        out["ids"] = ids
+        out["list"] = [t.taskId for t in (await x.list_tasks()).tasks]
+        out["first"] = await outcome(x.get_task(ids[0]))
+        out["last"] = await outcome(x.get_task(ids[-1]))
+        async with connect(url, "2025-11-25") as (other, _, _):
+            out["other_list"] = [t.taskId for t in (await other.experimental.list_tasks()).tasks]
+            out["other_get"] = await outcome(other.experimental.get_task(ids[-1]))
+            out["other_cancel"] = await outcome(other.experimental.cancel_task(ids[-1]))
     return out
 
 
