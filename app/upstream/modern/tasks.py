@@ -267,6 +267,8 @@ class TaskRequest:
                 return
             task_id = self._params.get("taskId")
             if not self._tasks.known(task_id):
+                # Never created by this session, or forgotten from its record.
+                log.info("legacy_task_unknown", method=self._method)
                 yield _error(self.client_id, INVALID_PARAMS, f"Unknown task: {task_id}")
                 return
             assert isinstance(task_id, str)
