@@ -70,10 +70,14 @@ def run_scenario(url: str, scenario: str, out: Path) -> list[dict[str, Any]]:
 def test_the_task_fixture_passes_every_tasks_scenario_directly(
     task_server: str, tmp_path: Path
 ) -> None:
+    every_scenario_passes(task_server, tmp_path)
+
+
+def every_scenario_passes(url: str, tmp_path: Path) -> None:
     failures: dict[str, list[str]] = {}
     passed: dict[str, int] = {}
     for scenario in TASK_SCENARIOS:
-        checks = run_scenario(task_server, scenario, tmp_path / "checks")
+        checks = run_scenario(url, scenario, tmp_path / "checks")
         bad = [
             f"{c.get('id')}: {c.get('status')} {c.get('errorMessage', '')}"
             for c in checks
