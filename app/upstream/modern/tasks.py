@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -86,6 +87,13 @@ class _Answered:
     def __init__(self, task: Message, result: Message) -> None:
         self.task = task
         self.result = result
+        ttl = task.get("ttl")
+        # Kept for the ttl the client asked for (2025-11-25: null is unlimited;
+        # the session's record bounds those).
+        self.expires = time.monotonic() + ttl / 1000 if isinstance(ttl, int) else None
+
+    def expired(self) -> bool:
+        return self.expires is not None and time.monotonic() >= self.expires
 
 
 class LegacyTasks:
@@ -137,7 +145,13 @@ class LegacyTasks:
         return task
 
     def known(self, task_id: Any) -> bool:
-        return isinstance(task_id, str) and task_id in self._record
+        if not isinstance(task_id, str) or task_id not in self._record:
+            return False
+        kept = self._record[task_id]
+        if kept is not None and kept.expired():
+            del self._record[task_id]
+            return False
+        return True
 
     def kept(self, task_id: str) -> _Answered | None:
         return self._record.get(task_id)
@@ -336,6 +350,8 @@ class TaskRequest:
         return self._answer({"tasks": tasks})
 
     async def _listed(self, task_id: str) -> Message | None:
+        if not self._tasks.known(task_id):
+            return None  # a task kept here, past its ttl
         kept = self._tasks.kept(task_id)
         if kept is not None:
             return dict(kept.task)
