@@ -136,6 +136,12 @@ def test_sdk1_task_client_through_the_gateway_to_the_modern_task_server(
     assert out["unknown"]["error"]["code"] == -32602
     # Two questions at once, both answered on the tasks/result stream.
     assert out["multi_result"]["content"][0]["text"] == "name=Ada confirm=True"
+    # A protocol-level failure: the task is failed, tasks/result answers its error.
+    assert out["broken_status"]["status"] == "failed"
+    assert out["broken_result"]["error"] == {
+        "code": -32603,
+        "message": "protocol_error_job broke down",
+    }
     # The server ran greet without a task: the client asked for one, and gets it, completed.
     assert out["greet_task"]["task"]["status"] == "completed"
     assert out["greet_get"]["status"] == "completed"

@@ -100,6 +100,11 @@ async def run(url: str, args: list[str]) -> dict[str, Any]:
             multi = await x.call_tool_as_task("multi_input", {})
             got = await x.get_task_result(multi.task.taskId, types.CallToolResult)
             out["multi_result"] = dump(got)
+            broken = await x.call_tool_as_task("protocol_error_job", {})
+            out["broken_result"] = await outcome(
+                x.get_task_result(broken.task.taskId, types.CallToolResult)
+            )
+            out["broken_status"] = dump(await x.get_task(broken.task.taskId))
             greet = await x.call_tool_as_task("greet", {"name": "Ada"})
             out["greet_task"] = dump(greet)
             out["greet_get"] = dump(await x.get_task(greet.task.taskId))
