@@ -108,6 +108,10 @@ class LegacyTasks:
         self._record: OrderedDict[str, _Answered | None] = OrderedDict()
         self._ids = itertools.count(1)
 
+    @property
+    def session(self) -> RoundsSession:
+        return self._session
+
     @staticmethod
     def handles(message: Message) -> bool:
         method = message.get("method")
@@ -244,7 +248,7 @@ class TaskRequest:
 
     def __init__(self, tasks: LegacyTasks, message: Message) -> None:
         self._tasks = tasks
-        self._session = tasks._session
+        self._session = tasks.session
         self.client_id = message.get("id")
         self._method = str(message.get("method"))
         params = message.get("params")
