@@ -138,6 +138,15 @@ class Settings(BaseSettings):
         gt=0,
         description="at the legacy bound, a session idle this long is ended to make room",
     )
+    # A 2025-11-25 client's tasks on a modern upstream with the tasks extension
+    # (app/upstream/modern/tasks.py): the record tasks/list answers from.
+    legacy_tasks_per_session: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="tasks one legacy session's record keeps (oldest forgotten first); "
+        "tasks/list lists them, and a task no longer in it is unknown to that session",
+    )
     # JSON-RPC batches of 2024-11-05 / 2025-03-26 clients (app/fronts/legacy).
     max_batch: int = Field(default=50, ge=1, description="messages in one legacy JSON-RPC batch")
     # A 2024-11-05 HTTP+SSE channel (GET /sse) holds a connection from its start;

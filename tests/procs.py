@@ -26,6 +26,8 @@ CONFORMANCE = (
 )
 FIXTURE = ROOT / "tests" / "fixtures" / "legacy_server.py"
 MODERN_FIXTURE = ROOT / "tests" / "fixtures" / "modern_server.py"
+MODERN_TASK_FIXTURE = ROOT / "tests" / "fixtures" / "modern_task_server.py"
+LEGACY_TASK_MIN = ROOT / "tests" / "fixtures" / "legacy_task_min.py"
 
 
 def require_peer(path: Path) -> Path:
@@ -95,6 +97,24 @@ def modern_server(port: int, *extra: str, log_path: Path | None = None) -> Itera
     argv = [str(require_peer(MODERN_PY)), str(MODERN_FIXTURE), "--port", str(port), *extra]
     base = f"http://127.0.0.1:{port}"
     # Any HTTP answer means it is up: GET /mcp is 405 on a modern-only server.
+    with running(argv, base + "/mcp", log_path=log_path):
+        yield base + "/mcp"
+
+
+@contextmanager
+def modern_task_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
+    """The modern fixture with the `io.modelcontextprotocol/tasks` extension (mcp 2.x)."""
+    argv = [str(require_peer(MODERN_PY)), str(MODERN_TASK_FIXTURE), "--port", str(port), *extra]
+    base = f"http://127.0.0.1:{port}"
+    with running(argv, base + "/mcp", log_path=log_path):
+        yield base + "/mcp"
+
+
+@contextmanager
+def legacy_task_min(port: int, log_path: Path | None = None) -> Iterator[str]:
+    """A minimal legacy server with 2025-11-25 tasks (mcp 1.x experimental tasks)."""
+    argv = [str(require_peer(LEGACY_PY)), str(LEGACY_TASK_MIN), "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
     with running(argv, base + "/mcp", log_path=log_path):
         yield base + "/mcp"
 

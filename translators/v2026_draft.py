@@ -52,6 +52,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from translators import legacy_tasks
 from translators._base import (
     INPUT_REQUEST_METHODS,
     META_CLIENT_CAPABILITIES,
@@ -291,7 +292,9 @@ def upgrade_server_capabilities(caps: JSONObject) -> JSONObject:
 
 
 def downgrade_server_capabilities(caps: JSONObject) -> JSONObject:
-    return drop_capability(caps, "extensions")
+    # The tasks extension becomes 2025-11-25's `tasks` (the gateway bridges it:
+    # app/upstream/modern/tasks.py); the other extensions have no legacy form.
+    return drop_capability(legacy_tasks.server_capabilities_down(caps), "extensions")
 
 
 STEPS: Final = Steps(

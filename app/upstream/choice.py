@@ -59,7 +59,10 @@ def build_upstream(settings: Settings) -> Upstream:
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
     # The upstream's era (app/upstream/era.py) picks the seam's implementation.
     modern = ModernHttpUpstream(
-        transport.client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
+        transport.client,
+        str(settings.upstream_url),
+        request_timeout_s=settings.request_timeout_s,
+        legacy_tasks_per_session=settings.legacy_tasks_per_session,
     )
     era = EraProbe(modern, settings.upstream_era)
     sessions = EraTransport(transport, modern, era)

@@ -1252,12 +1252,22 @@ CLIENT_CAPS: list[Golden] = [
 
 SERVER_CAPS: list[Golden] = [
     Golden(
-        "extensions (tasks) -> legacy: none",
+        # The gateway bridges a 2025-11-25 client's tasks onto the extension
+        # (app/upstream/modern/tasks.py), so it offers them as 2025-11-25 does.
+        "extensions (tasks) -> 2025-11-25: capabilities.tasks",
         M,
         L11,
         ex("ServerCapabilities", "extensions-tasks"),
-        {},
+        {"tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}},
         lossy="extensions are 2026+",
+    ),
+    Golden(
+        "extensions (tasks) -> 2025-06-18: none",
+        M,
+        L6,
+        ex("ServerCapabilities", "extensions-tasks"),
+        {},
+        lossy="extensions are 2026+, tasks 2025-11-25 only",
     ),
     Golden(
         "resources subscribe+listChanged <-> 2024-11-05",

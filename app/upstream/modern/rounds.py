@@ -46,6 +46,18 @@ def _error(call_id: Any, code: int, message: str, data: Any = None) -> Message:
     return {"jsonrpc": "2.0", "id": call_id, "error": error}
 
 
+class Asking(Protocol):
+    """A request of a legacy client in flight on a modern upstream that may ask
+    the client questions (`CallRounds`, a task's `tasks/result`): the client's
+    answers and its cancellation reach it by the client's request id."""
+
+    client_id: Any
+
+    def answered(self, message: Message) -> None: ...
+
+    async def cancel(self) -> None: ...
+
+
 class RoundsSession(Protocol):
     """What a call's rounds need of the legacy session they run for
     (`ModernSession`, app/upstream/modern/session.py)."""
@@ -65,9 +77,9 @@ class RoundsSession(Protocol):
 
     def listed(self, key: CacheKey, result: Message) -> None: ...
 
-    def next_input_id(self, call: CallRounds) -> str: ...
+    def next_input_id(self, call: Asking) -> str: ...
 
-    def forget(self, call: CallRounds) -> None: ...
+    def forget(self, call: Asking) -> None: ...
 
     def declared(self, method: str) -> bool: ...
 
@@ -136,8 +148,12 @@ class CallRounds:
     def answered(self, message: Message) -> None:
         self._answers.put_nowait(message)
 
+    def _upgraded(self) -> Message:
+        """The request in the upstream's version (a task call adds to it)."""
+        return self._session.upgrade(self._message)
+
     async def _send(self, params_extra: Mapping[str, Any]) -> HttpExchange:
-        message = self._session.upgrade(self._message)
+        message = self._upgraded()
         if params_extra:
             message = {**message, "params": {**(message.get("params") or {}), **params_extra}}
         headers = self._session.headers_for(message)

@@ -13,6 +13,8 @@ in front of a 2026-07-28 server, which has no handshake and no session:
   modern `_meta` keys removed; 2026-only error codes mapped, the original in
   `data`). The call and its input rounds are `CallRounds` (rounds.py).
 - A list still fresh in the `ListCache` (list_cache.py) is answered from it.
+- A 2025-11-25 client's tasks (a `task` param on `tools/call`, `tasks/*`) go
+  to `LegacyTasks` (tasks.py) when the upstream offers the tasks extension.
 - `ping` and `logging/setLevel` are answered here; `resources/subscribe` and
   `unsubscribe` change what the session's `listen` stream asks the upstream's
   `subscriptions/listen` for (listen.py); `notifications/cancelled` closes the
@@ -34,10 +36,11 @@ from app.upstream.era import Era, EraProbe
 from app.upstream.errors import SessionExpired
 from app.upstream.modern.list_cache import LISTS, CacheKey, ListCache
 from app.upstream.modern.listen import ListenHub, ListenStream
-from app.upstream.modern.rounds import INPUT_METHODS, CallRounds
+from app.upstream.modern.rounds import INPUT_METHODS, Asking, CallRounds
+from app.upstream.modern.tasks import LegacyTasks, TaskCall, TaskRequest
 from app.upstream.modern.upstream import ModernHttpUpstream, header_value, standard_headers
 from app.upstream.streamable_http.transport import HttpExchange
-from translators import translate
+from translators import legacy_tasks, translate
 from translators._base import Context
 from translators.registry import Version
 
@@ -107,20 +110,29 @@ class ModernSession:
         self._server_caps = dict(server_capabilities)
         self.log_level: str | None = None
         self.subscribed: set[str] = set()
-        self._calls: dict[Any, CallRounds] = {}  # by the client's request id
-        self._asked: dict[Any, CallRounds] = {}  # by the id of our input request
+        self._calls: dict[Any, Asking] = {}  # by the client's request id
+        self._asked: dict[Any, Asking] = {}  # by the id of our input request
         self._ids = itertools.count(1)
         self._listens: set[ListenStream] = set()
         self._tool_paths: dict[str, HeaderPaths] | None = None
         self._tools_at = 0.0
         self._tools_lock = asyncio.Lock()
+        # A 2025-11-25 client's tasks, when the upstream offers the extension.
+        self._tasks: LegacyTasks | None = None
+        extensions = self._server_caps.get("extensions")
+        if isinstance(extensions, dict) and legacy_tasks.EXTENSION in extensions:
+            self._tasks = LegacyTasks(self, upstream, upstream.legacy_tasks_per_session)
 
     # -- the seam ------------------------------------------------------------
 
-    async def request(self, message: Message) -> _Canned | CallRounds:
+    async def request(self, message: Message) -> _Canned | CallRounds | TaskRequest:
         method = message.get("method")
         if method in _ANSWERED_HERE:
             return _Canned(self._answer_here(message))
+        if self._tasks is not None and self._tasks.handles(message):
+            task_call: TaskCall | TaskRequest = self._tasks.request(message)
+            self._calls[message.get("id")] = task_call
+            return task_call
         key = None
         if self._transport is not None:
             key = ListCache.key(self.authorization, message, self.modern)
@@ -281,12 +293,12 @@ class ModernSession:
         if era.name == "legacy":
             raise SessionExpired("the upstream now speaks the legacy era")
 
-    def next_input_id(self, call: CallRounds) -> str:
+    def next_input_id(self, call: Asking) -> str:
         ident = f"mcp-shim-input-{next(self._ids)}"
         self._asked[ident] = call
         return ident
 
-    def forget(self, call: CallRounds) -> None:
+    def forget(self, call: Asking) -> None:
         if self._calls.get(call.client_id) is call:
             del self._calls[call.client_id]
         for key in [k for k, v in self._asked.items() if v is call]:

@@ -43,7 +43,15 @@ PARAM_PREFIX = "mcp-param-"
 # What the upstream's answer carries that the client needs.
 RELAYED_HEADERS = frozenset({"content-type", "cache-control", "www-authenticate"})
 _ACCEPT = "application/json, text/event-stream"
-NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAMED_METHODS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # SEP-2663 "Streamable HTTP: Routing Headers": the tasks extension's methods name their task.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
 
 def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -133,8 +141,17 @@ class ModernResponse:
 
 
 class ModernHttpUpstream:
-    def __init__(self, client: UpstreamClient, url: str, *, request_timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: UpstreamClient,
+        url: str,
+        *,
+        request_timeout_s: float,
+        legacy_tasks_per_session: int = 100,
+    ) -> None:
         self._client = client
+        # MCP_SHIM_LEGACY_TASKS_PER_SESSION: the tasks a legacy session's record keeps.
+        self.legacy_tasks_per_session = legacy_tasks_per_session
         self.url = url
         self._parsed_url = httpx.URL(url)
         self._timeout = httpx.Timeout(request_timeout_s, connect=client.connect_timeout)
