@@ -146,6 +146,12 @@ class CoalescedTransport(asyncio.Transport):
         self._writes.flush(self._transport)
         self._transport.close()
 
+    def flush_queued(self) -> asyncio.Transport:
+        """Write what is queued now; the transport underneath (a connection
+        handed to another worker is checked and dropped there: app/handoff.py)."""
+        self._writes.flush(self._transport)
+        return self._transport
+
     def abort(self) -> None:
         self._writes.discard(self._transport)
         self._transport.abort()
