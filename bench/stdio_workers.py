@@ -14,7 +14,9 @@ the kernel picks) and a modern client (2026-07-28 requests, session-less).
 wrk and the cells are bench/wrk.py's (`-t1`, closed loop, `tools/call echo`
 with a distinct id per request). CPU per call is the gateway's alone
 (supervisor and workers, from /proc), the stdio servers' apart ("server
-CPU"). "relayed/1k" is the `replica_relayed` lines the gateway logged per
+CPU"), and how often a server went to sleep per call ("server sleeps/call",
+its voluntary context switches: each is a wake that a write to it paid for).
+"relayed/1k" is the `replica_relayed` lines the gateway logged per
 1,000 legacy calls. `--tree LABEL=DIR` (repeatable): rows for the gateway of
 that checkout (a `git worktree` of an older commit) labelled LABEL, for
 before/after rows in one run (`--tree before=../base --tree after=.`).
@@ -23,6 +25,7 @@ before/after rows in one run (`--tree before=../base --tree after=.`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -89,6 +92,18 @@ def gateway_pids(root: int) -> list[int]:
     return out
 
 
+def switches(*pids: int) -> int:
+    """Voluntary context switches of the processes, summed: each is a sleep in
+    a read or `epoll_wait` that a write to it then pays to end."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def relayed_lines(log: Path) -> int:
     return sum(1 for line in log.read_bytes().splitlines() if b'"replica_relayed"' in line)
 
@@ -108,8 +123,10 @@ def run_wrk(row: Row, concurrency: int, seconds: float) -> dict[str, float]:
         common.cpu_seconds(*servers),
         relayed_lines(row.log),
     )
+    sw0 = switches(*servers)
     out = subprocess.run(argv, env=env, capture_output=True, timeout=seconds + 60).stdout.decode()
     cpu, srv = common.cpu_seconds(*mine) - cpu0, common.cpu_seconds(*servers) - srv0
+    woken = switches(*servers) - sw0
     line = next((x for x in out.splitlines() if x.startswith("BENCH ")), None)
     if line is None:
         raise RuntimeError(f"wrk failed on {row.name}:\n{out}")
@@ -124,6 +141,7 @@ def run_wrk(row: Row, concurrency: int, seconds: float) -> dict[str, float]:
         "p99_ms": summary["p99_us"] / 1000,
         "cpu_us": cpu * 1e6 / calls,
         "server_us": srv * 1e6 / calls,
+        "server_sleeps": woken / calls,
         "relayed_per_1k": (relayed_lines(row.log) - rel0) * 1000 / calls,
         "rss_mb": common.rss_mb(*mine),
     }
@@ -180,7 +198,10 @@ def bodies(logs: Path, server: str) -> dict[bool, Path]:
 
 def table(rows: list[Row], concurrencies: list[int]) -> str:
     head = ["row"] + [f"c{c} calls/s" for c in concurrencies]
-    head += [f"c{c} CPU us/call" for c in concurrencies] + ["server CPU us/call"]
+    head += [f"c{c} CPU us/call" for c in concurrencies] + [
+        "server CPU us/call",
+        "server sleeps/call",
+    ]
     head += [f"p99 c{c} ms" for c in concurrencies] + ["relayed/1k", "RSS MB"]
     lines = [head]
     for row in rows:
@@ -193,6 +214,8 @@ def table(rows: list[Row], concurrencies: list[int]) -> str:
         ]
         srv = [r["server_us"] for c in concurrencies for r in row.runs[c]]
         cells.append(f"{statistics.median(srv):.0f}")
+        sleeps = [r["server_sleeps"] for c in concurrencies for r in row.runs[c]]
+        cells.append(f"{statistics.median(sleeps):.2f}")
         cells += [f"{best[c]['p99_ms']:.1f}" for c in concurrencies]
         rel = [r["relayed_per_1k"] for c in concurrencies for r in row.runs[c]]
         cells.append("-" if row.modern else f"{max(rel):.0f}")

@@ -31,7 +31,14 @@ import pytest
 from tests import procs
 from tests.integration import test_replicas as replicas
 from tests.integration import wire
-from tests.integration.test_workers import Workers, _up, descendants, lines, started_at
+from tests.integration.test_workers import (
+    Workers,
+    _up,
+    descendants,
+    lines,
+    relay_counts,
+    started_at,
+)
 
 pytestmark = pytest.mark.peers
 
@@ -76,7 +83,10 @@ def stdio_gateway(logs_dir: Path, **settings: str) -> Iterator[Workers]:
 
 @pytest.fixture(scope="module")
 def two(logs_dir: Path) -> Iterator[Workers]:
-    with stdio_gateway(logs_dir, MCP_SHIM_STDIO_MAX_PROCESSES="4") as workers:
+    metrics = str(procs.free_port())
+    settings = {"MCP_SHIM_STDIO_MAX_PROCESSES": "4", "MCP_SHIM_METRICS_PORT": metrics}
+    with stdio_gateway(logs_dir, **settings) as workers:
+        workers.metrics = f"http://127.0.0.1:{metrics}/metrics"
         yield workers
 
 
@@ -115,6 +125,7 @@ def test_an_sdk_session_with_many_concurrent_calls_is_never_relayed(two: Workers
 def test_the_other_workers_requests_hand_over_their_connection_once(two: Workers) -> None:
     urls = two.internal()
     before = len(events(two, "replica_handed_off"))
+    counted = relay_counts(two)
     with httpx.Client(timeout=30.0) as owner:
         session_id = replicas.initialize(owner, urls[0])
     # One keep-alive connection to worker 1: its first request takes it to
@@ -125,6 +136,8 @@ def test_the_other_workers_requests_hand_over_their_connection_once(two: Workers
     handed = events(two, "replica_handed_off")[before:]
     assert [(line["worker"], line["owned"]) for line in handed] == [(1, "legacy_session")]
     assert not [line for line in events(two, "replica_relayed") if line["worker"] == 1]
+    key = ("1", "legacy_session", "handed_off")
+    assert relay_counts(two).get(key, 0) - counted.get(key, 0) == 1
 
 
 def test_the_process_bound_holds_per_worker(logs_dir: Path) -> None:
