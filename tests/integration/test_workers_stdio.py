@@ -117,7 +117,9 @@ def echo(http: httpx.Client, url: str, session_id: str, text: str) -> str:
 
 def test_an_sdk_session_with_many_concurrent_calls_is_never_relayed(two: Workers) -> None:
     before = len(events(two, "replica_relayed"))
-    result = procs.run_legacy_client("many_calls.py", two.base + "/mcp", "2025-06-18", "12", "8")
+    result = procs.run_legacy_client(
+        "one_session_calls.py", two.base + "/mcp", "2025-06-18", "12", "8"
+    )
     assert result == {"session": result["session"], "right": 96, "wrong": []}  # type: ignore[index]
     assert len(events(two, "replica_relayed")) == before
 

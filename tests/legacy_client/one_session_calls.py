@@ -1,6 +1,6 @@
 """One legacy session, many calls, several at once.
 
-Usage: many_calls.py URL VERSION ROUNDS CONCURRENCY
+Usage: one_session_calls.py URL VERSION ROUNDS CONCURRENCY
 
 Initializes offering VERSION, then ROUNDS rounds of CONCURRENCY `echo` calls
 at once (the SDK's HTTP client then holds several connections), each with a
