@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import resource
 import socket
@@ -18,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio, logs, metrics, probe, state_key, workers
 from app.config import Settings, SettingsError, load_settings
+from app.handoff import Handoff
 from app.http_protocol import ConnectionLimits, protocol_class
 from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
@@ -32,15 +34,32 @@ class GracefulServer(uvicorn.Server):
     graceful closing result, so the wait below finds them finished.
     """
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: FastAPI, handoff: Handoff | None = None
+    ) -> None:
         super().__init__(config)
         self._app = app
+        self._handoff = handoff
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        wired = getattr(self._app.state, "wiring", None)
+        if self._handoff is not None and wired is not None and not self.should_exit:
+            # Connections siblings hand over are served as this server's own.
+            self._handoff.start(
+                functools.partial(  # uvicorn's own create_protocol, as it builds it
+                    self.config.http_protocol_class,  # type: ignore[call-arg]
+                    config=self.config,
+                    server_state=self.server_state,
+                    app_state=self.lifespan.state,
+                )
+            )
+            wired.replicas.relay.handoff = self._handoff
         release_free_heap()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._handoff is not None:
+            self._handoff.close()
         await drain(self._app)
         await super().shutdown(sockets)
 
@@ -198,6 +217,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     worker.add_argument("--listen-fd", type=int, required=True)
     worker.add_argument("--internal-fd", type=int, required=True)
     worker.add_argument("--metrics-internal-only", action="store_true")
+    # Connections handed between workers (app/handoff.py): its inbox, each sibling's outbox.
+    worker.add_argument("--handoff-inbox", type=int, default=None)
+    worker.add_argument("--handoff-outbox", action="append", default=[], metavar="URL=FD")
     probe.add_arguments(
         commands.add_parser(
             "probe",
@@ -245,6 +267,7 @@ def serve(
     sockets: list[socket.socket] | None = None,
     *,
     metrics_internal_only: bool = False,
+    handoff: Handoff | None = None,
 ) -> None:
     """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
     listening sockets (a worker's: the shared port and its internal listener)."""
@@ -267,7 +290,7 @@ def serve(
         timeout_graceful_shutdown=10,
     )
     fix_mmap_threshold()
-    server = GracefulServer(config, app)
+    server = GracefulServer(config, app, handoff)
     app.state.metrics.watch_server(server.server_state)  # open connections, requests served
     try:
         server.run(sockets=sockets)
@@ -288,7 +311,11 @@ def run_worker(args: argparse.Namespace, key: str | None) -> None:
         sys.exit(2)
     logs.configure(settings.log_level, worker=args.index)
     sockets = [socket.socket(fileno=args.listen_fd), socket.socket(fileno=args.internal_fd)]
-    serve(settings, sockets, metrics_internal_only=args.metrics_internal_only)
+    handoff = None
+    if args.handoff_inbox is not None:
+        outboxes = dict(item.rsplit("=", 1) for item in args.handoff_outbox)
+        handoff = Handoff(args.handoff_inbox, {url: int(fd) for url, fd in outboxes.items()})
+    serve(settings, sockets, metrics_internal_only=args.metrics_internal_only, handoff=handoff)
 
 
 def received_state_key(args: argparse.Namespace) -> str | None:

@@ -30,6 +30,7 @@ with how many times since the last one.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -328,6 +329,46 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # close() would wait for the buffer to flush, which is what never happens.
         self.transport.abort()
 
+    # -- handing the connection to another worker (app/handoff.py) -------------
+
+    def detach(self, scope: Any) -> int | None:
+        """A duplicate of the socket, this connection's reading paused, when the
+        request of `scope` is all that is under way on it (its body read, nothing
+        pipelined after it, nothing answered, nothing left to write); else None."""
+        cycle = self.cycle
+        if (
+            cycle is None
+            or cycle.scope is not scope
+            or cycle.more_body
+            or cycle.response_started
+            or self.pipeline
+            or self._pending_read is not None  # a next request has begun
+            or not isinstance(self.transport, write_coalescer.CoalescedTransport)
+            or self.transport.is_closing()
+        ):
+            return None
+        raw = self.transport.flush_queued()  # the previous answer's last bytes
+        sock = raw.get_extra_info("socket")
+        if sock is None or raw.get_write_buffer_size():
+            return None
+        raw.pause_reading()  # from here on the socket's bytes are the owner's
+        try:
+            return os.dup(sock.fileno())
+        except OSError:
+            raw.resume_reading()
+            return None
+
+    def reattach(self) -> None:
+        """The handing over failed: this worker serves the connection after all."""
+        self.transport.resume_reading()
+
+    def handed_off(self) -> None:
+        """The other worker has the socket: drop ours without a byte or a FIN (its
+        descriptor keeps the connection open), and end this request's cycle quietly."""
+        if self.cycle is not None:
+            self.cycle.disconnected = True  # uvicorn then sends nor logs anything
+        self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_read()
         self._cancel_write()
@@ -339,6 +380,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             link = cycle.scope.get("extensions", {}).get(LINK)
             if isinstance(link, ConnectionLink):
                 link.connection_lost()
+
+
+def connection_protocol(scope: Any) -> asyncio.BaseProtocol | None:
+    """The protocol serving the connection of `scope`'s request, when it is the
+    gateway's own (its ConnectionLink is in the scope)."""
+    extensions = scope.get("extensions")
+    link = extensions.get(LINK) if extensions else None
+    if not isinstance(link, ConnectionLink):
+        return None
+    transport = getattr(link._flow, "_transport", None)
+    return transport.get_protocol() if isinstance(transport, asyncio.BaseTransport) else None
 
 
 def protocol_class(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:

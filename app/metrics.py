@@ -86,6 +86,8 @@ RELAY_ENDINGS = (
     "owner_broke_off",
     "client_disconnected",
     "client_stalled",
+    # The connection went to the owner, a sibling worker (app/handoff.py): no relay.
+    "handed_off",
 )
 RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call")
 
@@ -400,7 +402,7 @@ class Metrics:
             owned if owned in RELAY_OWNED else OTHER,
             ending if ending in RELAY_ENDINGS else OTHER,
         ).inc()
-        if not stream:
+        if not stream and ending != "handed_off":
             self._relay_duration.labels(owned if owned in RELAY_OWNED else OTHER).observe(
                 duration_s
             )

@@ -36,6 +36,7 @@ from starlette.responses import Response
 from app import jsonio, write_coalescer
 from app.client_held import ClientHeld
 from app.config import Settings
+from app.handoff import Handoff, request_bytes
 from app.mrtr.state import Sealer, caller_digest, generate_key
 from app.upstream.http.common import KEEPALIVE_S
 
@@ -154,6 +155,8 @@ class ReplicaRelay:
         self._session: aiohttp.ClientSession | None = None
         # Told of every relay's end (owned, ending, seconds, stream): the metrics.
         self.observer: Callable[[str, str, float, bool], None] | None = None
+        # Sibling workers reached by handing them the connection (app/handoff.py).
+        self.handoff: Handoff | None = None
 
     def ended(self, owned: str, ending: str, duration_s: float, *, stream: bool) -> None:
         """A relay is over: count it (a relay carries no call of its own to count)."""
@@ -281,6 +284,8 @@ class Relayed(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         t = self._target
+        if self._handed_off(scope):
+            return
         started = time.perf_counter()
         answer: httpx.Response | None = None
         # Not a call outcome of app/metrics.py: this says how the relay itself ended.
@@ -347,6 +352,19 @@ class Relayed(Response):
                 ending=ending,
                 duration_ms=round(duration_s * 1000, 2),
             )
+
+    def _handed_off(self, scope: Scope) -> bool:
+        """The connection given to its owner, a sibling worker, with this request:
+        its next requests reach the owner directly (app/handoff.py)."""
+        t, handoff = self._target, self._relay.handoff
+        if handoff is None or not handoff.reaches(t.replica):
+            return False
+        request = request_bytes(t.method, t.target, relayed_headers(t.headers), t.body)
+        if not handoff.send(t.replica, scope, request):
+            return False
+        self._relay.ended(t.what, "handed_off", 0.0, stream=t.long_lived)
+        log.info("replica_handed_off", replica=t.replica[:200], owned=t.what, http_method=t.method)
+        return True
 
 
 def _answer_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

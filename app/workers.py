@@ -211,6 +211,16 @@ def listen_socket(host: str, port: int, what: str) -> socket.socket:
     return sock
 
 
+def handoff_pair() -> tuple[socket.socket, socket.socket]:
+    """(inbox, outbox) of one worker: a connection written to the outbox by a
+    sibling is read from the inbox by the worker (app/handoff.py). A socket pair,
+    not a named socket: no other process can reach it."""
+    inbox, outbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # Only the siblings write: the inbox's own sending side is never used.
+    inbox.shutdown(socket.SHUT_WR)
+    return inbox, outbox
+
+
 # -- metrics of every worker ------------------------------------------------------
 
 
@@ -283,6 +293,9 @@ class Worker:
     internal: socket.socket
     advertise: str
     local: str
+    # With a stdio upstream: the worker's inbox of handed-over connections and
+    # the outbox its siblings write to (app/handoff.py), kept across restarts.
+    handoff: tuple[socket.socket, socket.socket] | None = None
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     failures: int = 0
@@ -339,12 +352,13 @@ class Supervisor:
         ]
         if self._settings.metrics_port is not None:
             argv.append("--metrics-internal-only")  # this supervisor serves that port
+        handoff = self._handoff_fds(worker, argv)
         parent = os.getpid()
         try:
             proc = subprocess.Popen(
                 argv,
                 env=worker_environment(self._environ, worker.advertise),
-                pass_fds=(self._listener.fileno(), worker.internal.fileno(), key_fd),
+                pass_fds=(self._listener.fileno(), worker.internal.fileno(), key_fd, *handoff),
                 # Its own process group: a terminal's Ctrl-C reaches the supervisor
                 # only, which stops the workers once, gracefully.
                 process_group=0,
@@ -360,6 +374,18 @@ class Supervisor:
         worker.restart_at = None
         self._by_pid[proc.pid] = worker
         log.info("worker_started", worker=worker.index, pid=proc.pid, advertise=worker.advertise)
+
+    def _handoff_fds(self, worker: Worker, argv: list[str]) -> list[int]:
+        """The worker's inbox and its siblings' outboxes, on its command line."""
+        if worker.handoff is None:
+            return []
+        fds = [worker.handoff[0].fileno()]
+        argv += ["--handoff-inbox", str(fds[0])]
+        for other in self._workers:
+            if other is not worker and other.handoff is not None:
+                fds.append(other.handoff[1].fileno())
+                argv += ["--handoff-outbox", f"{other.advertise}={fds[-1]}"]
+        return fds
 
     def _alive(self) -> list[Worker]:
         return [w for w in self._workers if w.proc is not None]
@@ -477,6 +503,7 @@ def supervise(settings: Settings, count: int) -> int:
                     internal,
                     advertise_url(settings, port),
                     local_url(address.bind_host, port),
+                    handoff_pair() if settings.upstream_command is not None else None,
                 )
             )
         if settings.state_key is not None:
@@ -517,6 +544,8 @@ def supervise(settings: Settings, count: int) -> int:
     finally:
         for worker in workers:
             worker.internal.close()
+            for end in worker.handoff or ():
+                end.close()
         listener.close()
 
 

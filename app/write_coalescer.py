@@ -1,5 +1,5 @@
 """Small socket writes of one event-loop iteration, sent together at the start
-of the next.
+of the next (and a stdio server's stdin lines, a pipe, the same way).
 
 A write to a loopback peer that sleeps in `epoll_wait` wakes it, and the
 waking is paid by the writer: a small TCP write costs several times more when
@@ -12,7 +12,8 @@ round, the iteration's writes to a peer wake it once: the others find it
 running, and it reads them in one pass. A write waits at most for the rest of
 the iteration it was made in (the calls already under way there) and one
 `epoll_wait` that does not block; the writes to one transport keep their order
-and go out as one.
+and go out as one. A stdio server asleep in its read of stdin is woken the
+same way by each line (app/upstream/stdio/transport.py queues its lines here).
 
 Large writes go at once, after what is queued for their transport: the
 transport's flow control (`pause_writing` at its high-water mark) then sees
@@ -144,6 +145,12 @@ class CoalescedTransport(asyncio.Transport):
     def close(self) -> None:
         self._writes.flush(self._transport)
         self._transport.close()
+
+    def flush_queued(self) -> asyncio.Transport:
+        """Write what is queued now; the transport underneath (a connection
+        handed to another worker is checked and dropped there: app/handoff.py)."""
+        self._writes.flush(self._transport)
+        return self._transport
 
     def abort(self) -> None:
         self._writes.discard(self._transport)

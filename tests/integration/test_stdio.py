@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -171,6 +172,25 @@ def test_server_filesystem_reads_a_file(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------
 # Failures, bounds, shutdown
 # ---------------------------------------------------------------------------
+
+
+def test_concurrent_calls_of_any_size_each_get_their_own_answer(
+    everything: tuple[str, int, Path],
+) -> None:
+    # One process serves them all (one pool key): the lines of many calls go to
+    # its stdin together, as the loop groups them (app/write_coalescer.py), and
+    # lines past the coalescer's bound at once. Every answer is its own call's.
+    base = everything[0]
+    sizes = [1, 100, 5_000, 20_000, 70_000]
+    messages = [f"m{n}-" + "x" * sizes[n % len(sizes)] for n in range(60)]
+    with (
+        httpx.Client(timeout=60.0, limits=httpx.Limits(max_connections=12)) as client,
+        ThreadPoolExecutor(12) as pool,
+    ):
+        answers = list(
+            pool.map(lambda m: text_of(call(client, base, "echo", {"message": m})), messages)
+        )
+    assert answers == [f"Echo: {m}" for m in messages]
 
 
 def test_a_server_killed_mid_call(tmp_path: Path, http: httpx.Client) -> None:

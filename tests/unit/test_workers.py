@@ -185,3 +185,47 @@ def test_restarts_back_off_while_a_worker_keeps_failing() -> None:
         delays = [delay(1.0) for _ in range(9)]
         assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
         assert delay(workers.STABLE_S) == 0.5  # it ran long enough: start over
+
+
+def test_each_worker_gets_its_inbox_and_every_siblings_outbox() -> None:
+    pairs = [workers.handoff_pair() for _ in range(3)]
+    try:
+        crew = [
+            workers.Worker(i, socket.socket(), f"http://127.0.0.1:{9000 + i}", "", pairs[i])
+            for i in range(3)
+        ]
+        supervisor = workers.Supervisor(None, socket.socket(), crew, {}, "k")  # type: ignore[arg-type]
+        argv: list[str] = []
+        fds = supervisor._handoff_fds(crew[1], argv)
+        assert fds == [pairs[1][0].fileno(), pairs[0][1].fileno(), pairs[2][1].fileno()]
+        assert argv == [
+            "--handoff-inbox",
+            str(pairs[1][0].fileno()),
+            "--handoff-outbox",
+            f"http://127.0.0.1:9000={pairs[0][1].fileno()}",
+            "--handoff-outbox",
+            f"http://127.0.0.1:9002={pairs[2][1].fileno()}",
+        ]
+        # What a sibling writes to a worker's outbox arrives whole at its inbox;
+        # the inbox itself sends nothing.
+        inbox, outbox = pairs[1]
+        outbox.send(b"one message")
+        assert inbox.recv(100) == b"one message"
+        with pytest.raises(OSError):
+            inbox.send(b"back")
+        for worker in crew:
+            worker.internal.close()
+        supervisor._listener.close()
+    finally:
+        for pair in pairs:
+            for end in pair:
+                end.close()
+
+
+def test_no_handover_channel_without_a_stdio_upstream() -> None:
+    worker = workers.Worker(0, socket.socket(), "http://127.0.0.1:9000", "")
+    supervisor = workers.Supervisor(None, socket.socket(), [worker], {}, "k")  # type: ignore[arg-type]
+    argv: list[str] = []
+    assert supervisor._handoff_fds(worker, argv) == [] and argv == []
+    worker.internal.close()
+    supervisor._listener.close()

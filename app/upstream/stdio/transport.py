@@ -52,7 +52,7 @@ from typing import Any
 
 import structlog
 
-from app import jsonio
+from app import jsonio, write_coalescer
 from app.upstream.base import Message
 from app.upstream.errors import (
     PoolExhausted,
@@ -166,6 +166,10 @@ class StdioSession:
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._ping_ids = itertools.count(1)
         loop = asyncio.get_running_loop()
+        # The lines of one loop iteration go to the server's stdin as one write at
+        # the next (app/write_coalescer.py): a write to a server asleep in its
+        # read wakes it, and the writer pays for that waking, once per write.
+        self._writes = write_coalescer.for_loop(loop)
         # A fresh context: the process outlives the request that started it, and its
         # log lines must not carry that request's id.
         self._tasks = [
@@ -212,6 +216,14 @@ class StdioSession:
     def mark_owned(self) -> None:
         self.owned = True
 
+    def close_stdin(self) -> None:
+        """End of input for the server, after the lines still queued for it."""
+        stdin = self.proc.stdin
+        if stdin is not None:
+            self._writes.flush(stdin.transport)
+            with contextlib.suppress(Exception):
+                stdin.close()
+
     async def close(self) -> None:
         """Stop the process (stdin closed, then SIGTERM, then SIGKILL), in the background:
         the transport waits for it at shutdown, and counts it until it is gone."""
@@ -228,8 +240,10 @@ class StdioSession:
         stdin = self.proc.stdin
         assert stdin is not None
         try:
-            stdin.write(jsonio.dumps(message) + b"\n")
-            # A server that stops reading its stdin stops answering too.
+            # Whole lines, queued in order: concurrent writers never interleave.
+            self._writes.write(stdin.transport, jsonio.dumps(message) + b"\n")
+            # A server that stops reading its stdin stops answering too (a line
+            # queued here meets the pipe's flow control at the next write).
             async with asyncio.timeout(self._liveness_s):
                 await stdin.drain()
         except TimeoutError:
@@ -693,10 +707,7 @@ class StdioTransport:
             task.add_done_callback(lambda _: self._stoppers.pop(session, None))
 
     async def _stop(self, session: StdioSession) -> None:
-        proc = session.proc
-        if proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                proc.stdin.close()
+        session.close_stdin()
         for sig, grace in (
             (signal.SIGTERM, self._stdin_grace_s),
             (signal.SIGKILL, self._term_grace_s),
