@@ -15,8 +15,12 @@ The peers run at their default log level; the npm ones on the Node 22 of .peers/
 
 stdio servers: `python` (tests/fixtures/legacy_server.py --stdio, the official
 Python SDK mcp 1.30.0 of .peers/legacy) and `everything` (npm's
-@modelcontextprotocol/server-everything, .peers/node). One server at a time:
-its five gateways start, run every pass, and stop before the next server's.
+@modelcontextprotocol/server-everything, .peers/node). And two HTTP upstreams,
+in front of which only mcp-shim's rows run (one worker and the default: the
+peers serve stdio servers): `http-python` (the same fixture over Streamable
+HTTP, SSE answers) and `http-fast` (bench/fast_upstream.py, JSON, ~10 us a
+call), bench/wrk.py's two upstreams. One server at a time: its gateways
+start, run every pass, and stop before the next server's.
 
 Clients: `legacy` (2025-11-25): the script opens ONE session per gateway
 (initialize, notifications/initialized) and every wrk connection sends
@@ -83,6 +87,9 @@ GATEWAYS = ["shim-1", "shim-default", "supergateway", "mcp-proxy-npm", "mcp-prox
 SHIMS = ("shim-1", "shim-default")
 KINDS = ["legacy", "modern"]
 ERRORS = ("non2xx", "connect", "read", "write", "timeout")
+SERVERS = ["python", "everything", "http-python", "http-fast"]
+NO_STDIO = "\0"  # an HTTP upstream's marker: no process's command line holds it
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -92,19 +99,18 @@ class Server:
     argv: list[str]
     marker: str  # in the command line of the server's processes, and only theirs
     arguments: dict[str, str]  # echo's
+    http: str = ""  # an HTTP upstream of bench/common.py's ("legacy", "fast"); "": stdio
 
 
 def servers() -> dict[str, Server]:
     legacy = [str(procs.LEGACY_PY), str(procs.FIXTURE), "--stdio"]
     node = [str(procs.NODE), str(EVERYTHING_JS)]
+    text = {"text": "hi"}
+    python = "Python SDK server (mcp 1.30.0, stdio)"
+    fixture = "Python SDK server over Streamable HTTP (mcp 1.30.0, SSE answers)"
+    fast = "bench/fast_upstream.py over Streamable HTTP (JSON, ~10 us a call)"
     return {
-        "python": Server(
-            "python",
-            "Python SDK server (mcp 1.30.0, stdio)",
-            legacy,
-            str(procs.FIXTURE),
-            {"text": "hi"},
-        ),
+        "python": Server("python", python, legacy, str(procs.FIXTURE), text),
         "everything": Server(
             "everything",
             "npm server-everything (stdio)",
@@ -112,21 +118,63 @@ def servers() -> dict[str, Server]:
             str(EVERYTHING_JS),
             {"message": "hi"},
         ),
+        # HTTP upstreams: mcp-shim's rows only (the peers serve stdio servers).
+        "http-python": Server("http-python", fixture, [], NO_STDIO, text, http="legacy"),
+        "http-fast": Server("http-fast", fast, [], NO_STDIO, text, http="fast"),
     }
 
 
 @dataclass
+class Gateway:
+    """One gateway process in front of its stdio server; started again when its
+    server is gone for good (a peer that does not start it again)."""
+
+    key: str
+    server: Server
+    logs: Path
+    url: str = ""
+    pid: int = 0
+    log: Path = Path()
+    starts: int = 0
+    upstream_url: str = ""  # an HTTP upstream's (Server.http)
+    upstream_pid: int = 0
+    stack: ExitStack = field(default_factory=ExitStack)
+
+    def start(self) -> None:
+        self.starts += 1
+        started_at = started(self, self.starts)
+        self.url, self.pid, self.log = self.stack.enter_context(started_at)
+
+    def stop(self) -> None:
+        self.stack.close()
+
+
+@dataclass
 class Row:
-    gateway: str
+    gw: Gateway
     label: str
     kind: str  # "legacy" or "modern"
-    url: str
-    pid: int
-    log: Path
     headers: dict[str, str] = field(default_factory=dict)
     rss_idle: float = 0.0
     servers_seen: set[int] = field(default_factory=set)  # stdio servers' pids, any run
+    new_sessions: int = 0  # legacy sessions opened again: the last one's server was gone
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
+
+    @property
+    def gateway(self) -> str:
+        return self.gw.key
+
+    @property
+    def url(self) -> str:
+        return self.gw.url
+
+    @property
+    def pid(self) -> int:
+        return self.gw.pid
+
+    @property
+    def log(self) -> Path:
+        return self.gw.log
 
 
 # -- parsing and figures (pure) --------------------------------------------------
@@ -195,6 +243,8 @@ def split_tree(root: int, marker: str) -> tuple[list[int], list[int]]:
 
 def serving(pids: list[int], server: Server) -> set[int]:
     """The stdio servers themselves among `pids`, not a `sh -c` around one."""
+    if not server.argv:
+        return set()
     return {p for p in pids if _cmdline(p).startswith(server.argv[0] + " ")}
 
 
@@ -202,12 +252,26 @@ def cpu_snapshot(pids: list[int]) -> dict[int, float]:
     return {pid: common.cpu_seconds(pid) for pid in pids if Path(f"/proc/{pid}").exists()}
 
 
-def gateway_argv(gateway: str, server: Server, port: int) -> tuple[list[str], dict[str, str]]:
+def reaped_snapshot(pids: list[int]) -> dict[int, float]:
+    """cutime + cstime of the processes: the CPU of children they reaped, which
+    is where a stdio server that exited during a run left its time (supergateway
+    serves a 2026-07-28 call with a process of its own)."""
+    out = {}
+    for pid in pids:
+        with suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[13]) + int(fields[14])) / TICKS
+    return out
+
+
+def gateway_argv(gw: Gateway, port: int) -> tuple[list[str], dict[str, str]]:
+    gateway, server = gw.key, gw.server
     command = shlex.join(server.argv)
     node = str(procs.require_peer(procs.NODE))
     if gateway in SHIMS:
+        upstream = "MCP_SHIM_UPSTREAM_URL" if server.http else "MCP_SHIM_UPSTREAM_COMMAND"
         env = {
-            "MCP_SHIM_UPSTREAM_COMMAND": command,
+            upstream: gw.upstream_url if server.http else command,
             "MCP_SHIM_PORT": str(port),
             "MCP_SHIM_HOST": "127.0.0.1",
             "MCP_SHIM_LOG_LEVEL": "info",
@@ -243,11 +307,12 @@ def labels(gateway: str, workers: int) -> str:
 
 
 @contextmanager
-def started(gateway: str, server: Server, logs: Path) -> Iterator[tuple[str, int, Path]]:
-    """The gateway in front of `server`: its /mcp URL, pid and log file."""
+def started(gw: Gateway, n: int) -> Iterator[tuple[str, int, Path]]:
+    """The gateway (its n-th start): its /mcp URL, pid and log file."""
+    gateway, server = gw.key, gw.server
     port = procs.free_port()
-    argv, env = gateway_argv(gateway, server, port)
-    log = logs / f"peers-{server.key}-{gateway}.log"
+    argv, env = gateway_argv(gw, port)
+    log = gw.logs / f"peers-{server.key}-{gateway}{'' if n == 1 else f'-{n}'}.log"
     base = f"http://127.0.0.1:{port}"
     # Any HTTP answer to GET /mcp (a 400 or 405 without a session) means it is up.
     probe = base + ("/healthz" if gateway in SHIMS else "/mcp")
@@ -312,9 +377,47 @@ def check_call(url: str, server: Server, kind: str, headers: dict[str, str]) -> 
 # -- runs ----------------------------------------------------------------------------
 
 
+def check_calls(row: Row, server: Server, n: int = 4) -> str | None:
+    """`n` calls, each on a connection of its own (so that each of mcp-shim's
+    workers likely gets one); what went wrong with the first that failed."""
+    for _ in range(n):
+        failed = check_call(row.url, server, row.kind, row.headers)
+        if failed:
+            return failed
+    return None
+
+
+def ready(row: Row, server: Server) -> None:
+    """Calls before a run, unmeasured. wrk drops its connections with calls in
+    flight at its end, the gateway may cancel them upstream, and the mcp 1.x
+    server can die of that race (python-sdk issue 2416): a server that a call
+    starts again starts here, not inside the measured window; a legacy session
+    whose server is gone is replaced by a new one; a gateway that has no server
+    left for any session is started again. Each counted, and said in the notes."""
+    for attempt in range(3):
+        failed = check_calls(row, server)
+        if failed and row.kind == "legacy":
+            try:
+                row.headers = open_session(row.url)
+            except (RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
+                failed = f"a new session: {exc}"
+            else:
+                row.new_sessions += 1
+                failed = check_calls(row, server)
+        if not failed:
+            return
+        if attempt == 0:
+            time.sleep(0.5)
+        elif attempt == 1:
+            row.gw.stop()
+            row.gw.start()
+    raise RuntimeError(f"{row.label} ({row.kind}) before a run: {failed}")
+
+
 def run_wrk(
     row: Row, server: Server, concurrency: int, seconds: float, bodies: dict[str, Path]
 ) -> dict[str, float]:
+    ready(row, server)  # first: it may open a new session or start the gateway again
     env = {
         **os.environ,
         "BENCH_BODY": str(bodies[row.kind]),
@@ -322,13 +425,9 @@ def run_wrk(
     }
     argv = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "10s"]
     argv += ["--latency", "-s", str(BENCH / "call.lua"), row.url]
-    # A stdio server that died at the end of the last run (see the note on
-    # exits) starts again here, not inside the measured window.
-    failed = check_call(row.url, server, row.kind, row.headers)
-    if failed:
-        raise RuntimeError(f"{row.label} ({row.kind}) before a run: {failed}")
     gw, up = split_tree(row.pid, server.marker)
-    gw0, up0 = cpu_snapshot(gw), cpu_snapshot(up)
+    up += [row.gw.upstream_pid] if row.gw.upstream_pid else []
+    gw0, up0, reaped0 = cpu_snapshot(gw), cpu_snapshot(up), reaped_snapshot(gw)
     row.servers_seen |= serving(up, server)
     log_at = row.log.stat().st_size
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -338,7 +437,9 @@ def run_wrk(
         time.sleep(0.25)
     out = proc.stdout.read().decode() if proc.stdout else ""
     gw, up = split_tree(row.pid, server.marker)
+    up += [row.gw.upstream_pid] if row.gw.upstream_pid else []
     gw_cpu, up_cpu = cpu_delta(gw0, cpu_snapshot(gw)), cpu_delta(up0, cpu_snapshot(up))
+    up_cpu += cpu_delta(reaped0, reaped_snapshot(gw))
     row.servers_seen |= serving(up, server)
     if proc.returncode != 0:
         raise RuntimeError(f"wrk failed on {row.label} ({row.kind}):\n{out}")
@@ -357,7 +458,7 @@ def run_wrk(
         "cpu_us": gw_cpu * 1e6 / calls,
         "server_cpu_us": up_cpu * 1e6 / calls,
         "rss_mb": rss,
-        "servers": len(serving(up, server)),
+        "servers": len(serving(up, server)) + (1 if row.gw.upstream_pid else 0),
         "relayed_per_1k": relayed * 1000 / calls,
         "calls": calls,
     }
@@ -382,14 +483,15 @@ def run_passes(
 
 
 def start_rows(
-    stack: ExitStack, server: Server, args: argparse.Namespace, logs: Path, notes: list[str]
+    gateways: list[Gateway], server: Server, args: argparse.Namespace, notes: list[str]
 ) -> list[Row]:
-    """Start the selected gateways in front of `server`; one row per client kind each
+    """Start the gateways in front of `server`; one row per client kind each
     serves (a modern row for a peer only when its probe call answered)."""
     rows: list[Row] = []
-    for gateway in args.gateways:
-        url, pid, log = stack.enter_context(started(gateway, server, logs))
-        label = labels(gateway, workers(pid, server.marker))
+    for gw in gateways:
+        gw.start()
+        gateway, url = gw.key, gw.url
+        label = labels(gateway, workers(gw.pid, server.marker))
         for kind in args.kinds:
             headers = open_session(url) if kind == "legacy" else dict(MODERN_HEADERS)
             failed = check_call(url, server, kind, headers)
@@ -400,7 +502,7 @@ def start_rows(
                 continue
             if failed:
                 raise RuntimeError(f"{label} ({kind}) in front of {server.key}: {failed}")
-            rows.append(Row(gateway, label, kind, url, pid, log, headers))
+            rows.append(Row(gw, label, kind, headers))
     for row in rows:
         row.rss_idle = common.rss_mb(*split_tree(row.pid, server.marker)[0])
     return rows
@@ -459,7 +561,7 @@ def ratios(rows: list[Row], concurrencies: list[int]) -> str:
             + [""] * (len(concurrencies) - 1)
         )
     for shim in (one, default):
-        if shim is None:
+        if shim is None or all(r.gateway in SHIMS for r in rows):
             continue
         for metric, name in (("cpu_us", "gw CPU/call"), ("rps", "calls/s"), ("p99_ms", "p99")):
             line = [f"{shim.label} / best peer, {name}"]
@@ -486,17 +588,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated servers (python, everything), client kinds (legacy, modern) "
+        help=f"comma-separated servers ({', '.join(SERVERS)}), client kinds (legacy, modern) "
         f"and gateways ({', '.join(GATEWAYS)}); each kind of selector left out means all",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the runs here")
     args = parser.parse_args(argv)
     args.concurrencies = [int(c) for c in args.concurrency.split(",")]
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - {"python", "everything", *KINDS, *GATEWAYS}
+    unknown = only - {*SERVERS, *KINDS, *GATEWAYS}
     if unknown:
         parser.error(f"--only: unknown {', '.join(sorted(unknown))}")
-    args.servers = [s for s in ("python", "everything") if s in only] or ["python", "everything"]
+    args.servers = [s for s in SERVERS if s in only] or SERVERS
     args.kinds = [k for k in KINDS if k in only] or KINDS
     args.gateways = [g for g in GATEWAYS if g in only] or GATEWAYS
     return args
@@ -513,15 +615,39 @@ def write_bodies(directory: Path, server: Server) -> dict[str, Path]:
 def measure(server: Server, args: argparse.Namespace, logs: Path, notes: list[str]) -> list[Row]:
     """One server's gateways, started, warmed up, run ABAB, stopped."""
     with ExitStack() as stack:
+        gateways = [Gateway(key, server, logs) for key in args.gateways]
+        if server.http:
+            gateways = [gw for gw in gateways if gw.key in SHIMS]
+        if not gateways:
+            return []
+        if server.http:
+            url, up = stack.enter_context(common.upstream(server.http))
+            for gw in gateways:
+                gw.upstream_url, gw.upstream_pid = url, up.pid
+        for gw in gateways:
+            stack.callback(gw.stop)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-peers-")))
         bodies = write_bodies(tmp, server)
-        rows = start_rows(stack, server, args, logs, notes)
+        rows = start_rows(gateways, server, args, notes)
         for row in rows:
             run_wrk(row, server, 8, args.warmup, bodies)
         for row in rows:
             row.label = labels(row.gateway, workers(row.pid, server.marker))
         run_passes(rows, server, args, bodies)
         exits_note(rows, server, notes)
+    for row in rows:
+        if row.new_sessions:
+            notes.append(
+                f"{row.label}, {server.key}: its legacy session failed {row.new_sessions} "
+                "time(s) between runs (its stdio server gone) and was opened again"
+            )
+    for gw in gateways:
+        if gw.starts > 1:
+            notes.append(
+                f"{labels(gw.key, 0)}, {server.key}: started {gw.starts - 1} more time(s) "
+                "between runs: its stdio server was gone and no new call or session "
+                "brought one back"
+            )
     return rows
 
 
