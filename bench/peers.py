@@ -158,6 +158,7 @@ class Row:
     rss_idle: float = 0.0
     servers_seen: set[int] = field(default_factory=set)  # stdio servers' pids, any run
     new_sessions: int = 0  # legacy sessions opened again: the last one's server was gone
+    failed: str = ""  # why its runs stopped
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
 
     @property
@@ -181,18 +182,19 @@ class Row:
 
 
 def parse_wrk(output: str) -> dict[str, int]:
-    """The summary line bench/call.lua prints (`BENCH {...}`), checked: a run
-    with any socket error or non-2xx answer is no measurement."""
+    """The summary line bench/call.lua prints (`BENCH {...}`)."""
     line = next((x for x in output.splitlines() if x.startswith("BENCH ")), None)
     if line is None:
         raise ValueError(f"no BENCH line in wrk's output:\n{output[-2000:]}")
     summary: dict[str, int] = json.loads(line[len("BENCH ") :])
-    errors = {k: summary[k] for k in ERRORS if summary[k]}
-    if errors:
-        raise ValueError(f"errors in wrk's run: {errors}")
     if summary["requests"] <= 0:
-        raise ValueError("wrk completed no request")
+        raise ValueError(f"wrk completed no request: {wrk_errors(summary)}")
     return summary
+
+
+def wrk_errors(summary: dict[str, int]) -> dict[str, int]:
+    """The socket errors and non-2xx answers of a run, by kind (none: {})."""
+    return {k: summary[k] for k in ERRORS if summary[k]}
 
 
 def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
@@ -203,8 +205,10 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 def best(runs: list[dict[str, float]]) -> dict[str, float]:
-    """The pass with the most calls/s."""
-    return max(runs, key=lambda r: r["rps"])
+    """The pass with the most calls/s among those without errors (all passes
+    when every one had some: the table's errors column shows it)."""
+    clean = [r for r in runs if not r["errors"]]
+    return max(clean or runs, key=lambda r: r["rps"])
 
 
 # metric -> True when higher is better
@@ -447,7 +451,7 @@ def run_wrk(
         summary = parse_wrk(out)
     except ValueError as exc:
         raise RuntimeError(f"{row.label} ({row.kind}) c{concurrency}: {exc}") from None
-    calls = summary["requests"]
+    calls, errors = summary["requests"], sum(wrk_errors(summary).values())
     with row.log.open("rb") as f:
         f.seek(log_at)
         relayed = f.read().count(b"replica_relayed")
@@ -461,7 +465,24 @@ def run_wrk(
         "servers": len(serving(up, server)) + (1 if row.gw.upstream_pid else 0),
         "relayed_per_1k": relayed * 1000 / calls,
         "calls": calls,
+        "errors": errors,
     }
+
+
+def guarded(
+    row: Row, server: Server, concurrency: int, seconds: float, bodies: dict[str, Path]
+) -> dict[str, float] | None:
+    """A run of a row that has not failed; a row whose run fails is left out of
+    the rest (its cells so far stay, `Row.failed` says why), so one broken
+    peer does not end an hour's run."""
+    if row.failed:
+        return None
+    try:
+        return run_wrk(row, server, concurrency, seconds, bodies)
+    except (RuntimeError, ValueError, OSError, httpx.HTTPError) as exc:
+        row.failed = f"c{concurrency}: {exc}"[:400]
+        print(f"{row.label} ({row.kind}) failed: {row.failed}", file=sys.stderr, flush=True)
+        return None
 
 
 def run_passes(
@@ -471,7 +492,9 @@ def run_passes(
     for n in range(args.passes):
         for c in args.concurrencies:
             for row in rows if n % 2 == 0 else list(reversed(rows)):
-                r = run_wrk(row, server, c, args.seconds, bodies)
+                r = guarded(row, server, c, args.seconds, bodies)
+                if r is None:
+                    continue
                 row.runs.setdefault(c, []).append(r)
                 print(
                     f"pass {n + 1} c{c:<3} {row.kind:<6} {row.label:<36} {r['rps']:>8,.0f}/s "
@@ -493,15 +516,19 @@ def start_rows(
         gateway, url = gw.key, gw.url
         label = labels(gateway, workers(gw.pid, server.marker))
         for kind in args.kinds:
-            headers = open_session(url) if kind == "legacy" else dict(MODERN_HEADERS)
-            failed = check_call(url, server, kind, headers)
-            if failed and kind == "modern" and gateway not in SHIMS:
-                notes.append(
-                    f"{label}, {server.key}: no modern row, its 2026-07-28 call got {failed}"
-                )
-                continue
-            if failed:
+            headers, failed = dict(MODERN_HEADERS), None
+            if kind == "legacy":
+                try:
+                    headers = open_session(url)
+                except (RuntimeError, httpx.HTTPError, KeyError, ValueError) as exc:
+                    failed = f"initialize: {exc}"
+            failed = failed or check_call(url, server, kind, headers)
+            if failed and gateway in SHIMS:  # what is measured must work
                 raise RuntimeError(f"{label} ({kind}) in front of {server.key}: {failed}")
+            if failed:
+                era = "2026-07-28" if kind == "modern" else "legacy"
+                notes.append(f"{label}, {server.key}: no {kind} row, its {era} call got {failed}")
+                continue
             rows.append(Row(gw, label, kind, headers))
     for row in rows:
         row.rss_idle = common.rss_mb(*split_tree(row.pid, server.marker)[0])
@@ -526,10 +553,13 @@ def render(head: list[str], rows: list[list[str]]) -> str:
 
 def table(rows: list[Row], concurrencies: list[int]) -> str:
     head = ["gateway", "c", "calls/s", "p50 ms", "p99 ms", "gw CPU us/call"]
-    head += ["server CPU us/call", "RSS MB idle/load", "servers", "relayed/1k"]
+    head += ["server CPU us/call", "RSS MB idle/load", "servers", "relayed/1k", "errors"]
     out = []
     for row in rows:
         for c in concurrencies:
+            if not row.runs.get(c):
+                out.append([row.label, str(c), "failed", *["-"] * (len(head) - 3)])
+                continue
             b = best(row.runs[c])
             relayed = f"{b['relayed_per_1k']:.0f}" if row.gateway in SHIMS else "-"
             out.append(
@@ -537,9 +567,19 @@ def table(rows: list[Row], concurrencies: list[int]) -> str:
                     *(row.label, str(c), f"{b['rps']:,.0f}", f"{b['p50_ms']:.2f}"),
                     *(f"{b['p99_ms']:.2f}", f"{b['cpu_us']:.0f}", f"{b['server_cpu_us']:.0f}"),
                     *(f"{row.rss_idle:.0f}/{b['rss_mb']:.0f}", f"{b['servers']:.0f}", relayed),
+                    f"{b['errors']:.0f}",
                 ]
             )
     return render(head, out)
+
+
+def cell(row: Row | None, c: int) -> dict[str, float] | None:
+    """The figures of a row's cell, None when it has none (a failed row)."""
+    return best(row.runs[c]) if row is not None and row.runs.get(c) else None
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
 
 
 def ratios(rows: list[Row], concurrencies: list[int]) -> str:
@@ -550,29 +590,27 @@ def ratios(rows: list[Row], concurrencies: list[int]) -> str:
     head = ["ratio"] + [f"c{c}" for c in concurrencies]
     out: list[list[str]] = []
     one, default = by.get("shim-1"), by.get("shim-default")
+    figures = (("rps", "calls/s"), ("cpu_us", "gw CPU/call"), ("p99_ms", "p99"))
     if one and default:
-        for metric, name in (("rps", "calls/s"), ("cpu_us", "gw CPU/call"), ("p99_ms", "p99")):
-            cells = [
-                best(default.runs[c])[metric] / best(one.runs[c])[metric] for c in concurrencies
-            ]
-            out.append([f"default / 1 worker, {name}"] + [f"{x:.2f}x" for x in cells])
-        out.append(
-            ["default / 1 worker, RSS idle", f"{default.rss_idle / one.rss_idle:.2f}x"]
-            + [""] * (len(concurrencies) - 1)
-        )
-    for shim in (one, default):
-        if shim is None or all(r.gateway in SHIMS for r in rows):
-            continue
-        for metric, name in (("cpu_us", "gw CPU/call"), ("rps", "calls/s"), ("p99_ms", "p99")):
-            line = [f"{shim.label} / best peer, {name}"]
+        for metric, name in figures:
+            line = [f"default / 1 worker, {name}"]
             for c in concurrencies:
-                found = best_peer({r.gateway: best(r.runs[c]) for r in rows}, metric)
-                line.append(
-                    "-"
-                    if found is None
-                    else f"{best(shim.runs[c])[metric] / found[1]:.2f}x ({found[0]})"
-                )
+                d, o = cell(default, c), cell(one, c)
+                line.append(ratio(d and d[metric], o and o[metric]))
             out.append(line)
+        idle = ratio(default.rss_idle, one.rss_idle)
+        out.append(["default / 1 worker, RSS idle", idle, *[""] * (len(concurrencies) - 1)])
+    peers = [r for r in rows if r.gateway not in SHIMS]
+    for shim in (one, default) if peers else ():
+        for metric, name in figures:
+            line = [f"{shim.label} / best peer, {name}"] if shim else []
+            for c in concurrencies if shim else ():
+                cells = {r.gateway: x for r in peers if (x := cell(r, c)) is not None}
+                found, mine = best_peer(cells, metric), cell(shim, c)
+                shown = ratio(mine and mine[metric], found and found[1])
+                line.append(shown if found is None else f"{shown} ({found[0]})")
+            if line:
+                out.append(line)
     return render(head, out) if out else ""
 
 
@@ -630,12 +668,16 @@ def measure(server: Server, args: argparse.Namespace, logs: Path, notes: list[st
         bodies = write_bodies(tmp, server)
         rows = start_rows(gateways, server, args, notes)
         for row in rows:
-            run_wrk(row, server, 8, args.warmup, bodies)
+            guarded(row, server, 8, args.warmup, bodies)
         for row in rows:
             row.label = labels(row.gateway, workers(row.pid, server.marker))
         run_passes(rows, server, args, bodies)
         exits_note(rows, server, notes)
     for row in rows:
+        if row.failed:
+            notes.append(
+                f"{row.label} ({row.kind}), {server.key}: FAILED, no run after {row.failed}"
+            )
         if row.new_sessions:
             notes.append(
                 f"{row.label}, {server.key}: its legacy session failed {row.new_sessions} "

@@ -5,6 +5,7 @@ here would print a wrong table with nothing to show it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -36,16 +37,17 @@ def test_the_summary_line_is_read_among_wrks_other_lines() -> None:
 
 
 @pytest.mark.parametrize("error", ["non2xx", "connect", "read", "write", "timeout"])
-def test_a_run_with_any_error_is_no_measurement(error: str) -> None:
-    with pytest.raises(ValueError, match=error):
-        peers.parse_wrk(wrk_output(**{error: 3}))
+def test_the_errors_of_a_run_are_counted_by_kind(error: str) -> None:
+    summary = peers.parse_wrk(wrk_output(**{error: 3}))
+    assert peers.wrk_errors(summary) == {error: 3}
+    assert peers.wrk_errors(peers.parse_wrk(wrk_output())) == {}
 
 
 def test_no_summary_line_or_no_request_is_an_error() -> None:
     with pytest.raises(ValueError, match="no BENCH line"):
         peers.parse_wrk("unable to connect to 127.0.0.1:1 Connection refused\n")
-    with pytest.raises(ValueError, match="no request"):
-        peers.parse_wrk(wrk_output(requests=0))
+    with pytest.raises(ValueError, match=r"no request.*timeout"):
+        peers.parse_wrk(wrk_output(requests=0, timeout=8))
 
 
 def test_cpu_between_snapshots_counts_new_processes_whole_and_leaves_gone_ones_out() -> None:
@@ -54,8 +56,10 @@ def test_cpu_between_snapshots_counts_new_processes_whole_and_leaves_gone_ones_o
     assert peers.cpu_delta(before, after) == pytest.approx(0.5 + 0.25 + 0.5)
 
 
-def cell(rps: float, cpu_us: float, p99_ms: float) -> dict[str, float]:
-    return {"rps": rps, "cpu_us": cpu_us, "p99_ms": p99_ms}
+def cell(rps: float, cpu_us: float, p99_ms: float, errors: int = 0) -> dict[str, float]:
+    figures = {"rps": rps, "cpu_us": cpu_us, "p99_ms": p99_ms, "errors": errors}
+    rest = ("p50_ms", "server_cpu_us", "rss_mb", "servers", "relayed_per_1k")
+    return {**figures, **dict.fromkeys(rest, 1.0)}
 
 
 def test_the_best_peer_is_picked_per_figure_and_never_an_mcp_shim_row() -> None:
@@ -72,6 +76,44 @@ def test_the_best_peer_is_picked_per_figure_and_never_an_mcp_shim_row() -> None:
     assert peers.best_peer({"shim-1": cells["shim-1"]}, "rps") is None
 
 
-def test_the_best_pass_is_the_one_with_the_most_calls() -> None:
+def test_the_best_pass_is_the_one_with_the_most_calls_and_no_error() -> None:
     runs = [cell(900, 500, 9.0), cell(1100, 520, 12.0), cell(1000, 480, 8.0)]
     assert peers.best(runs) == runs[1]
+    runs[1]["errors"] = 2
+    assert peers.best(runs) == runs[2]
+    with_errors = [cell(900, 500, 9.0, 1), cell(950, 500, 9.0, 4)]
+    assert peers.best(with_errors) == with_errors[1]
+
+
+def row(gateway: str, runs: dict[int, list[dict[str, float]]]) -> peers.Row:
+    server = peers.servers()["python"]
+    gw = peers.Gateway(gateway, server, Path("/nonexistent"))
+    made = peers.Row(gw, peers.labels(gateway, 2), "legacy", runs=runs)
+    made.rss_idle = 100.0 if gateway == "shim-default" else 50.0
+    return made
+
+
+def test_the_ratios_name_the_best_peer_and_leave_a_failed_rows_cells_out() -> None:
+    rows = [
+        row("shim-1", {8: [cell(1000, 200, 4.0)], 32: [cell(1200, 210, 9.0)]}),
+        row("shim-default", {8: [cell(1500, 180, 2.0)], 32: [cell(1800, 190, 6.0)]}),
+        row("supergateway", {8: [cell(500, 400, 8.0)], 32: [cell(600, 420, 12.0)]}),
+        row("mcp-proxy-py", {8: [cell(800, 600, 5.0)]}),  # failed before c32
+    ]
+    text = peers.ratios(rows, [8, 32])
+    lines = {
+        line.split("|")[0].strip(): [x.strip() for x in line.split("|")[1:]]
+        for line in text.splitlines()
+    }
+    assert lines["default / 1 worker, calls/s"] == ["1.50x", "1.50x"]
+    assert lines["default / 1 worker, RSS idle"][0] == "2.00x"
+    assert lines["mcp-shim, 1 worker / best peer, calls/s"] == [
+        "1.25x (mcp-proxy-py)",
+        "2.00x (supergateway)",
+    ]
+    assert lines["mcp-shim, 1 worker / best peer, gw CPU/call"] == [
+        "0.50x (supergateway)",
+        "0.50x (supergateway)",
+    ]
+    table = peers.table(rows, [8, 32])
+    assert any("mcp-proxy 0.13.0" in line and "failed" in line for line in table.splitlines())
