@@ -32,9 +32,11 @@ a result at start-up (the script says which did not and why).
 wrk (`-t1 -cC`, bench/call.lua, an id of its own per request) runs each
 (concurrency, row) cell `--passes` times for `--seconds`, the rows' order
 reversed on every other pass (ABAB), after a `--warmup` at c8 per row.
-Per cell, from the pass with the most calls/s: calls/s, wrk's p50 and p99, and
-CPU per call (utime + stime from /proc/<pid>/stat over the calls wrk
-completed) of the gateway's processes and of the stdio servers'. A gateway's
+Per cell, from the pass with the most calls/s among those without errors:
+calls/s, wrk's p50 and p99, its errors, and CPU per call (utime + stime from
+/proc/<pid>/stat over the calls wrk completed) of the gateway's processes and
+of the stdio servers' (with the cutime + cstime of servers the gateway reaped
+meanwhile). A gateway's
 processes are the process tree of the one the script started (the supervisor
 and its workers for mcp-shim, the node or python process for a peer) minus
 the stdio servers: the processes of that tree whose command line holds the
@@ -202,6 +204,20 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     started meanwhile counts whole, one that is gone is left out (its time
     went with it; subtracting it would go negative)."""
     return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def server_cpu(
+    before: dict[int, float],
+    after: dict[int, float],
+    reaped_before: dict[int, float],
+    reaped_after: dict[int, float],
+) -> float:
+    """The stdio servers' CPU seconds over a run: the live ones' (cpu_delta),
+    plus what the gateway's processes reaped meanwhile (cutime + cstime: the
+    whole life of a server that ended), less what those that ended had spent
+    before the run (counted in `before`, not part of the run)."""
+    gone = sum(t for pid, t in before.items() if pid not in after)
+    return cpu_delta(before, after) + cpu_delta(reaped_before, reaped_after) - gone
 
 
 def best(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -442,8 +458,8 @@ def run_wrk(
     out = proc.stdout.read().decode() if proc.stdout else ""
     gw, up = split_tree(row.pid, server.marker)
     up += [row.gw.upstream_pid] if row.gw.upstream_pid else []
-    gw_cpu, up_cpu = cpu_delta(gw0, cpu_snapshot(gw)), cpu_delta(up0, cpu_snapshot(up))
-    up_cpu += cpu_delta(reaped0, reaped_snapshot(gw))
+    gw_cpu = cpu_delta(gw0, cpu_snapshot(gw))
+    up_cpu = server_cpu(up0, cpu_snapshot(up), reaped0, reaped_snapshot(gw))
     row.servers_seen |= serving(up, server)
     if proc.returncode != 0:
         raise RuntimeError(f"wrk failed on {row.label} ({row.kind}):\n{out}")

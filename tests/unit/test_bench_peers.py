@@ -56,6 +56,16 @@ def test_cpu_between_snapshots_counts_new_processes_whole_and_leaves_gone_ones_o
     assert peers.cpu_delta(before, after) == pytest.approx(0.5 + 0.25 + 0.5)
 
 
+def test_a_server_that_ended_during_the_run_counts_for_its_time_in_the_run_only() -> None:
+    # Server 20 ran 3.0 s before the run, ended in it after 1.0 s more and was
+    # reaped by gateway process 1 (its cutime + cstime grew by its whole 4.0 s);
+    # server 21 lived through the run (+0.5 s); 22 started and ended in it (0.2 s).
+    before, after = {20: 3.0, 21: 1.0}, {21: 1.5}
+    reaped_before, reaped_after = {1: 10.0}, {1: 10.0 + 4.0 + 0.2}
+    spent = peers.server_cpu(before, after, reaped_before, reaped_after)
+    assert spent == pytest.approx(1.0 + 0.5 + 0.2)
+
+
 def cell(rps: float, cpu_us: float, p99_ms: float, errors: int = 0) -> dict[str, float]:
     figures = {"rps": rps, "cpu_us": cpu_us, "p99_ms": p99_ms, "errors": errors}
     rest = ("p50_ms", "server_cpu_us", "rss_mb", "servers", "relayed_per_1k")
