@@ -140,12 +140,10 @@ class Gateway:
     starts: int = 0
     upstream_url: str = ""  # an HTTP upstream's (Server.http)
     upstream_pid: int = 0
-    servers_after: int = 0  # stdio servers running at the end of its last run
     stack: ExitStack = field(default_factory=ExitStack)
 
     def start(self) -> None:
         self.starts += 1
-        self.servers_after = 0
         started_at = started(self, self.starts)
         self.url, self.pid, self.log = self.stack.enter_context(started_at)
 
@@ -163,6 +161,7 @@ class Row:
     servers_seen: set[int] = field(default_factory=set)  # stdio servers' pids, any run
     new_sessions: int = 0  # legacy sessions opened again: the last one's server was gone
     failed: str = ""  # why its runs stopped
+    servers_after: int = 0  # the gateway's stdio servers at the end of this row's last run
     runs: dict[int, list[dict[str, float]]] = field(default_factory=dict)
 
     @property
@@ -412,12 +411,12 @@ def check_calls(row: Row, server: Server, n: int = 4) -> str | None:
 def refill(row: Row, server: Server, tries: int = 40) -> None:
     """mcp-shim starts a stdio server again at the next call that needs it, in
     the worker that gets that call: calls on fresh connections until as many
-    servers run as at the end of the gateway's last run, so that a restart in
+    servers run as at the end of this row's last run, so that a restart in
     the worker the first calls missed does not land in the measured window."""
     if row.gateway not in SHIMS:
         return
     for _ in range(tries):
-        if len(serving(split_tree(row.pid, server.marker)[1], server)) >= row.gw.servers_after:
+        if len(serving(split_tree(row.pid, server.marker)[1], server)) >= row.servers_after:
             return
         check_call(row.url, server, row.kind, row.headers)
 
@@ -477,7 +476,7 @@ def run_wrk(
     gw_cpu = cpu_delta(gw0, cpu_snapshot(gw))
     up_cpu = server_cpu(up0, cpu_snapshot(up), reaped0, reaped_snapshot(gw))
     row.servers_seen |= serving(up, server)
-    row.gw.servers_after = len(serving(up, server))
+    row.servers_after = len(serving(up, server))
     if proc.returncode != 0:
         raise RuntimeError(f"wrk failed on {row.label} ({row.kind}):\n{out}")
     try:
