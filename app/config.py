@@ -284,6 +284,28 @@ class Settings(BaseSettings):
         description="upper bound on gathering questions after the first one",
     )
 
+    # Tasks (app/tasks, docs/tasks.md).
+    task_ttl_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="how long a task and its result are kept (the TTL asked of the upstream)",
+    )
+    max_tasks_per_credential: int = Field(
+        default=32, ge=1, description="live tasks one credential may hold; more are refused"
+    )
+    task_poll_ms: int = Field(
+        default=1000,
+        ge=1,
+        le=600_000,
+        description="pollIntervalMs told to clients when the upstream names none",
+    )
+    task_max_result_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="largest task result kept; a larger one makes the task failed",
+    )
+
     # Total time of one call as its client sees it (one turn of a multi
     # round-trip call; a subscriptions/listen stream is exempt). Declared after
     # the settings it is checked against.

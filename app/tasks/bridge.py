@@ -1,0 +1,420 @@
+"""The tasks extension for modern clients in front of a 2025-11-25 server.
+
+What a 2026-07-28 client gets (docs/tasks.md): the extension
+`io.modelcontextprotocol/tasks` in `server/discover` when the upstream runs
+tasks for `tools/call`, each tool's `execution.taskSupport`, and:
+
+* `tools/call` of a task-supporting tool from a caller that declares the
+  extension (in its request's client capabilities) becomes the upstream's
+  task: sent with the 2025-11-25 `task` param, answered with the extension's
+  flat `CreateTaskResult` under a sealed task id (app/tasks/ids.py). A caller
+  that does not declare it never gets a task: a `required` tool is -32021, an
+  optional one runs synchronously. A `task` param the client sent is never
+  obeyed (stripped).
+* `tasks/get`, `tasks/update`, `tasks/cancel` (-32021 without the
+  extension), answered from the upstream's `tasks/get`, the payload of its
+  `tasks/result` inlined once terminal, its questions as `inputRequests`.
+
+Records go to the task store (app/tasks/store.py) under the caller's
+credential hash: its TTL, and the bound on live tasks per credential. The
+upstream task itself lives on one upstream session of this replica
+(app/tasks/live.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from app.call import CallState, Outgoing
+from app.fronts.modern.checks import ModernCall
+from app.mrtr import answers as mrtr_answers
+from app.mrtr.state import Sealer
+from app.rejections import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY,
+    Rejection,
+    http_status_for,
+)
+from app.tasks import ids
+from app.tasks.live import LiveTask, started
+from app.tasks.store import Record, TaskLimitReached, TaskStore
+from app.tasks.upstream import ask
+from app.upstream.base import Message
+from app.upstream.errors import SessionExpired, UpstreamError
+from app.upstream.pool import PooledSession, SessionPool, credential_hash
+from translators import tasks as wire
+from translators import translate
+from translators.registry import Version
+
+log = structlog.get_logger("mcp_shim.tasks")
+
+METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+# How long tasks/get waits for a payload the upstream already reported terminal.
+PAYLOAD_WAIT_S = 2.0
+REAP_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    ttl_ms: int  # asked of the upstream, and the record's TTL if it names none
+    poll_ms: int  # pollIntervalMs when the upstream names none
+    max_result_bytes: int
+    replica: str  # this replica's name in task ids
+
+
+def missing_extension(call_id: Any) -> Rejection:
+    return Rejection(
+        MISSING_CLIENT_CAPABILITY,
+        f"Missing required client capability: this request needs the {wire.EXTENSION} "
+        "extension declared in _meta['io.modelcontextprotocol/clientCapabilities'].extensions",
+        call_id,
+        data={"requiredCapabilities": {"extensions": {wire.EXTENSION: {}}}},
+    )
+
+
+def not_found(call_id: Any) -> Rejection:
+    return Rejection(INVALID_PARAMS, "Invalid params: task not found", call_id)
+
+
+def _reply(rejection: Rejection, state: CallState, outcome: str) -> Outgoing:
+    state.outcome = outcome
+    return Outgoing(rejection.to_message(), True, rejection.http_status)
+
+
+def _result(call: ModernCall, result: Message, state: CallState) -> Outgoing:
+    state.outcome = "ok"
+    return Outgoing({"jsonrpc": "2.0", "id": call.id, "result": result}, True)
+
+
+class TaskBridge:
+    def __init__(
+        self, pool: SessionPool, store: TaskStore, sealer: Sealer, settings: TaskSettings
+    ) -> None:
+        self._pool = pool
+        self._store = store
+        self._sealer = sealer
+        self._settings = settings
+        self._live: dict[str, LiveTask] = {}
+        self._local_ids = 0
+        self._reaper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    @property
+    def live_tasks(self) -> int:
+        return len(self._live)
+
+    # -- what the client is told ------------------------------------------
+
+    @staticmethod
+    def offered(pooled: PooledSession) -> bool:
+        return wire.upstream_runs_tool_tasks(pooled.server_capabilities)
+
+    def discover_capabilities(self, pooled: PooledSession, caps: Message) -> Message:
+        return wire.advertise(caps) if self.offered(pooled) else caps
+
+    def annotate_tools(self, pooled: PooledSession, upstream: Message, result: Message) -> Message:
+        """A translated tools/list result with each tool's taskSupport (from the
+        upstream's own result: the translation drops the 2025-11-25 field)."""
+        if not self.offered(pooled):
+            return result
+        tools = upstream.get("tools")
+        modes = {
+            t["name"]: wire.tool_mode(t)
+            for t in (tools if isinstance(tools, list) else [])
+            if isinstance(t, dict) and isinstance(t.get("name"), str)
+        }
+        return wire.with_task_support(result, modes)
+
+    # -- tools/call --------------------------------------------------------
+
+    async def plan(self, call: ModernCall, pooled: PooledSession) -> Rejection | ModernCall | None:
+        """How a tools/call goes: refused (a Rejection), forwarded as the call
+        returned (a `task` param stripped), or None: as the upstream's task."""
+        stripped = _without_task_param(call)
+        if not self.offered(pooled):
+            return stripped
+        name = call.params.get("name")
+        mode = (await pooled.tool_task_modes()).get(name) if isinstance(name, str) else None
+        declared = wire.declares_extension(call.client_capabilities)
+        if mode == "required" and not declared:
+            log.info("task_refused", reason="extension_not_declared")
+            return missing_extension(call.id)
+        if mode in ("optional", "required") and declared:
+            return None
+        return stripped
+
+    async def create(
+        self,
+        call: ModernCall,
+        pooled: PooledSession,
+        outbound: Message,
+        authorization: str | None,
+        state: CallState,
+    ) -> Outgoing:
+        """Send the call as a task on `pooled`; the flat CreateTaskResult (or the
+        upstream's own answer, if it chose to answer at once)."""
+        owner = credential_hash(authorization)
+        limit = getattr(self._store, "max_per_owner", None)
+        if isinstance(limit, int) and len(await self._store.live(owner)) >= limit:
+            return _reply(_limit_reached(call.id, limit), state, "task_limit")
+        params = dict(outbound.get("params") or {})
+        params.pop("_meta", None)  # the progress token belongs to a call, not a task
+        params["task"] = wire.legacy_task_param(self._settings.ttl_ms)
+        reply = await ask(pooled, "tools/call", params)
+        task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
+        if task is None:
+            return _upstream_answer(call, pooled, reply, state)
+        live = self._pin(call, pooled, owner, task)
+        fields = self._fields(live, task)
+        refused = await self._store.create(owner, live.task_id, {"fields": fields}, _ttl(fields))
+        if isinstance(refused, TaskLimitReached):
+            await self._release(live, cancel_upstream=True)
+            return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
+        self._live[live.task_id] = started(live)
+        log.info("task_created", live_tasks=len(self._live))
+        return _result(call, wire.create_task_result(fields), state)
+
+    def _pin(self, call: ModernCall, pooled: PooledSession, owner: str, task: Message) -> LiveTask:
+        self._local_ids += 1
+        ref = ids.TaskRef(
+            owner=ids.owner_of(owner),
+            replica=self._settings.replica,
+            upstream_id=str(task["taskId"]),
+            local=str(self._local_ids),
+        )
+        self._pool.lease(pooled)
+        ttl = task.get("ttl")
+        ttl_s = (ttl if isinstance(ttl, int | float) and ttl > 0 else self._settings.ttl_ms) / 1000
+        return LiveTask(
+            task_id=ids.seal(self._sealer, ref),
+            owner=owner,
+            upstream_id=ref.upstream_id,
+            pooled=pooled,
+            client_version=call.version,
+            deadline=time.monotonic() + ttl_s,
+            max_payload_bytes=self._settings.max_result_bytes,
+        )
+
+    def _fields(self, live: LiveTask, task: Message) -> Message:
+        return wire.task_fields(task, live.task_id, self._settings.poll_ms)
+
+    # -- tasks/get, tasks/update, tasks/cancel -------------------------------
+
+    async def serve(
+        self, call: ModernCall, pooled: PooledSession, authorization: str | None, state: CallState
+    ) -> Outgoing:
+        if not self.offered(pooled):
+            rejection = Rejection(
+                METHOD_NOT_FOUND,
+                f"Method not found: {call.method} (the upstream runs no tasks)",
+                call.id,
+            )
+            return _reply(rejection, state, "rejected")
+        if not wire.declares_extension(call.client_capabilities):
+            return _reply(missing_extension(call.id), state, "missing_capability")
+        owner = credential_hash(authorization)
+        task_id = call.params.get("taskId")
+        found = await self._find(task_id, owner)
+        if found is None:
+            return _reply(not_found(call.id), state, "task_not_found")
+        record, live = found
+        if call.method == "tasks/get":
+            return _result(call, await self._get(owner, str(task_id), record, live), state)
+        if call.method == "tasks/cancel":
+            await self._cancel(owner, str(task_id), record, live)
+            return _result(call, wire.acknowledgement(), state)
+        refusal = await self._update(call, live)
+        if refusal is not None:
+            return _reply(refusal, state, "rejected")
+        return _result(call, wire.acknowledgement(), state)
+
+    async def _find(self, task_id: Any, owner: str) -> tuple[Record, LiveTask | None] | None:
+        if ids.open_for(self._sealer, task_id, ids.owner_of(owner)) is None:
+            return None
+        record = await self._store.get(owner, task_id)
+        if record is None:
+            return None
+        live = self._live.get(task_id)
+        if live is None and record.get("inline") is None:
+            # Running on another replica, or on this one before a restart.
+            return None
+        return record, live
+
+    async def _get(
+        self, owner: str, task_id: str, record: Record, live: LiveTask | None
+    ) -> Message:
+        if live is None:
+            return wire.detailed_task(record["fields"], record.get("inline"))
+        try:
+            reply = await ask(live.pooled, "tasks/get", {"taskId": live.upstream_id})
+        except SessionExpired:
+            reply = {}
+        task = reply.get("result") if isinstance(reply.get("result"), dict) else None
+        if task is None and not live.settled.is_set():
+            live._settle_lost("the upstream no longer knows this task")
+        fields = self._fields(live, task or record["fields"])
+        status = str(fields.get("status"))
+        if status in wire.TERMINAL or live.settled.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PAYLOAD_WAIT_S):
+                    await live.settled.wait()
+        if live.payload is None:
+            if status in wire.TERMINAL:
+                fields = {**fields, "status": "working"}
+            return wire.detailed_task(fields, None, live.input_requests())
+        final, inline = wire.inline_payload(status, _payload_up(live))
+        fields = {**fields, "status": final}
+        await self._store.update(owner, task_id, {"fields": fields, "inline": inline})
+        await self._release(live, cancel_upstream=False)
+        log.info("task_settled", status=final)
+        return wire.detailed_task(fields, inline)
+
+    async def _cancel(
+        self, owner: str, task_id: str, record: Record, live: LiveTask | None
+    ) -> None:
+        """Cancel upstream unless the task is over already: a legacy server answers
+        -32602 for a finished task as for an unknown one, so it is asked first."""
+        if live is None or live.settled.is_set():
+            return
+        reply = await ask(live.pooled, "tasks/get", {"taskId": live.upstream_id})
+        task = reply.get("result")
+        if isinstance(task, dict) and task.get("status") in wire.TERMINAL:
+            return
+        reply = await ask(live.pooled, "tasks/cancel", {"taskId": live.upstream_id})
+        if "error" in reply:
+            log.info("task_cancel_refused_upstream", code=(reply["error"] or {}).get("code"))
+        else:
+            log.info("task_cancelled")
+
+    async def _update(self, call: ModernCall, live: LiveTask | None) -> Rejection | None:
+        responses = call.params.get("inputResponses")
+        if not isinstance(responses, dict) or not all(
+            isinstance(v, dict) for v in responses.values()
+        ):
+            return Rejection(
+                INVALID_PARAMS,
+                "Invalid params: inputResponses must be an object of objects",
+                call.id,
+            )
+        if live is None:
+            return None
+        for key, answer in responses.items():
+            question = live.questions.get(key)
+            if question is None:
+                continue  # a key the gateway never assigned, or answered already
+            why = mrtr_answers.check_answer(question.shown, answer)
+            if why is not None:
+                return Rejection(
+                    INVALID_PARAMS, f"Invalid params: inputResponses[{key!r}] {why}", call.id
+                )
+        for key, answer in responses.items():
+            question = live.questions.get(key)
+            if question is None:
+                continue
+            method = str(question.request.get("method"))
+            translated = translate.result(
+                dict(answer), method, live.client_version, live.pooled.version
+            )
+            with contextlib.suppress(UpstreamError):
+                await live.answer(key, translated)
+        return None
+
+    # -- the end of a task -------------------------------------------------
+
+    async def _release(self, live: LiveTask, *, cancel_upstream: bool) -> None:
+        if live.released:
+            return
+        live.released = True
+        self._live.pop(live.task_id, None)
+        try:
+            if cancel_upstream and not live.settled.is_set():
+                with contextlib.suppress(UpstreamError):
+                    await ask(live.pooled, "tasks/cancel", {"taskId": live.upstream_id})
+            await live.stop()
+        finally:
+            self._pool.release(live.pooled)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_EVERY_S)
+            now = time.monotonic()
+            for live in [t for t in self._live.values() if t.deadline <= now]:
+                log.info("task_expired", settled=live.settled.is_set())
+                await self._release(live, cancel_upstream=True)
+
+    async def aclose(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        dropped = [t for t in self._live.values() if not t.settled.is_set()]
+        if dropped:
+            log.warning("tasks_dropped_at_shutdown", running=len(dropped))
+        for live in list(self._live.values()):
+            with contextlib.suppress(Exception):
+                await self._release(live, cancel_upstream=True)
+
+
+def _limit_reached(call_id: Any, limit: int) -> Rejection:
+    log.warning("task_limit_reached", limit=limit, setting="MCP_SHIM_MAX_TASKS_PER_CREDENTIAL")
+    return Rejection(
+        INTERNAL_ERROR,
+        f"Internal error: this caller's credentials already hold {limit} live tasks "
+        "(MCP_SHIM_MAX_TASKS_PER_CREDENTIAL); retry when one has finished or expired",
+        call_id,
+        status=429,
+    )
+
+
+def _ttl(fields: Message) -> int:
+    ttl = fields.get("ttlMs")
+    return ttl if isinstance(ttl, int) and ttl > 0 else 24 * 3600 * 1000
+
+
+def _without_task_param(call: ModernCall) -> ModernCall:
+    """The call without a legacy `task` param: the extension tolerates it and
+    never obeys it (the server alone decides on a task)."""
+    if "task" not in call.params:
+        return call
+    params = {k: v for k, v in call.params.items() if k != "task"}
+    return dataclasses.replace(call, params=params, message={**call.message, "params": params})
+
+
+def _payload_up(live: LiveTask) -> Message:
+    """The tasks/result response with its result in the client's version."""
+    payload = live.payload or {}
+    result = payload.get("result")
+    if not isinstance(result, dict):
+        return payload
+    up = translate.result(result, "tools/call", live.pooled.version, live.client_version)
+    return {**payload, "result": up}
+
+
+def _upstream_answer(
+    call: ModernCall, pooled: PooledSession, reply: Message, state: CallState
+) -> Outgoing:
+    """The upstream answered the call itself (an error, or a result at once)."""
+    version: Version = pooled.version
+    error = reply.get("error")
+    if isinstance(error, dict):
+        translated = translate.error(error, version, call.version)
+        code = translated.get("code")
+        state.outcome = f"error {code}"
+        status = http_status_for(code) if isinstance(code, int) else 200
+        return Outgoing({"jsonrpc": "2.0", "id": call.id, "error": translated}, True, status)
+    result = reply.get("result")
+    translated_result = translate.result(
+        result if isinstance(result, dict) else {}, "tools/call", version, call.version
+    )
+    return _result(call, translated_result, state)
