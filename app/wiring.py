@@ -199,6 +199,9 @@ def build_tasks(settings: Settings, pool: SessionPool, replicas: Replicas) -> Ta
             poll_ms=settings.task_poll_ms,
             max_result_bytes=settings.task_max_result_bytes,
             replica=replicas.me,
+            round_wait_s=settings.mrtr_gather_max_ms / 1000,
+            quiet_s=settings.mrtr_quiet_ms / 1000,
+            round_ttl_s=settings.mrtr_ttl_s,
         ),
     )
     tasks.start()

@@ -35,6 +35,7 @@ import structlog
 from app.call import CallState, Outgoing
 from app.fronts.modern.checks import ModernCall
 from app.mrtr import answers as mrtr_answers
+from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.state import Sealer
 from app.rejections import (
     INTERNAL_ERROR,
@@ -69,6 +70,22 @@ class TaskSettings:
     poll_ms: int  # pollIntervalMs when the upstream names none
     max_result_bytes: int
     replica: str  # this replica's name in task ids
+    # An input round before the task is shown (tasks-mrtr-composition): how long
+    # a new task of a `required` tool is watched for a first question, how long
+    # later questions are gathered with it, how long the round waits for its retry.
+    round_wait_s: float = 0.5
+    quiet_s: float = 0.05
+    round_ttl_s: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunAsTask:
+    mode: str  # the tool's taskSupport: optional or required
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    task_id: str  # the task whose input round this retry answers
 
 
 def missing_extension(call_id: Any) -> Rejection:
@@ -138,12 +155,19 @@ class TaskBridge:
 
     # -- tools/call --------------------------------------------------------
 
-    async def plan(self, call: ModernCall, pooled: PooledSession) -> Rejection | ModernCall | None:
+    async def plan(
+        self, call: ModernCall, pooled: PooledSession, authorization: str | None
+    ) -> Rejection | ModernCall | RunAsTask | Resume:
         """How a tools/call goes: refused (a Rejection), forwarded as the call
-        returned (a `task` param stripped), or None: as the upstream's task."""
+        returned (a `task` param stripped), as the upstream's task, or as the
+        retry of the input round before a task."""
         stripped = _without_task_param(call)
         if not self.offered(pooled):
             return stripped
+        owner = ids.owner_of(credential_hash(authorization))
+        round_of = ids.open_round(self._sealer, call.params.get("requestState"), owner)
+        if round_of is not None:
+            return Resume(round_of)
         name = call.params.get("name")
         mode = (await pooled.tool_task_modes()).get(name) if isinstance(name, str) else None
         declared = wire.declares_extension(call.client_capabilities)
@@ -151,7 +175,7 @@ class TaskBridge:
             log.info("task_refused", reason="extension_not_declared")
             return missing_extension(call.id)
         if mode in ("optional", "required") and declared:
-            return None
+            return RunAsTask(mode)
         return stripped
 
     async def create(
@@ -161,6 +185,7 @@ class TaskBridge:
         outbound: Message,
         authorization: str | None,
         state: CallState,
+        mode: str,
     ) -> Outgoing:
         """Send the call as a task on `pooled`; the flat CreateTaskResult (or the
         upstream's own answer, if it chose to answer at once)."""
@@ -183,7 +208,53 @@ class TaskBridge:
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
         self._live[live.task_id] = started(live)
         log.info("task_created", live_tasks=len(self._live))
+        if mode == "required" and mrtr_capabilities.declares_input(call.client_capabilities):
+            first = await self._first_round(call, live, state)
+            if first is not None:
+                return first
         return _result(call, wire.create_task_result(fields), state)
+
+    async def _first_round(
+        self, call: ModernCall, live: LiveTask, state: CallState
+    ) -> Outgoing | None:
+        """A task-only tool that asks at once: the question becomes an input round
+        answered before the task is shown (what a 2026-07-28 tool does by asking
+        first and creating its task on the final round; a 2025-11-25 tool can ask
+        only inside a task). If the retry never comes, the task is cancelled."""
+        await _first_of(self._settings.round_wait_s, live.asked, live.settled)
+        if not live.questions or live.settled.is_set():
+            return None
+        await asyncio.sleep(self._settings.quiet_s)  # questions asked together
+        live.hidden_until = time.monotonic() + self._settings.round_ttl_s
+        log.info("task_input_round", questions=len(live.questions))
+        result: Message = {
+            "resultType": "input_required",
+            "inputRequests": live.input_requests(),
+            "requestState": ids.seal_round(self._sealer, live.task_id, ids.owner_of(live.owner)),
+        }
+        return _result(call, result, state)
+
+    async def resume(
+        self, call: ModernCall, resume: Resume, authorization: str | None, state: CallState
+    ) -> Outgoing:
+        """The retry of an input round: the answers go upstream, and the task the
+        round belongs to is shown (its CreateTaskResult)."""
+        owner = credential_hash(authorization)
+        live = self._live.get(resume.task_id)
+        record = await self._store.get(owner, resume.task_id)
+        if live is None or live.hidden_until is None or live.owner != owner or record is None:
+            rejection = Rejection(
+                INVALID_PARAMS,
+                "Invalid params: requestState is no longer valid; send the request again "
+                "without it",
+                call.id,
+            )
+            return _reply(rejection, state, "rejected")
+        refusal = await self._feed(call.id, live, call.params.get("inputResponses"))
+        if refusal is not None:
+            return _reply(refusal, state, "rejected")
+        live.hidden_until = None
+        return _result(call, wire.create_task_result(record["fields"]), state)
 
     def _pin(self, call: ModernCall, pooled: PooledSession, owner: str, task: Message) -> LiveTask:
         self._local_ids += 1
@@ -298,14 +369,18 @@ class TaskBridge:
             log.info("task_cancelled")
 
     async def _update(self, call: ModernCall, live: LiveTask | None) -> Rejection | None:
-        responses = call.params.get("inputResponses")
+        return await self._feed(call.id, live, call.params.get("inputResponses"))
+
+    async def _feed(self, call_id: Any, live: LiveTask | None, responses: Any) -> Rejection | None:
+        """Each answer to a question of the task posted upstream; keys the task
+        does not know are ignored; an answer that does not fit refuses them all."""
         if not isinstance(responses, dict) or not all(
             isinstance(v, dict) for v in responses.values()
         ):
             return Rejection(
                 INVALID_PARAMS,
                 "Invalid params: inputResponses must be an object of objects",
-                call.id,
+                call_id,
             )
         if live is None:
             return None
@@ -316,7 +391,7 @@ class TaskBridge:
             why = mrtr_answers.check_answer(question.shown, answer)
             if why is not None:
                 return Rejection(
-                    INVALID_PARAMS, f"Invalid params: inputResponses[{key!r}] {why}", call.id
+                    INVALID_PARAMS, f"Invalid params: inputResponses[{key!r}] {why}", call_id
                 )
         for key, answer in responses.items():
             question = live.questions.get(key)
@@ -352,6 +427,10 @@ class TaskBridge:
             for live in [t for t in self._live.values() if t.deadline <= now]:
                 log.info("task_expired", settled=live.settled.is_set())
                 await self._release(live, cancel_upstream=True)
+            for live in [t for t in self._live.values() if (t.hidden_until or now) < now]:
+                log.info("task_input_round_abandoned")
+                await self._store.delete(live.owner, live.task_id)
+                await self._release(live, cancel_upstream=True)
 
     async def aclose(self) -> None:
         if self._reaper is not None:
@@ -364,6 +443,16 @@ class TaskBridge:
         for live in list(self._live.values()):
             with contextlib.suppress(Exception):
                 await self._release(live, cancel_upstream=True)
+
+
+async def _first_of(timeout_s: float, *events: asyncio.Event) -> None:
+    """Until any of `events` is set, at most `timeout_s`."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _limit_reached(call_id: Any, limit: int) -> Rejection:

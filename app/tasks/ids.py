@@ -18,6 +18,8 @@ from app import jsonio
 from app.mrtr.state import Sealer, caller_digest
 
 PURPOSE: Final = b"mcp-shim task id v1"
+# The requestState of an input round before a task is shown (app/tasks/bridge.py).
+ROUND_PURPOSE: Final = b"mcp-shim task round v1"
 # A sealed id is ~200 characters; an upstream task id longer than this is
 # refused rather than sealed into something no header can carry.
 MAX_UPSTREAM_ID_CHARS: Final = 512
@@ -59,3 +61,22 @@ def open_for(sealer: Sealer, token: object, owner: str) -> TaskRef | None:
         return None
     ref = TaskRef(*fields)  # type: ignore[arg-type]
     return ref if ref.owner == owner else None
+
+
+def seal_round(sealer: Sealer, task_id: str, owner: str) -> str:
+    """The requestState of the input round that precedes task `task_id`."""
+    return sealer.seal_bytes(jsonio.dumps({"t": task_id, "o": owner}), ROUND_PURPOSE)
+
+
+def open_round(sealer: Sealer, token: object, owner: str) -> str | None:
+    """The task id a round's requestState names, for its owner only."""
+    plain = sealer.open_bytes(token, ROUND_PURPOSE)
+    if plain is None:
+        return None
+    try:
+        data = jsonio.loads(plain)
+    except jsonio.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or data.get("o") != owner or not isinstance(data.get("t"), str):
+        return None
+    return str(data["t"])

@@ -62,8 +62,10 @@ class LiveTask:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     asked: asyncio.Event = field(default_factory=asyncio.Event)
     watcher: asyncio.Task[None] | None = None
-    status: str = "working"
     released: bool = False
+    # Set while the task's first question is an input round the client has not
+    # answered yet (the task not shown to it): the round's deadline, monotonic.
+    hidden_until: float | None = None
 
     def input_requests(self) -> dict[str, Message]:
         return {key: q.shown for key, q in self.questions.items()}

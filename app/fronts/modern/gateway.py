@@ -240,13 +240,15 @@ class Gateway:
         CreateTaskResult), refused, or the call to forward (a `task` param gone)."""
         if self._tasks is None:
             return call
-        plan = await self._tasks.plan(call, pooled)
+        plan = await self._tasks.plan(call, pooled, authorization)
         if isinstance(plan, Rejection):
             state.outcome = "missing_capability"
             return Outgoing(plan.to_message(), True, plan.http_status)
-        if plan is None:
+        if isinstance(plan, tasks_bridge.Resume):
+            return await self._tasks.resume(call, plan, authorization, state)
+        if isinstance(plan, tasks_bridge.RunAsTask):
             outbound = self._outbound(call, pooled)
-            return await self._tasks.create(call, pooled, outbound, authorization, state)
+            return await self._tasks.create(call, pooled, outbound, authorization, state, plan.mode)
         return plan
 
     def _auth_refused(
