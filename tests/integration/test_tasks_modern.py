@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests import procs
+from tests.integration import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "conformance"
@@ -132,3 +136,127 @@ def test_tasks_scenarios_fixture_alone_and_through_the_gateway(
     # against it (the one that does only skips: status notifications).
     assert clean_alone <= 1, report(alone)
     assert clean_through == len(TASK_SCENARIOS), report(through)
+
+
+# ---------------------------------------------------------------------------
+# Tasks are state with an owner (item 5): raw 2026-07-28 requests
+# ---------------------------------------------------------------------------
+
+EXT = "io.modelcontextprotocol/tasks"
+WITH_EXT: dict[str, object] = {"extensions": {EXT: {}}}
+
+
+def modern(
+    client: httpx.Client,
+    base: str,
+    method: str,
+    params: dict[str, object],
+    *,
+    caps: dict[str, object] | None = None,
+    auth: str | None = None,
+) -> tuple[int, dict[str, object]]:
+    """One 2026-07-28 request; its HTTP status and its answer."""
+    message = wire.body(method, params, meta={wire.META_CAPABILITIES: caps or WITH_EXT})
+    extra: dict[str, str | None] = {"authorization": auth}
+    if method.startswith("tasks/"):
+        extra["mcp_name"] = str(params["taskId"])
+    response = wire.post(client, base + "/mcp", message, wire.headers_for(message, **extra))
+    return response.status_code, wire.answer_messages(response)[-1]
+
+
+def settled(client: httpx.Client, base: str, task_id: str, auth: str | None, **kw: Any) -> dict:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status, answer = modern(client, base, "tasks/get", {"taskId": task_id}, auth=auth, **kw)
+        assert status == 200, answer
+        result = answer["result"]
+        if result["status"] in ("completed", "failed", "cancelled"):
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"task {task_id} did not settle within 30 s")
+
+
+@pytest.mark.peers
+def test_a_task_belongs_to_its_credential_and_stays_on_the_session_that_made_it(
+    task_gateway: str,
+) -> None:
+    with httpx.Client(timeout=30) as client:
+        status, created = modern(
+            client,
+            task_gateway,
+            "tools/call",
+            {"name": "slow_compute", "arguments": {"seconds": 1, "label": "owned"}},
+            auth="Bearer alice",
+        )
+        assert status == 200, created
+        task_id = created["result"]["taskId"]
+        assert created["result"]["resultType"] == "task"
+        # Another credential: "not found", exactly as an id that never existed.
+        status, other = modern(
+            client, task_gateway, "tasks/get", {"taskId": task_id}, auth="Bearer mallory"
+        )
+        _, unknown = modern(
+            client, task_gateway, "tasks/get", {"taskId": "no-such-task"}, auth="Bearer mallory"
+        )
+        assert status == 400, other
+        assert other["error"] == unknown["error"]
+        assert other["error"]["code"] == -32602
+        status, _ = modern(client, task_gateway, "tasks/cancel", {"taskId": task_id}, auth=None)
+        assert status == 400
+        # The owner again, declaring other capabilities: another pooled upstream
+        # session serves its calls, but the task lives on the one that created it
+        # (a 2025-11-25 task id is valid only there).
+        done = settled(
+            client,
+            task_gateway,
+            task_id,
+            "Bearer alice",
+            caps={**WITH_EXT, "elicitation": {}, "sampling": {}},
+        )
+    assert done["status"] == "completed", done
+    assert done["result"]["content"][0]["text"] == "computed owned after 1s"
+
+
+@pytest.fixture(scope="module")
+def bounded_gateway(
+    task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    logs = tmp_path_factory.mktemp("tasks-bounded")
+    env = {"MCP_SHIM_MAX_TASKS_PER_CREDENTIAL": "2", "MCP_SHIM_TASK_TTL_S": "2"}
+    with procs.gateway(
+        task_fixture_url, procs.free_port(), env=env, log_path=logs / "gateway.log"
+    ) as base:
+        yield base
+
+
+@pytest.mark.peers
+def test_live_tasks_per_credential_are_bounded_and_expire_at_their_ttl(
+    bounded_gateway: str,
+) -> None:
+    slow = {"name": "slow_compute", "arguments": {"seconds": 30}}
+    with httpx.Client(timeout=30) as client:
+        ids_made = []
+        for _ in range(2):
+            status, created = modern(client, bounded_gateway, "tools/call", slow, auth="Bearer a")
+            assert status == 200, created
+            assert created["result"]["ttlMs"] == 2000
+            ids_made.append(created["result"]["taskId"])
+        status, refused = modern(client, bounded_gateway, "tools/call", slow, auth="Bearer a")
+        assert status == 429, refused
+        assert refused["error"]["code"] == -32603
+        assert "MCP_SHIM_MAX_TASKS_PER_CREDENTIAL" in refused["error"]["message"]
+        # Another credential has its own bound.
+        status, theirs = modern(client, bounded_gateway, "tools/call", slow, auth="Bearer b")
+        assert status == 200, theirs
+        # At their TTL the tasks are gone (and make room again).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, got = modern(
+                client, bounded_gateway, "tasks/get", {"taskId": ids_made[0]}, auth="Bearer a"
+            )
+            if status == 400:
+                break
+            time.sleep(0.2)
+        assert status == 400 and got["error"]["code"] == -32602, got
+        status, again = modern(client, bounded_gateway, "tools/call", slow, auth="Bearer a")
+        assert status == 200, again
