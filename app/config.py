@@ -285,6 +285,11 @@ class Settings(BaseSettings):
     )
 
     # Tasks (app/tasks, docs/tasks.md).
+    task_tools: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="tools (comma-separated globs) the gateway runs as tasks for modern "
+        "clients when the upstream has none; empty: off",
+    )
     task_ttl_s: float = Field(
         default=3600.0,
         gt=0,
@@ -316,7 +321,9 @@ class Settings(BaseSettings):
         "upstream call cancelled",
     )
 
-    @field_validator("allowed_origins", "allowed_hosts", "upstream_env", mode="before")
+    @field_validator(
+        "allowed_origins", "allowed_hosts", "upstream_env", "task_tools", mode="before"
+    )
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)

@@ -154,7 +154,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
     legacy_sessions.start()
     legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)
     bridge = build_bridge(settings, pool, replicas)
-    tasks = build_tasks(settings, pool, replicas)
+    tasks = build_tasks(settings, pool, replicas, bridge)
     gateway = Gateway(
         pool,
         offered_version=offered,
@@ -187,7 +187,9 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
     )
 
 
-def build_tasks(settings: Settings, pool: SessionPool, replicas: Replicas) -> TaskBridge:
+def build_tasks(
+    settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge
+) -> TaskBridge:
     """The tasks extension's bridge (app/tasks), its records in the in-memory
     store, its ids sealed and named like the replicas' own."""
     tasks = TaskBridge(
@@ -202,7 +204,9 @@ def build_tasks(settings: Settings, pool: SessionPool, replicas: Replicas) -> Ta
             round_wait_s=settings.mrtr_gather_max_ms / 1000,
             quiet_s=settings.mrtr_quiet_ms / 1000,
             round_ttl_s=settings.mrtr_ttl_s,
+            tools=tuple(settings.task_tools),
         ),
+        lanes=bridge.lanes,
     )
     tasks.start()
     return tasks

@@ -32,10 +32,13 @@ from typing import Any
 
 import structlog
 
+from app import jsonio
 from app.call import CallState, Outgoing
 from app.fronts.modern.checks import ModernCall
 from app.mrtr import answers as mrtr_answers
 from app.mrtr import capabilities as mrtr_capabilities
+from app.mrtr.exchange import LiveExchange
+from app.mrtr.lanes import Lanes
 from app.mrtr.state import Sealer
 from app.rejections import (
     INTERNAL_ERROR,
@@ -45,7 +48,7 @@ from app.rejections import (
     Rejection,
     http_status_for,
 )
-from app.tasks import ids
+from app.tasks import ids, own
 from app.tasks.live import LiveTask, started
 from app.tasks.store import Record, TaskLimitReached, TaskStore
 from app.tasks.upstream import ask
@@ -76,6 +79,8 @@ class TaskSettings:
     round_wait_s: float = 0.5
     quiet_s: float = 0.05
     round_ttl_s: float = 120.0
+    # MCP_SHIM_TASK_TOOLS: tools the gateway runs as tasks itself (app/tasks/own.py).
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +119,17 @@ def _result(call: ModernCall, result: Message, state: CallState) -> Outgoing:
 
 class TaskBridge:
     def __init__(
-        self, pool: SessionPool, store: TaskStore, sealer: Sealer, settings: TaskSettings
+        self,
+        pool: SessionPool,
+        store: TaskStore,
+        sealer: Sealer,
+        settings: TaskSettings,
+        lanes: Lanes | None = None,
     ) -> None:
         self._pool = pool
+        # The MRTR bridge's lanes, for the tasks the gateway runs itself.
+        self._lanes = lanes
+        self._own: dict[str, own.OwnTask] = {}
         self._store = store
         self._sealer = sealer
         self._settings = settings
@@ -133,9 +146,12 @@ class TaskBridge:
 
     # -- what the client is told ------------------------------------------
 
-    @staticmethod
-    def offered(pooled: PooledSession) -> bool:
-        return wire.upstream_runs_tool_tasks(pooled.server_capabilities)
+    def offered(self, pooled: PooledSession) -> bool:
+        return self._runs_own or wire.upstream_runs_tool_tasks(pooled.server_capabilities)
+
+    @property
+    def _runs_own(self) -> bool:
+        return bool(self._settings.tools) and self._lanes is not None
 
     def discover_capabilities(self, pooled: PooledSession, caps: Message) -> Message:
         return wire.advertise(caps) if self.offered(pooled) else caps
@@ -146,11 +162,16 @@ class TaskBridge:
         if not self.offered(pooled):
             return result
         tools = upstream.get("tools")
-        modes = {
-            t["name"]: wire.tool_mode(t)
+        named = [
+            t
             for t in (tools if isinstance(tools, list) else [])
             if isinstance(t, dict) and isinstance(t.get("name"), str)
-        }
+        ]
+        runs = wire.upstream_runs_tool_tasks(pooled.server_capabilities)
+        modes = {t["name"]: wire.tool_mode(t) if runs else "forbidden" for t in named}
+        for name, mode in modes.items():
+            if mode == "forbidden" and self._runs_own and own.matches(self._settings.tools, name):
+                modes[name] = "optional"
         return wire.with_task_support(result, modes)
 
     # -- tools/call --------------------------------------------------------
@@ -169,12 +190,16 @@ class TaskBridge:
         if round_of is not None:
             return Resume(round_of)
         name = call.params.get("name")
-        mode = (await pooled.tool_task_modes()).get(name) if isinstance(name, str) else None
+        mode = None
+        if isinstance(name, str) and wire.upstream_runs_tool_tasks(pooled.server_capabilities):
+            mode = (await pooled.tool_task_modes()).get(name)
+        if mode is None and self._runs_own and own.matches(self._settings.tools, name):
+            mode = "own"
         declared = wire.declares_extension(call.client_capabilities)
         if mode == "required" and not declared:
             log.info("task_refused", reason="extension_not_declared")
             return missing_extension(call.id)
-        if mode in ("optional", "required") and declared:
+        if mode in ("optional", "required", "own") and declared:
             return RunAsTask(mode)
         return stripped
 
@@ -193,6 +218,8 @@ class TaskBridge:
         limit = getattr(self._store, "max_per_owner", None)
         if isinstance(limit, int) and len(await self._store.live(owner)) >= limit:
             return _reply(_limit_reached(call.id, limit), state, "task_limit")
+        if mode == "own":
+            return await self._create_own(call, pooled, outbound, authorization, state)
         params = dict(outbound.get("params") or {})
         params.pop("_meta", None)  # the progress token belongs to a call, not a task
         params["task"] = wire.legacy_task_param(self._settings.ttl_ms)
@@ -256,6 +283,52 @@ class TaskBridge:
         live.hidden_until = None
         return _result(call, wire.create_task_result(record["fields"]), state)
 
+    async def _create_own(
+        self,
+        call: ModernCall,
+        pooled: PooledSession,
+        outbound: Message,
+        authorization: str | None,
+        state: CallState,
+    ) -> Outgoing:
+        """Start the call on a lane of its own and answer with its task at once."""
+        assert self._lanes is not None
+        owner = credential_hash(authorization)
+        caps = jsonio.loads(pooled.key.capabilities)
+        lane = await self._lanes.acquire(pooled.key, caps, authorization)
+        exchange = LiveExchange(
+            pooled=lane.pooled,
+            lane=lane,
+            method="tools/call",
+            caller=ids.owner_of(owner),
+            digest="",
+        )
+        try:
+            await own.send(lane, exchange, outbound)
+        except BaseException:
+            await self._lanes.release(lane, reusable=False)
+            raise
+        self._local_ids += 1
+        ref = ids.TaskRef(ids.owner_of(owner), self._settings.replica, "", str(self._local_ids))
+        task = own.OwnTask(
+            task_id=ids.seal(self._sealer, ref),
+            owner=owner,
+            lanes=self._lanes,
+            lane=lane,
+            exchange=exchange,
+            client_version=call.version,
+            deadline=time.monotonic() + self._settings.ttl_ms / 1000,
+        )
+        fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
+        refused = await self._store.create(
+            owner, task.task_id, {"fields": fields}, self._settings.ttl_ms
+        )
+        if isinstance(refused, TaskLimitReached):
+            await task.release()
+            return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
+        self._own[task.task_id] = own.start(task)
+        return _result(call, wire.create_task_result(fields), state)
+
     def _pin(self, call: ModernCall, pooled: PooledSession, owner: str, task: Message) -> LiveTask:
         self._local_ids += 1
         ref = ids.TaskRef(
@@ -300,6 +373,9 @@ class TaskBridge:
         if found is None:
             return _reply(not_found(call.id), state, "task_not_found")
         record, live = found
+        held = self._own.get(str(task_id))
+        if held is not None:
+            return await self._serve_own(call, owner, held, state)
         if call.method == "tasks/get":
             return _result(call, await self._get(owner, str(task_id), record, live), state)
         if call.method == "tasks/cancel":
@@ -317,7 +393,7 @@ class TaskBridge:
         if record is None:
             return None
         live = self._live.get(task_id)
-        if live is None and record.get("inline") is None:
+        if live is None and record.get("inline") is None and task_id not in self._own:
             # Running on another replica, or on this one before a restart.
             return None
         return record, live
@@ -368,10 +444,38 @@ class TaskBridge:
         else:
             log.info("task_cancelled")
 
+    async def _serve_own(
+        self, call: ModernCall, owner: str, task: own.OwnTask, state: CallState
+    ) -> Outgoing:
+        """tasks/* for a task the gateway runs itself."""
+        if call.method == "tasks/cancel":
+            await task.cancel()
+            return _result(call, wire.acknowledgement(), state)
+        if call.method == "tasks/update":
+            refusal = await self._feed(call.id, task, call.params.get("inputResponses"))
+            if refusal is not None:
+                return _reply(refusal, state, "rejected")
+            return _result(call, wire.acknowledgement(), state)
+        fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
+        if not task.settled.is_set():
+            return _result(call, wire.detailed_task(fields, None, task.input_requests()), state)
+        payload = _payload_in(task.payload or {}, task.pooled_version, task.client_version)
+        final, inline = wire.inline_payload(task.status, payload)
+        fields = {**fields, "status": final}
+        await self._store.update(owner, task.task_id, {"fields": fields, "inline": inline})
+        await self._release_own(task)
+        return _result(call, wire.detailed_task(fields, inline), state)
+
+    async def _release_own(self, task: own.OwnTask) -> None:
+        self._own.pop(task.task_id, None)
+        await task.release()
+
     async def _update(self, call: ModernCall, live: LiveTask | None) -> Rejection | None:
         return await self._feed(call.id, live, call.params.get("inputResponses"))
 
-    async def _feed(self, call_id: Any, live: LiveTask | None, responses: Any) -> Rejection | None:
+    async def _feed(
+        self, call_id: Any, live: LiveTask | own.OwnTask | None, responses: Any
+    ) -> Rejection | None:
         """Each answer to a question of the task posted upstream; keys the task
         does not know are ignored; an answer that does not fit refuses them all."""
         if not isinstance(responses, dict) or not all(
@@ -384,22 +488,23 @@ class TaskBridge:
             )
         if live is None:
             return None
+        pending = live.pending()
         for key, answer in responses.items():
-            question = live.questions.get(key)
+            question = pending.get(key)
             if question is None:
                 continue  # a key the gateway never assigned, or answered already
-            why = mrtr_answers.check_answer(question.shown, answer)
+            why = mrtr_answers.check_answer(question[1], answer)
             if why is not None:
                 return Rejection(
                     INVALID_PARAMS, f"Invalid params: inputResponses[{key!r}] {why}", call_id
                 )
         for key, answer in responses.items():
-            question = live.questions.get(key)
+            question = pending.get(key)
             if question is None:
                 continue
-            method = str(question.request.get("method"))
+            method = str(question[0].get("method"))
             translated = translate.result(
-                dict(answer), method, live.client_version, live.pooled.version
+                dict(answer), method, live.client_version, live.pooled_version
             )
             with contextlib.suppress(UpstreamError):
                 await live.answer(key, translated)
@@ -431,18 +536,25 @@ class TaskBridge:
                 log.info("task_input_round_abandoned")
                 await self._store.delete(live.owner, live.task_id)
                 await self._release(live, cancel_upstream=True)
+            for held in [t for t in self._own.values() if t.deadline <= now]:
+                log.info("task_expired", settled=held.settled.is_set(), run_by="gateway")
+                await self._release_own(held)
 
     async def aclose(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        dropped = [t for t in self._live.values() if not t.settled.is_set()]
-        if dropped:
-            log.warning("tasks_dropped_at_shutdown", running=len(dropped))
+        running = [t for t in self._live.values() if not t.settled.is_set()]
+        held = [t for t in self._own.values() if not t.settled.is_set()]
+        if running or held:
+            log.warning("tasks_dropped_at_shutdown", running=len(running) + len(held))
         for live in list(self._live.values()):
             with contextlib.suppress(Exception):
                 await self._release(live, cancel_upstream=True)
+        for task in list(self._own.values()):
+            with contextlib.suppress(Exception):
+                await self._release_own(task)
 
 
 async def _first_of(timeout_s: float, *events: asyncio.Event) -> None:
@@ -482,12 +594,18 @@ def _without_task_param(call: ModernCall) -> ModernCall:
 
 def _payload_up(live: LiveTask) -> Message:
     """The tasks/result response with its result in the client's version."""
-    payload = live.payload or {}
+    return _payload_in(live.payload or {}, live.pooled.version, live.client_version)
+
+
+def _payload_in(payload: Message, src: Version, dst: Version) -> Message:
+    """A tools/call response's result or error moved to the client's version."""
     result = payload.get("result")
-    if not isinstance(result, dict):
-        return payload
-    up = translate.result(result, "tools/call", live.pooled.version, live.client_version)
-    return {**payload, "result": up}
+    if isinstance(result, dict):
+        return {**payload, "result": translate.result(result, "tools/call", src, dst)}
+    error = payload.get("error")
+    if isinstance(error, dict):
+        return {**payload, "error": translate.error(error, src, dst)}
+    return payload
 
 
 def _upstream_answer(

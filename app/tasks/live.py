@@ -70,6 +70,14 @@ class LiveTask:
     def input_requests(self) -> dict[str, Message]:
         return {key: q.shown for key, q in self.questions.items()}
 
+    def pending(self) -> dict[str, tuple[Message, Message]]:
+        """Each unanswered question: the upstream's request, what the client sees."""
+        return {key: (q.request, q.shown) for key, q in self.questions.items()}
+
+    @property
+    def pooled_version(self) -> Version:
+        return self.pooled.version
+
     async def watch(self) -> None:
         """Hold the task's tasks/result stream until its payload arrives."""
         for _ in range(MAX_REOPENS):
@@ -137,14 +145,11 @@ class LiveTask:
         self.questions[key] = Question(request, shown)
         self.asked.set()
 
-    async def answer(self, key: str, translated: Message) -> bool:
+    async def answer(self, key: str, translated: Message) -> None:
         """Post the client's answer (in the upstream's version) to question `key`."""
         question = self.questions.pop(key, None)
-        if question is None:
-            return False
-        reply = mrtr_results.response(question.request, translated)
-        await self.pooled.session.respond(reply)
-        return True
+        if question is not None:
+            await self.pooled.session.respond(mrtr_results.response(question.request, translated))
 
     async def stop(self) -> None:
         """Stop watching (the task is over for the gateway): the stream closes."""
