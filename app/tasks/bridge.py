@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ from app.rejections import (
     Rejection,
     http_status_for,
 )
+from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids, own
 from app.tasks.live import LiveTask, started
 from app.tasks.store import Record, TaskLimitReached, TaskStore
@@ -136,6 +138,11 @@ class TaskBridge:
         self._live: dict[str, LiveTask] = {}
         self._local_ids = 0
         self._reaper: asyncio.Task[None] | None = None
+        # subscriptions/listen mailboxes watching a task (notifications/tasks).
+        self._watchers: dict[str, set[Mailbox]] = {}
+        self._announcing: dict[str, asyncio.Lock] = {}
+        self._announced: dict[str, tuple[Any, ...]] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
@@ -233,6 +240,7 @@ class TaskBridge:
         if isinstance(refused, TaskLimitReached):
             await self._release(live, cancel_upstream=True)
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
+        live.on_change = self._on_change(live.task_id)
         self._live[live.task_id] = started(live)
         log.info("task_created", live_tasks=len(self._live))
         if mode == "required" and mrtr_capabilities.declares_input(call.client_capabilities):
@@ -326,6 +334,7 @@ class TaskBridge:
         if isinstance(refused, TaskLimitReached):
             await task.release()
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
+        task.on_change = self._on_change(task.task_id)
         self._own[task.task_id] = own.start(task)
         return _result(call, wire.create_task_result(fields), state)
 
@@ -456,15 +465,20 @@ class TaskBridge:
             if refusal is not None:
                 return _reply(refusal, state, "rejected")
             return _result(call, wire.acknowledgement(), state)
+        return _result(call, await self._own_detailed(owner, task), state)
+
+    async def _own_detailed(self, owner: str, task: own.OwnTask) -> Message:
+        """The DetailedTask of a task the gateway runs; once terminal, kept in the
+        store and the task released."""
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
         if not task.settled.is_set():
-            return _result(call, wire.detailed_task(fields, None, task.input_requests()), state)
+            return wire.detailed_task(fields, None, task.input_requests())
         payload = _payload_in(task.payload or {}, task.pooled_version, task.client_version)
         final, inline = wire.inline_payload(task.status, payload)
         fields = {**fields, "status": final}
         await self._store.update(owner, task.task_id, {"fields": fields, "inline": inline})
         await self._release_own(task)
-        return _result(call, wire.detailed_task(fields, inline), state)
+        return wire.detailed_task(fields, inline)
 
     async def _release_own(self, task: own.OwnTask) -> None:
         self._own.pop(task.task_id, None)
@@ -510,6 +524,86 @@ class TaskBridge:
                 await live.answer(key, translated)
         return None
 
+    # -- notifications/tasks on subscriptions/listen ---------------------------
+
+    def task_watch_refusal(self, call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
+        """SEP-2663: a listen filter naming task ids needs the extension declared."""
+        if wire.declares_extension(call.client_capabilities):
+            return None
+        return missing_extension(call.id)
+
+    async def watch(
+        self, authorization: str | None, task_ids: tuple[str, ...], mailbox: Mailbox
+    ) -> tuple[str, ...]:
+        owner = credential_hash(authorization)
+        watched = []
+        for task_id in task_ids:
+            if ids.open_for(self._sealer, task_id, ids.owner_of(owner)) is None:
+                continue
+            if await self._store.get(owner, task_id) is None:
+                continue
+            self._watchers.setdefault(task_id, set()).add(mailbox)
+            self._announced.pop(task_id, None)  # the new stream hears the status now
+            self._on_change(task_id)()
+            watched.append(task_id)
+        return tuple(watched)
+
+    def unwatch(self, mailbox: Mailbox) -> None:
+        for task_id in list(self._watchers):
+            boxes = self._watchers[task_id]
+            boxes.discard(mailbox)
+            if not boxes:
+                self._forget_watch(task_id)
+
+    def _forget_watch(self, task_id: str) -> None:
+        self._watchers.pop(task_id, None)
+        self._announcing.pop(task_id, None)
+        self._announced.pop(task_id, None)
+
+    def _on_change(self, task_id: str) -> Callable[[], None]:
+        def changed() -> None:
+            if task_id in self._watchers:
+                task = asyncio.get_running_loop().create_task(self._announce(task_id))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+        return changed
+
+    async def _announce(self, task_id: str) -> None:
+        """The task's status, as tasks/get would give it, to every stream watching
+        it; the same status twice is not repeated."""
+        lock = self._announcing.setdefault(task_id, asyncio.Lock())
+        async with lock:
+            try:
+                detailed = await self._detailed(task_id)
+            except UpstreamError as exc:
+                log.info("task_status_unavailable", error=exc.message)
+                return
+            if detailed is None:
+                return
+            seen = (detailed.get("status"), tuple(sorted(detailed.get("inputRequests") or ())))
+            if self._announced.get(task_id) == seen:
+                return
+            self._announced[task_id] = seen
+            params = {k: v for k, v in detailed.items() if k != "resultType"}
+            note = wire.status_notification(params)
+            for box in list(self._watchers.get(task_id, ())):
+                box.offer(note)
+            if detailed.get("status") in wire.TERMINAL:
+                self._forget_watch(task_id)
+
+    async def _detailed(self, task_id: str) -> Message | None:
+        held = self._own.get(task_id)
+        if held is not None:
+            return await self._own_detailed(held.owner, held)
+        live = self._live.get(task_id)
+        if live is None or live.hidden_until is not None:
+            return None
+        record = await self._store.get(live.owner, task_id)
+        if record is None:
+            return None
+        return await self._get(live.owner, task_id, record, live)
+
     # -- the end of a task -------------------------------------------------
 
     async def _release(self, live: LiveTask, *, cancel_upstream: bool) -> None:
@@ -545,6 +639,10 @@ class TaskBridge:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        for announcing in list(self._background):
+            announcing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await announcing
         running = [t for t in self._live.values() if not t.settled.is_set()]
         held = [t for t in self._own.values() if not t.settled.is_set()]
         if running or held:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -66,6 +67,12 @@ class LiveTask:
     # Set while the task's first question is an input round the client has not
     # answered yet (the task not shown to it): the round's deadline, monotonic.
     hidden_until: float | None = None
+    # Told of every change the client may see (a question, an answer, the end).
+    on_change: Callable[[], None] | None = None
+
+    def changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def input_requests(self) -> dict[str, Message]:
         return {key: q.shown for key, q in self.questions.items()}
@@ -96,6 +103,7 @@ class LiveTask:
         log.warning("task_lost", reason=why)
         self.payload = {"error": {"code": -32603, "message": f"Internal error: {why}"}}
         self.settled.set()
+        self.changed()
 
     async def _one_stream(self) -> bool:
         message = request_message(self.pooled, "tasks/result", {"taskId": self.upstream_id})
@@ -128,6 +136,7 @@ class LiveTask:
             }
         self.payload = reply
         self.settled.set()
+        self.changed()
 
     async def _question(self, request: Message) -> None:
         method = request.get("method")
@@ -144,12 +153,14 @@ class LiveTask:
         shown = mrtr_results.input_request(request, self.pooled.version, self.client_version)
         self.questions[key] = Question(request, shown)
         self.asked.set()
+        self.changed()
 
     async def answer(self, key: str, translated: Message) -> None:
         """Post the client's answer (in the upstream's version) to question `key`."""
         question = self.questions.pop(key, None)
         if question is not None:
             await self.pooled.session.respond(mrtr_results.response(question.request, translated))
+            self.changed()
 
     async def stop(self) -> None:
         """Stop watching (the task is over for the gateway): the stream closes."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -63,6 +64,12 @@ class OwnTask:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
     released: bool = False
+    # Told of every change the client may see (a question, an answer, the end).
+    on_change: Callable[[], None] | None = None
+
+    def changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def pooled_version(self) -> Version:
@@ -115,12 +122,14 @@ class OwnTask:
         shown = mrtr_results.input_request(event.message, self.pooled_version, self.client_version)
         self.exchange.pending[key] = Question(key, event.message, shown, event.reply)
         self.updated_at = now_iso()
+        self.changed()
 
     def _settle(self, status: str, payload: Message) -> None:
         self.status = status
         self.payload = payload
         self.updated_at = now_iso()
         self.settled.set()
+        self.changed()
 
     async def answer(self, key: str, translated: Message) -> None:
         question = self.exchange.pending.pop(key, None)
@@ -129,6 +138,7 @@ class OwnTask:
         upstream_sent()
         await question.reply(mrtr_results.response(question.request, translated))
         self.updated_at = now_iso()
+        self.changed()
 
     async def cancel(self) -> None:
         if self.settled.is_set():

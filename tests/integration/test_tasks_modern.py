@@ -11,6 +11,7 @@ results/conformance/<stamp>-tasks-*/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -260,3 +261,108 @@ def test_live_tasks_per_credential_are_bounded_and_expire_at_their_ttl(
         assert status == 400 and got["error"]["code"] == -32602, got
         status, again = modern(client, bounded_gateway, "tools/call", slow, auth="Bearer a")
         assert status == 200, again
+
+
+async def _listen_frames(
+    client: httpx.AsyncClient,
+    base: str,
+    filter_: dict[str, object],
+    caps: dict[str, object],
+    auth: str | None = None,
+) -> tuple[httpx.Response, asyncio.Queue[dict[str, Any]]]:
+    """Open a subscriptions/listen stream; its messages arrive on the queue."""
+    message = wire.body(
+        "subscriptions/listen",
+        {"notifications": filter_},
+        rid="L1",
+        meta={wire.META_CAPABILITIES: caps},
+    )
+    request = client.build_request(
+        "POST",
+        base + "/mcp",
+        content=json.dumps(message).encode(),
+        headers=wire.headers_for(message, authorization=auth),
+    )
+    response = await client.send(request, stream=True)
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def pump() -> None:
+        buffer = ""
+        async for chunk in response.aiter_text():
+            buffer += chunk
+            while "\n\n" in buffer:
+                event, buffer = buffer.split("\n\n", 1)
+                for m in wire.sse_messages(event + "\n\n"):
+                    queue.put_nowait(m)
+
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        asyncio.get_running_loop().create_task(pump())
+    else:
+        await response.aread()
+        queue.put_nowait(response.json())
+    return response, queue
+
+
+async def _next_status(queue: asyncio.Queue[dict[str, Any]], wanted: str) -> dict[str, Any]:
+    async with asyncio.timeout(15):
+        while True:
+            message = await queue.get()
+            if message.get("method") == "notifications/tasks":
+                params = dict(message["params"])
+                if params["status"] == wanted:
+                    return params
+
+
+@pytest.mark.peers
+async def test_task_status_notifications_on_the_owners_listen_stream(task_gateway: str) -> None:
+    caps = {**WITH_EXT, "elicitation": {}}
+    async with httpx.AsyncClient(timeout=30) as client:
+        message = wire.body(
+            "tools/call",
+            {"name": "confirm_delete", "arguments": {"filename": "a.txt"}},
+            meta={wire.META_CAPABILITIES: caps},
+        )
+        created = await client.post(
+            task_gateway + "/mcp",
+            content=json.dumps(message).encode(),
+            headers=wire.headers_for(message),
+        )
+        task_id = created.json()["result"]["taskId"]
+        # Without the extension declared: -32021 (SEP-2663).
+        refused, queue = await _listen_frames(client, task_gateway, {"taskIds": [task_id]}, {})
+        assert refused.status_code == 400
+        assert (await queue.get())["error"]["code"] == -32021
+        # Another credential's task is not honoured.
+        other, queue = await _listen_frames(
+            client, task_gateway, {"taskIds": [task_id]}, caps, auth="Bearer someone-else"
+        )
+        ack = await asyncio.wait_for(queue.get(), 10)
+        assert ack["params"]["notifications"] == {}, ack
+        await other.aclose()
+        # The owner's stream: the status now, then each change, the result inlined.
+        stream, queue = await _listen_frames(client, task_gateway, {"taskIds": [task_id]}, caps)
+        try:
+            ack = await asyncio.wait_for(queue.get(), 10)
+            assert ack["params"]["notifications"] == {"taskIds": [task_id]}, ack
+            asking = await _next_status(queue, "input_required")
+            assert asking["taskId"] == task_id
+            (key,) = asking["inputRequests"]
+            update = wire.body(
+                "tasks/update",
+                {
+                    "taskId": task_id,
+                    "inputResponses": {key: {"action": "accept", "content": {"confirm": True}}},
+                },
+                meta={wire.META_CAPABILITIES: caps},
+            )
+            acked = await client.post(
+                task_gateway + "/mcp",
+                content=json.dumps(update).encode(),
+                headers=wire.headers_for(update, mcp_name=task_id),
+            )
+            assert acked.json()["result"] == {"resultType": "complete"}
+            done = await _next_status(queue, "completed")
+            assert done["result"]["content"][0]["text"] == "deleted a.txt"
+            assert done["_meta"]["io.modelcontextprotocol/subscriptionId"] == "L1"
+        finally:
+            await stream.aclose()

@@ -183,6 +183,7 @@ class Gateway:
                         authorization,
                         state,
                         keepalive_s=self._listen_keepalive_s,
+                        tasks=self._tasks,
                     )
                     # Closed here, not by the garbage collector, when the client leaves.
                     async with contextlib.aclosing(stream) as frames:
