@@ -27,6 +27,7 @@ from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.gateway import Gateway
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
+from app.mrtr.forwarding import ReplicaForwarder
 from app.readiness import ReadinessCheck
 from app.replicas import Replicas, build_replicas
 from app.subscriptions.hub import SubscriptionHub
@@ -79,8 +80,9 @@ class Wiring:
         await self.metrics.stop()
         # Normally already done by `drain` before the server stopped serving.
         await self.subscriptions.aclose(self.settings.shutdown_grace_s)
-        await self.bridge.aclose()  # parked exchanges ended cleanly, lanes closed
+        # Before the bridge: the tasks the gateway runs hold the bridge's lanes.
         await self.tasks.aclose()  # upstream tasks cancelled, their sessions released
+        await self.bridge.aclose()  # parked exchanges ended cleanly, lanes closed
         await self.http_sse.aclose()
         await self.legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
         await self.replicas.aclose()
@@ -198,6 +200,7 @@ def build_tasks(
         replicas.sealer,
         TaskSettings(
             ttl_ms=round(settings.task_ttl_s * 1000),
+            max_per_owner=settings.max_tasks_per_credential,
             poll_ms=settings.task_poll_ms,
             max_result_bytes=settings.task_max_result_bytes,
             replica=replicas.me,
@@ -207,6 +210,7 @@ def build_tasks(
             tools=tuple(settings.task_tools),
         ),
         lanes=bridge.lanes,
+        forwarder=ReplicaForwarder(replicas.relay),
     )
     tasks.start()
     return tasks

@@ -39,6 +39,7 @@ from app.fronts.modern.checks import ModernCall
 from app.mrtr import answers as mrtr_answers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.exchange import LiveExchange
+from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.state import Sealer
 from app.rejections import (
@@ -49,6 +50,7 @@ from app.rejections import (
     Rejection,
     http_status_for,
 )
+from app.replicas import reachable
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids, own
 from app.tasks.live import LiveTask, started
@@ -72,6 +74,7 @@ REAP_EVERY_S = 1.0
 @dataclass(frozen=True, slots=True)
 class TaskSettings:
     ttl_ms: int  # asked of the upstream, and the record's TTL if it names none
+    max_per_owner: int  # live tasks per credential (the store enforces it too)
     poll_ms: int  # pollIntervalMs when the upstream names none
     max_result_bytes: int
     replica: str  # this replica's name in task ids
@@ -127,8 +130,11 @@ class TaskBridge:
         sealer: Sealer,
         settings: TaskSettings,
         lanes: Lanes | None = None,
+        forwarder: ReplicaForwarder | None = None,
     ) -> None:
         self._pool = pool
+        # The hop to the replica running a task (the MRTR bridge's, app/replicas.py).
+        self._forwarder = forwarder
         # The MRTR bridge's lanes, for the tasks the gateway runs itself.
         self._lanes = lanes
         self._own: dict[str, own.OwnTask] = {}
@@ -222,8 +228,10 @@ class TaskBridge:
         """Send the call as a task on `pooled`; the flat CreateTaskResult (or the
         upstream's own answer, if it chose to answer at once)."""
         owner = credential_hash(authorization)
-        limit = getattr(self._store, "max_per_owner", None)
-        if isinstance(limit, int) and len(await self._store.live(owner)) >= limit:
+        # Checked before anything starts upstream; the store's own refusal below
+        # covers calls that raced past this check together.
+        limit = self._settings.max_per_owner
+        if len(await self._store.live(owner)) >= limit:
             return _reply(_limit_reached(call.id, limit), state, "task_limit")
         if mode == "own":
             return await self._create_own(call, pooled, outbound, authorization, state)
@@ -378,6 +386,9 @@ class TaskBridge:
             return _reply(missing_extension(call.id), state, "missing_capability")
         owner = credential_hash(authorization)
         task_id = call.params.get("taskId")
+        elsewhere = await self._elsewhere(task_id, owner, state)
+        if elsewhere is not None:
+            return await self._forward(call, authorization, elsewhere, state)
         found = await self._find(task_id, owner)
         if found is None:
             return _reply(not_found(call.id), state, "task_not_found")
@@ -394,6 +405,40 @@ class TaskBridge:
         if refusal is not None:
             return _reply(refusal, state, "rejected")
         return _result(call, wire.acknowledgement(), state)
+
+    async def _elsewhere(self, task_id: Any, owner: str, state: CallState) -> str | None:
+        """The replica to send a request for this task to: the one running it,
+        unless that is this one, the store already holds its result, or the
+        request was forwarded once already."""
+        ref = ids.open_for(self._sealer, task_id, ids.owner_of(owner))
+        if ref is None or ref.replica == self._settings.replica or self._forwarder is None:
+            return None
+        if state.hop or not reachable(ref.replica):
+            return None
+        record = await self._store.get(owner, task_id)
+        if record is not None and record.get("inline") is not None:
+            return None
+        return ref.replica
+
+    async def _forward(
+        self, call: ModernCall, authorization: str | None, replica: str, state: CallState
+    ) -> Outgoing:
+        assert self._forwarder is not None
+        state.outcome = "forwarded"
+        log.info("task_request_forwarded", method=call.method)
+        async with contextlib.aclosing(
+            self._forwarder.forward(call, authorization, replica)
+        ) as frames:
+            async for frame in frames:
+                if frame.final:
+                    return Outgoing(frame.message, True, frame.status)
+        rejection = Rejection(
+            INTERNAL_ERROR,
+            "Internal error: the replica running this task did not answer",
+            call.id,
+            status=502,
+        )
+        return _reply(rejection, state, "owner_broke_off")
 
     async def _find(self, task_id: Any, owner: str) -> tuple[Record, LiveTask | None] | None:
         if ids.open_for(self._sealer, task_id, ids.owner_of(owner)) is None:

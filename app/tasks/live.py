@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from app import jsonio
 from app.mrtr import results as mrtr_results
 from app.mrtr.keys import KeyAssigner
 from app.tasks.upstream import request_message
@@ -124,7 +125,7 @@ class LiveTask:
         return False
 
     def _payload(self, reply: Message) -> None:
-        size = len(repr(reply.get("result") or reply.get("error")))
+        size = len(jsonio.dumps(reply.get("result") or reply.get("error")))
         if size > self.max_payload_bytes:
             log.warning("task_payload_too_large", limit=self.max_payload_bytes)
             reply = {

@@ -366,3 +366,38 @@ async def test_task_status_notifications_on_the_owners_listen_stream(task_gatewa
             assert done["_meta"]["io.modelcontextprotocol/subscriptionId"] == "L1"
         finally:
             await stream.aclose()
+
+
+@pytest.mark.peers
+def test_any_worker_answers_for_a_task_another_one_runs(
+    task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """MCP_SHIM_WORKERS=2: the task runs on the worker that created it (its
+    upstream session is there); a request for it on the other worker is relayed
+    there, named by the sealed task id, and answered."""
+    from tests.integration.test_workers import _up
+
+    log = tmp_path_factory.mktemp("tasks-workers") / "gateway.log"
+    env = {"MCP_SHIM_WORKERS": "2"}
+    with (
+        procs.gateway_process(task_fixture_url, procs.free_port(), env, log_path=log) as (
+            base,
+            proc,
+        ),
+        httpx.Client(timeout=30) as client,
+    ):
+        urls = _up(base, proc, log, 2).internal()
+        slow = {"name": "slow_compute", "arguments": {"seconds": 1, "label": "w"}}
+        status, created = modern(client, urls[0], "tools/call", slow, auth="Bearer w")
+        assert status == 200, created
+        task_id = created["result"]["taskId"]
+        status, seen = modern(client, urls[1], "tasks/get", {"taskId": task_id}, auth="Bearer w")
+        assert status == 200, seen
+        assert seen["result"]["taskId"] == task_id
+        done = settled(client, urls[1], task_id, "Bearer w")
+        assert done["status"] == "completed", done
+        # Still another credential's "not found" on the other worker.
+        status, other = modern(client, urls[1], "tasks/get", {"taskId": task_id}, auth="Bearer x")
+        assert (status, other["error"]["code"]) == (400, -32602)
+    relayed = [line for line in wire.log_lines(log) if line["event"] == "task_request_forwarded"]
+    assert relayed and all(line["worker"] == 1 for line in relayed)
