@@ -471,7 +471,10 @@ class TaskBridge:
                 async with asyncio.timeout(PAYLOAD_WAIT_S):
                     await live.settled.wait()
         if live.payload is None:
-            if status in wire.TERMINAL:
+            # input_required is shown with its questions or not at all: one the
+            # upstream counts may not have reached the gateway's stream yet, and a
+            # terminal status waits for its payload.
+            if status in wire.TERMINAL or status == "input_required":
                 fields = {**fields, "status": "working"}
             return wire.detailed_task(fields, None, live.input_requests())
         final, inline = wire.inline_payload(status, _payload_up(live))

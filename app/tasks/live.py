@@ -68,6 +68,8 @@ class LiveTask:
     # Set while the task's first question is an input round the client has not
     # answered yet (the task not shown to it): the round's deadline, monotonic.
     hidden_until: float | None = None
+    # The id of the tasks/result request whose stream is open, if any.
+    _stream_id: int | None = None
     # Told of every change the client may see (a question, an answer, the end).
     on_change: Callable[[], None] | None = None
 
@@ -108,6 +110,7 @@ class LiveTask:
 
     async def _one_stream(self) -> bool:
         message = request_message(self.pooled, "tasks/result", {"taskId": self.upstream_id})
+        self._stream_id = message["id"]
         exchange = await self.pooled.session.request(message)
         answered = False
         try:
@@ -170,6 +173,16 @@ class LiveTask:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
+            if self._stream_id is not None and self.payload is None:
+                # The upstream stops waiting to deliver (the task itself goes on
+                # or was cancelled apart: cancelling tasks/result does not cancel it).
+                note = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": self._stream_id, "reason": "no longer watched"},
+                }
+                with contextlib.suppress(UpstreamError):
+                    await self.pooled.session.notify(note)
         for question in self.questions.values():
             with contextlib.suppress(UpstreamError):
                 await self.pooled.session.respond(
