@@ -202,6 +202,8 @@ class TaskBridge:
         round_of = ids.open_round(self._sealer, call.params.get("requestState"), owner)
         if round_of is not None:
             return Resume(round_of)
+        if "requestState" in call.params or "inputResponses" in call.params:
+            return stripped  # a retry of the MRTR bridge's own round: it takes it
         name = call.params.get("name")
         mode = None
         if isinstance(name, str) and wire.upstream_runs_tool_tasks(pooled.server_capabilities):
@@ -334,6 +336,7 @@ class TaskBridge:
             exchange=exchange,
             client_version=call.version,
             deadline=time.monotonic() + self._settings.ttl_ms / 1000,
+            client_capabilities=call.client_capabilities,
         )
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
         refused = await self._store.create(
@@ -365,6 +368,7 @@ class TaskBridge:
             client_version=call.version,
             deadline=time.monotonic() + ttl_s,
             max_payload_bytes=self._settings.max_result_bytes,
+            client_capabilities=call.client_capabilities,
         )
 
     def _fields(self, live: LiveTask, task: Message) -> Message:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from app import jsonio
+from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
 from app.mrtr.keys import KeyAssigner
 from app.tasks.upstream import request_message
@@ -58,6 +60,7 @@ class LiveTask:
     client_version: Version
     deadline: float  # monotonic: the task's TTL
     max_payload_bytes: int
+    client_capabilities: Mapping[str, Any]  # of the call that created the task
     questions: dict[str, Question] = field(default_factory=dict)
     keys: KeyAssigner = field(default_factory=KeyAssigner)
     payload: Message | None = None  # the tasks/result response
@@ -144,12 +147,8 @@ class LiveTask:
 
     async def _question(self, request: Message) -> None:
         method = request.get("method")
-        if method not in INPUT_REQUEST_METHODS or len(self.questions) >= MAX_QUESTIONS:
-            reply = default_answer(request)
-            if method in INPUT_REQUEST_METHODS:
-                reply = mrtr_results.error_response(
-                    request, -32603, "too many questions pending for this task"
-                )
+        reply = unshown_reply(request, self.client_capabilities, len(self.questions))
+        if reply is not None:
             with contextlib.suppress(UpstreamError):
                 await self.pooled.session.respond(reply)
             return
@@ -189,6 +188,26 @@ class LiveTask:
                     mrtr_results.abandon_reply(question.request, timed_out=True)
                 )
         self.questions.clear()
+
+
+def unshown_reply(
+    request: Message, capabilities: Mapping[str, Any], pending: int
+) -> Message | None:
+    """The gateway's own answer to a server request during a task, or None when
+    it is a question for the client: `ping` and the like are answered, a
+    question the caller declared no capability for is refused (as the MRTR
+    bridge refuses it), and so is one beyond MAX_QUESTIONS pending."""
+    method = request.get("method")
+    if method not in INPUT_REQUEST_METHODS:
+        return default_answer(request)
+    missing = mrtr_capabilities.missing_for(method, request.get("params"), capabilities)
+    if missing is not None:
+        return mrtr_results.refusal_reply(request, missing)
+    if pending >= MAX_QUESTIONS:
+        return mrtr_results.error_response(
+            request, -32603, f"too many questions pending for this task (at most {MAX_QUESTIONS})"
+        )
+    return None
 
 
 def started(task: LiveTask) -> LiveTask:

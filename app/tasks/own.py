@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,10 +28,9 @@ from app.call import upstream_sent
 from app.mrtr import results as mrtr_results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
 from app.mrtr.lanes import Lane, Lanes
+from app.tasks.live import unshown_reply
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
-from app.upstream.listener import default_answer
-from translators._base import INPUT_REQUEST_METHODS
 from translators.registry import Version
 
 log = structlog.get_logger("mcp_shim.tasks")
@@ -57,6 +56,7 @@ class OwnTask:
     exchange: LiveExchange
     client_version: Version
     deadline: float  # monotonic: the task's TTL
+    client_capabilities: Mapping[str, Any]  # of the call that created the task
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     status: str = "working"
@@ -114,9 +114,11 @@ class OwnTask:
 
     async def _question(self, event: ServerRequest) -> None:
         method = event.message.get("method")
-        if method not in INPUT_REQUEST_METHODS:
+        pending = len(self.exchange.pending)
+        reply = unshown_reply(event.message, self.client_capabilities, pending)
+        if reply is not None:
             with contextlib.suppress(UpstreamError):
-                await event.reply(default_answer(event.message))
+                await event.reply(reply)
             return
         key = self.exchange.keys.assign(str(method), event.message.get("params"))
         shown = mrtr_results.input_request(event.message, self.pooled_version, self.client_version)

@@ -225,3 +225,25 @@ def test_a_task_id_and_a_round_state_never_open_as_each_other(sealer: Sealer) ->
     assert ids.open_for(sealer, state, owner) is None
     # Nor does any other sealed token (a requestState, a session id).
     assert ids.open_for(sealer, sealer.seal_bytes(b'{"o":"-"}'), owner) is None
+
+
+def _request(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": "q1", "method": method, "params": params or {}}
+
+
+def test_server_requests_during_a_task_shown_or_answered_by_the_gateway() -> None:
+    from app.tasks.live import MAX_QUESTIONS, unshown_reply
+
+    elicit = _request("elicitation/create", {"mode": "form", "message": "?"})
+    # A question for a caller that declared the capability: shown (None).
+    assert unshown_reply(elicit, {"elicitation": {}}, 0) is None
+    # ping: the gateway answers it.
+    assert unshown_reply(_request("ping"), {}, 0) == {"jsonrpc": "2.0", "id": "q1", "result": {}}
+    # No capability declared: refused as the MRTR bridge refuses it.
+    refused = unshown_reply(elicit, {}, 0)
+    assert refused is not None and refused["error"]["code"] == -32601
+    sampling = unshown_reply(_request("sampling/createMessage"), {"elicitation": {}}, 0)
+    assert sampling is not None and sampling["error"]["code"] == -32601
+    # Beyond the bound of pending questions.
+    full = unshown_reply(elicit, {"elicitation": {}}, MAX_QUESTIONS)
+    assert full is not None and full["error"]["code"] == -32603
