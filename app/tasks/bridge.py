@@ -56,6 +56,7 @@ from app.tasks import ids, own
 from app.tasks.live import LiveTask, started
 from app.tasks.store import Record, TaskLimitReached, TaskStore
 from app.tasks.upstream import ask
+from app.tasks.watch import Watchers
 from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
@@ -144,11 +145,8 @@ class TaskBridge:
         self._live: dict[str, LiveTask] = {}
         self._local_ids = 0
         self._reaper: asyncio.Task[None] | None = None
-        # subscriptions/listen mailboxes watching a task (notifications/tasks).
-        self._watchers: dict[str, set[Mailbox]] = {}
-        self._announcing: dict[str, asyncio.Lock] = {}
-        self._announced: dict[str, tuple[Any, ...]] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        # subscriptions/listen streams watching a task (notifications/tasks).
+        self._watchers = Watchers(self._detailed)
 
     def start(self) -> None:
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
@@ -587,6 +585,8 @@ class TaskBridge:
     async def watch(
         self, authorization: str | None, task_ids: tuple[str, ...], mailbox: Mailbox
     ) -> tuple[str, ...]:
+        """The task ids of a listen filter this caller owns and the gateway knows,
+        each now watched on `mailbox` (app/tasks/watch.py)."""
         owner = credential_hash(authorization)
         watched = []
         for task_id in task_ids:
@@ -594,67 +594,30 @@ class TaskBridge:
                 continue
             if await self._store.get(owner, task_id) is None:
                 continue
-            self._watchers.setdefault(task_id, set()).add(mailbox)
-            self._announced.pop(task_id, None)  # the new stream hears the status now
-            self._on_change(task_id)()
+            self._watchers.add(task_id, owner, mailbox)
             watched.append(task_id)
         return tuple(watched)
 
     def unwatch(self, mailbox: Mailbox) -> None:
-        for task_id in list(self._watchers):
-            boxes = self._watchers[task_id]
-            boxes.discard(mailbox)
-            if not boxes:
-                self._forget_watch(task_id)
-
-    def _forget_watch(self, task_id: str) -> None:
-        self._watchers.pop(task_id, None)
-        self._announcing.pop(task_id, None)
-        self._announced.pop(task_id, None)
+        self._watchers.remove(mailbox)
 
     def _on_change(self, task_id: str) -> Callable[[], None]:
-        def changed() -> None:
-            if task_id in self._watchers:
-                task = asyncio.get_running_loop().create_task(self._announce(task_id))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+        return lambda: self._watchers.changed(task_id)
 
-        return changed
-
-    async def _announce(self, task_id: str) -> None:
-        """The task's status, as tasks/get would give it, to every stream watching
-        it; the same status twice is not repeated."""
-        lock = self._announcing.setdefault(task_id, asyncio.Lock())
-        async with lock:
-            try:
-                detailed = await self._detailed(task_id)
-            except UpstreamError as exc:
-                log.info("task_status_unavailable", error=exc.message)
-                return
-            if detailed is None:
-                return
-            seen = (detailed.get("status"), tuple(sorted(detailed.get("inputRequests") or ())))
-            if self._announced.get(task_id) == seen:
-                return
-            self._announced[task_id] = seen
-            params = {k: v for k, v in detailed.items() if k != "resultType"}
-            note = wire.status_notification(params)
-            for box in list(self._watchers.get(task_id, ())):
-                box.offer(note)
-            if detailed.get("status") in wire.TERMINAL:
-                self._forget_watch(task_id)
-
-    async def _detailed(self, task_id: str) -> Message | None:
+    async def _detailed(self, task_id: str, owner: str) -> Message | None:
+        """The DetailedTask of a task, as tasks/get gives it (None once gone)."""
         held = self._own.get(task_id)
         if held is not None:
-            return await self._own_detailed(held.owner, held)
-        live = self._live.get(task_id)
-        if live is None or live.hidden_until is not None:
-            return None
-        record = await self._store.get(live.owner, task_id)
+            return await self._own_detailed(owner, held)
+        record = await self._store.get(owner, task_id)
         if record is None:
             return None
-        return await self._get(live.owner, task_id, record, live)
+        live = self._live.get(task_id)
+        if live is not None and live.hidden_until is not None:
+            return None  # an input round the client has not answered: no task yet
+        if live is None and record.get("inline") is None:
+            return None  # running on another replica
+        return await self._get(owner, task_id, record, live)
 
     # -- the end of a task -------------------------------------------------
 
@@ -691,10 +654,7 @@ class TaskBridge:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        for announcing in list(self._background):
-            announcing.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await announcing
+        await self._watchers.aclose()
         running = [t for t in self._live.values() if not t.settled.is_set()]
         held = [t for t in self._own.values() if not t.settled.is_set()]
         if running or held:

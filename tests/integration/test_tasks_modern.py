@@ -366,6 +366,13 @@ async def test_task_status_notifications_on_the_owners_listen_stream(task_gatewa
             assert done["_meta"]["io.modelcontextprotocol/subscriptionId"] == "L1"
         finally:
             await stream.aclose()
+        # A stream opened after the end hears the final status at once.
+        late, queue = await _listen_frames(client, task_gateway, {"taskIds": [task_id]}, caps)
+        try:
+            again = await _next_status(queue, "completed")
+            assert again["result"] == done["result"]
+        finally:
+            await late.aclose()
 
 
 @pytest.mark.peers
