@@ -147,6 +147,8 @@ class TaskBridge:
         self._reaper: asyncio.Task[None] | None = None
         # subscriptions/listen streams watching a task (notifications/tasks).
         self._watchers = Watchers(self._detailed)
+        # Settling finished tasks (their result kept, their session released).
+        self._settling: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._reaper = asyncio.get_running_loop().create_task(self._reap())
@@ -249,6 +251,7 @@ class TaskBridge:
             await self._release(live, cancel_upstream=True)
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
         live.on_change = self._on_change(live.task_id)
+        live.on_settled = self._on_settled(live.task_id, owner)
         self._live[live.task_id] = started(live)
         log.info("task_created", live_tasks=len(self._live))
         if mode == "required" and mrtr_capabilities.declares_input(call.client_capabilities):
@@ -344,6 +347,7 @@ class TaskBridge:
             await task.release()
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
         task.on_change = self._on_change(task.task_id)
+        task.on_settled = self._on_settled(task.task_id, owner)
         self._own[task.task_id] = own.start(task)
         return _result(call, wire.create_task_result(fields), state)
 
@@ -604,6 +608,24 @@ class TaskBridge:
     def _on_change(self, task_id: str) -> Callable[[], None]:
         return lambda: self._watchers.changed(task_id)
 
+    def _on_settled(self, task_id: str, owner: str) -> Callable[[], None]:
+        """Once a task's payload is in, its result goes to the store and its
+        upstream session (or lane) is released at once, not at the next poll:
+        a client that never polls again holds nothing but the record."""
+
+        async def settle() -> None:
+            try:
+                await self._detailed(task_id, owner)
+            except UpstreamError as exc:
+                log.info("task_settle_deferred", error=exc.message)
+
+        def settled() -> None:
+            task = asyncio.get_running_loop().create_task(settle())
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+
+        return settled
+
     async def _detailed(self, task_id: str, owner: str) -> Message | None:
         """The DetailedTask of a task, as tasks/get gives it (None once gone)."""
         held = self._own.get(task_id)
@@ -655,6 +677,9 @@ class TaskBridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         await self._watchers.aclose()
+        for settling in list(self._settling):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(settling, 2.0)
         running = [t for t in self._live.values() if not t.settled.is_set()]
         held = [t for t in self._own.values() if not t.settled.is_set()]
         if running or held:

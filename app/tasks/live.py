@@ -75,6 +75,8 @@ class LiveTask:
     _stream_id: int | None = None
     # Told of every change the client may see (a question, an answer, the end).
     on_change: Callable[[], None] | None = None
+    # Told once the payload is in: the gateway keeps it and lets the session go.
+    on_settled: Callable[[], None] | None = None
 
     def changed(self) -> None:
         if self.on_change is not None:
@@ -110,6 +112,8 @@ class LiveTask:
         self.payload = {"error": {"code": -32603, "message": f"Internal error: {why}"}}
         self.settled.set()
         self.changed()
+        if self.on_settled is not None:
+            self.on_settled()
 
     async def _one_stream(self) -> bool:
         message = request_message(self.pooled, "tasks/result", {"taskId": self.upstream_id})
@@ -144,6 +148,8 @@ class LiveTask:
         self.payload = reply
         self.settled.set()
         self.changed()
+        if self.on_settled is not None:
+            self.on_settled()
 
     async def _question(self, request: Message) -> None:
         method = request.get("method")

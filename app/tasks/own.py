@@ -66,6 +66,8 @@ class OwnTask:
     released: bool = False
     # Told of every change the client may see (a question, an answer, the end).
     on_change: Callable[[], None] | None = None
+    # Told once the call's answer is in: the gateway keeps it and lets the lane go.
+    on_settled: Callable[[], None] | None = None
 
     def changed(self) -> None:
         if self.on_change is not None:
@@ -132,6 +134,8 @@ class OwnTask:
         self.updated_at = now_iso()
         self.settled.set()
         self.changed()
+        if self.on_settled is not None:
+            self.on_settled()
 
     async def answer(self, key: str, translated: Message) -> None:
         question = self.exchange.pending.pop(key, None)

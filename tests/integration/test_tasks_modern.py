@@ -408,3 +408,26 @@ def test_any_worker_answers_for_a_task_another_one_runs(
         assert (status, other["error"]["code"]) == (400, -32602)
     relayed = [line for line in wire.log_lines(log) if line["event"] == "task_request_forwarded"]
     assert relayed and all(line["worker"] == 1 for line in relayed)
+
+
+@pytest.mark.peers
+def test_a_finished_task_lets_its_session_go_without_being_polled(
+    task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The payload arrives on the task's tasks/result stream: the result goes to
+    the store and the upstream session's lease is released then, not at the
+    client's next poll (a client that never polls again holds nothing upstream)."""
+    log = tmp_path_factory.mktemp("tasks-settle") / "gateway.log"
+    with (
+        procs.gateway(task_fixture_url, procs.free_port(), log_path=log) as base,
+        httpx.Client(timeout=30) as client,
+    ):
+        slow = {"name": "slow_compute", "arguments": {"seconds": 0.5, "label": "quiet"}}
+        status, created = modern(client, base, "tools/call", slow)
+        assert status == 200, created
+        deadline = time.monotonic() + 10
+        while not any(line["event"] == "task_settled" for line in wire.log_lines(log)):
+            assert time.monotonic() < deadline, "the task was not settled without a poll"
+            time.sleep(0.1)
+        done = settled(client, base, created["result"]["taskId"], None)
+    assert done["result"]["content"][0]["text"] == "computed quiet after 0.5s"
