@@ -40,7 +40,7 @@ from app.mrtr import answers as mrtr_answers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.exchange import LiveExchange
 from app.mrtr.forwarding import ReplicaForwarder
-from app.mrtr.lanes import Lanes
+from app.mrtr.lanes import Lane, Lanes
 from app.mrtr.state import Sealer
 from app.rejections import (
     INTERNAL_ERROR,
@@ -313,20 +313,7 @@ class TaskBridge:
         """Start the call on a lane of its own and answer with its task at once."""
         assert self._lanes is not None
         owner = credential_hash(authorization)
-        caps = jsonio.loads(pooled.key.capabilities)
-        lane = await self._lanes.acquire(pooled.key, caps, authorization)
-        exchange = LiveExchange(
-            pooled=lane.pooled,
-            lane=lane,
-            method="tools/call",
-            caller=ids.owner_of(owner),
-            digest="",
-        )
-        try:
-            await own.send(lane, exchange, outbound)
-        except BaseException:
-            await self._lanes.release(lane, reusable=False)
-            raise
+        lane, exchange = await self._start_on_lane(pooled, outbound, authorization)
         self._local_ids += 1
         ref = ids.TaskRef(ids.owner_of(owner), self._settings.replica, "", str(self._local_ids))
         task = own.OwnTask(
@@ -350,6 +337,37 @@ class TaskBridge:
         task.on_settled = self._on_settled(task.task_id, owner)
         self._own[task.task_id] = own.start(task)
         return _result(call, wire.create_task_result(fields), state)
+
+    async def _start_on_lane(
+        self, pooled: PooledSession, outbound: Message, authorization: str | None
+    ) -> tuple[Lane, LiveExchange]:
+        """The call sent on a lane of the caller's key, its stream pumped. A lane
+        whose session the upstream forgot (404) is replaced once and the call sent
+        again (its handler never ran), as the MRTR bridge does."""
+        assert self._lanes is not None
+        caps = jsonio.loads(pooled.key.capabilities)
+        caller = ids.owner_of(credential_hash(authorization))
+        lane = await self._lanes.acquire(pooled.key, caps, authorization)
+        held: Lane | None = lane  # released here on any failure, exactly once
+        try:
+            for attempt in (1, 2):
+                exchange = LiveExchange(
+                    pooled=lane.pooled, lane=lane, method="tools/call", caller=caller, digest=""
+                )
+                try:
+                    await own.send(lane, exchange, outbound)
+                    return lane, exchange
+                except SessionExpired:
+                    if attempt == 2:
+                        raise
+                    held = None  # replace() releases it
+                    lane = await self._lanes.replace(lane, caps, authorization)
+                    held = lane
+            raise AssertionError("unreachable")
+        except BaseException:
+            if held is not None:
+                await self._lanes.release(held, reusable=False)
+            raise
 
     def _pin(self, call: ModernCall, pooled: PooledSession, owner: str, task: Message) -> LiveTask:
         self._local_ids += 1

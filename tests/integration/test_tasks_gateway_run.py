@@ -175,3 +175,22 @@ def test_a_gateway_run_task_asks_through_input_requests_and_cancels_upstream(
         while mw.stats(legacy_url)["toolCancellations"].get("slow_echo", 0) == before:
             assert time.monotonic() < deadline, "the upstream never saw notifications/cancelled"
             time.sleep(0.1)
+
+
+@pytest.mark.peers
+def test_a_gateway_run_task_starts_again_on_a_fresh_lane_after_the_upstream_forgot_its_session(
+    proxied: str, legacy_url: str
+) -> None:
+    caps = {"extensions": {EXT: {}}}
+    quick = {"name": "slow_echo", "arguments": {"ms": 50, "steps": 1, "text": "again"}}
+    with httpx.Client(timeout=30) as client:
+        _, first = modern(client, proxied, "tools/call", quick, caps)
+        until_status(client, proxied, first["result"]["taskId"], {"completed"}, 10)
+        # The upstream forgets every session (as after a restart): the idle lane
+        # the next task would take is gone there.
+        httpx.post(mw.fixture_base(legacy_url) + "/debug/expire-sessions", timeout=10)
+        status, second = modern(client, proxied, "tools/call", quick, caps)
+        assert status == 200, second
+        done = until_status(client, proxied, second["result"]["taskId"], {"completed"}, 10)
+    assert done["status"] == "completed", done
+    assert done["result"]["content"] == [{"type": "text", "text": "again"}]
