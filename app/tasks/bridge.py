@@ -240,11 +240,24 @@ class TaskBridge:
         params = dict(outbound.get("params") or {})
         params.pop("_meta", None)  # the progress token belongs to a call, not a task
         params["task"] = wire.legacy_task_param(self._settings.ttl_ms)
-        reply = await ask(pooled, "tools/call", params)
-        task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
-        if task is None:
-            return _upstream_answer(call, pooled, reply, state)
-        live = self._pin(call, pooled, owner, task)
+        fresh: PooledSession | None = None
+        try:
+            reply = await ask(pooled, "tools/call", params)
+        except SessionExpired:
+            # The upstream forgot the session: its handler never ran, so the call
+            # goes once more on a fresh session, which the task then pins.
+            caps = jsonio.loads(pooled.key.capabilities)
+            fresh = pooled = await self._pool.renew(pooled, caps, authorization)
+        try:
+            if fresh is not None:
+                reply = await ask(pooled, "tools/call", params)
+            task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
+            if task is None:
+                return _upstream_answer(call, pooled, reply, state)
+            live = self._pin(call, pooled, owner, task)
+        finally:
+            if fresh is not None:
+                self._pool.release(fresh)  # renew's lease; the task holds its own
         fields = self._fields(live, task)
         refused = await self._store.create(owner, live.task_id, {"fields": fields}, _ttl(fields))
         if isinstance(refused, TaskLimitReached):

@@ -431,3 +431,30 @@ def test_a_finished_task_lets_its_session_go_without_being_polled(
             time.sleep(0.1)
         done = settled(client, base, created["result"]["taskId"], None)
     assert done["result"]["content"][0]["text"] == "computed quiet after 0.5s"
+
+
+@pytest.mark.peers
+def test_after_the_upstream_forgot_its_sessions_new_tasks_start_and_lost_ones_fail(
+    task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A 404 for the pooled session: a new task is sent once more on a fresh
+    session (the handler never ran) and pins that one; a task pinned to the
+    forgotten session can no longer be reached and settles failed."""
+    log = tmp_path_factory.mktemp("tasks-expired") / "gateway.log"
+    fixture = task_fixture_url.rsplit("/mcp", 1)[0]
+    with (
+        procs.gateway(task_fixture_url, procs.free_port(), log_path=log) as base,
+        httpx.Client(timeout=30) as client,
+    ):
+        slow = {"name": "slow_compute", "arguments": {"seconds": 30, "label": "lost"}}
+        _, before = modern(client, base, "tools/call", slow, auth="Bearer e")
+        httpx.post(fixture + "/debug/expire-sessions", timeout=10).raise_for_status()
+        quick = {"name": "slow_compute", "arguments": {"seconds": 0.2, "label": "fresh"}}
+        status, after = modern(client, base, "tools/call", quick, auth="Bearer e")
+        assert status == 200, after
+        assert after["result"]["resultType"] == "task"
+        done = settled(client, base, after["result"]["taskId"], "Bearer e")
+        assert done["result"]["content"][0]["text"] == "computed fresh after 0.2s"
+        lost = settled(client, base, before["result"]["taskId"], "Bearer e")
+    assert lost["status"] == "failed", lost
+    assert lost["error"]["code"] == -32603
