@@ -15,10 +15,17 @@ tasks for `tools/call`, each tool's `execution.taskSupport`, and:
   extension), answered from the upstream's `tasks/get`, the payload of its
   `tasks/result` inlined once terminal, its questions as `inputRequests`.
 
+* A `required` tool that asks at once, for a caller that can answer: an
+  input round before the task is shown (tasks-mrtr-composition).
+* The tools of `MCP_SHIM_TASK_TOOLS`, for a server without tasks: tasks the
+  gateway runs itself (app/tasks/own.py).
+* `notifications/tasks` on the owner's `subscriptions/listen` streams
+  (app/tasks/watch.py).
+
 Records go to the task store (app/tasks/store.py) under the caller's
 credential hash: its TTL, and the bound on live tasks per credential. The
 upstream task itself lives on one upstream session of this replica
-(app/tasks/live.py).
+(app/tasks/live.py); a request for it on another replica is relayed here.
 """
 
 from __future__ import annotations
@@ -110,7 +117,11 @@ def missing_extension(call_id: Any) -> Rejection:
 
 
 def not_found(call_id: Any) -> Rejection:
-    return Rejection(INVALID_PARAMS, "Invalid params: task not found", call_id)
+    return Rejection(
+        INVALID_PARAMS,
+        "Invalid params: task not found (unknown, expired, or created with other credentials)",
+        call_id,
+    )
 
 
 def _reply(rejection: Rejection, state: CallState, outcome: str) -> Outgoing:
