@@ -270,7 +270,8 @@ class TaskBridge:
             if fresh is not None:
                 self._pool.release(fresh)  # renew's lease; the task holds its own
         fields = self._fields(live, task)
-        refused = await self._store.create(owner, live.task_id, {"fields": fields}, _ttl(fields))
+        ttl_ms = _ttl(fields, self._settings.ttl_ms)
+        refused = await self._store.create(owner, live.task_id, {"fields": fields}, ttl_ms)
         if isinstance(refused, TaskLimitReached):
             await self._release(live, cancel_upstream=True)
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
@@ -403,7 +404,10 @@ class TaskBridge:
         )
         self._pool.lease(pooled)
         ttl = task.get("ttl")
-        ttl_s = (ttl if isinstance(ttl, int | float) and ttl > 0 else self._settings.ttl_ms) / 1000
+        ttl_ms = self._settings.ttl_ms
+        if isinstance(ttl, int | float) and 0 < ttl < ttl_ms:
+            ttl_ms = int(ttl)
+        ttl_s = ttl_ms / 1000
         return LiveTask(
             task_id=ids.seal(self._sealer, ref),
             owner=owner,
@@ -416,7 +420,13 @@ class TaskBridge:
         )
 
     def _fields(self, live: LiveTask, task: Message) -> Message:
-        return wire.task_fields(task, live.task_id, self._settings.poll_ms)
+        """The task's fields for the client; its ttlMs at most MCP_SHIM_TASK_TTL_S
+        (the gateway keeps the task no longer than that, whatever the upstream)."""
+        fields = wire.task_fields(task, live.task_id, self._settings.poll_ms)
+        ttl = fields.get("ttlMs")
+        if not isinstance(ttl, int) or ttl > self._settings.ttl_ms:
+            fields["ttlMs"] = self._settings.ttl_ms
+        return fields
 
     # -- tasks/get, tasks/update, tasks/cancel -------------------------------
 
@@ -755,9 +765,11 @@ def _limit_reached(call_id: Any, limit: int) -> Rejection:
     )
 
 
-def _ttl(fields: Message) -> int:
+def _ttl(fields: Message, default_ms: int) -> int:
+    """The record's TTL: the upstream's for its task, else MCP_SHIM_TASK_TTL_S (an
+    upstream `ttl: null`, unlimited, must not let a record outlive the bound)."""
     ttl = fields.get("ttlMs")
-    return ttl if isinstance(ttl, int) and ttl > 0 else 24 * 3600 * 1000
+    return ttl if isinstance(ttl, int) and ttl > 0 else default_ms
 
 
 def _without_task_param(call: ModernCall) -> ModernCall:
