@@ -338,6 +338,30 @@ class Settings(BaseSettings):
         description="upper bound on gathering questions after the first one",
     )
 
+    # Tasks (app/tasks, docs/tasks.md).
+    task_tools: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="tools (comma-separated globs) the gateway runs as tasks for modern "
+        "clients when the upstream has none; empty: off",
+    )
+    task_ttl_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="how long a task and its result are kept (the TTL asked of the upstream)",
+    )
+    task_poll_ms: int = Field(
+        default=1000,
+        ge=1,
+        le=600_000,
+        description="pollIntervalMs told to clients when the upstream names none",
+    )
+    task_max_result_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="largest task result kept; a larger one makes the task failed",
+    )
+
     # Total time of one call as its client sees it (one turn of a multi
     # round-trip call; a subscriptions/listen stream is exempt). Declared after
     # the settings it is checked against.
@@ -348,7 +372,9 @@ class Settings(BaseSettings):
         "upstream call cancelled",
     )
 
-    @field_validator("allowed_origins", "allowed_hosts", "upstream_env", mode="before")
+    @field_validator(
+        "allowed_origins", "allowed_hosts", "upstream_env", "task_tools", mode="before"
+    )
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)

@@ -27,9 +27,12 @@ from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.gateway import Gateway
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
+from app.mrtr.forwarding import ReplicaForwarder
 from app.readiness import ReadinessCheck
 from app.replicas import Replicas, build_replicas
 from app.subscriptions.hub import SubscriptionHub
+from app.tasks.bridge import TaskBridge, TaskSettings
+from app.tasks.store import MemoryTaskStore
 from app.upstream import era_transport
 from app.upstream.choice import Upstream, build_upstream
 from app.upstream.pool import SessionPool
@@ -64,6 +67,7 @@ class Wiring:
     legacy: LegacyFront
     http_sse: HttpSseFront
     bridge: Bridge
+    tasks: TaskBridge
     gateway: Gateway
 
     async def drain(self) -> None:
@@ -76,6 +80,8 @@ class Wiring:
         await self.metrics.stop()
         # Normally already done by `drain` before the server stopped serving.
         await self.subscriptions.aclose(self.settings.shutdown_grace_s)
+        # Before the bridge: the tasks the gateway runs hold the bridge's lanes.
+        await self.tasks.aclose()  # upstream tasks cancelled, their sessions released
         await self.bridge.aclose()  # parked exchanges ended cleanly, lanes closed
         await self.http_sse.aclose()
         await self.legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
@@ -150,6 +156,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
     legacy_sessions.start()
     legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)
     bridge = build_bridge(settings, pool, replicas)
+    tasks = build_tasks(settings, pool, replicas, bridge)
     gateway = Gateway(
         pool,
         offered_version=offered,
@@ -161,6 +168,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         auth=auth,
         declare_every_input=settings.upstream_client_capabilities == "all",
         call_deadline_s=settings.call_deadline_s,
+        tasks=tasks,
     )
     return Wiring(
         settings=settings,
@@ -176,8 +184,36 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         legacy=legacy,
         http_sse=http_sse,
         bridge=bridge,
+        tasks=tasks,
         gateway=gateway,
     )
+
+
+def build_tasks(
+    settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge
+) -> TaskBridge:
+    """The tasks extension's bridge (app/tasks), its records in the in-memory
+    store, its ids sealed and named like the replicas' own."""
+    tasks = TaskBridge(
+        pool,
+        MemoryTaskStore(settings.max_tasks_per_credential),
+        replicas.sealer,
+        TaskSettings(
+            ttl_ms=round(settings.task_ttl_s * 1000),
+            max_per_owner=settings.max_tasks_per_credential,
+            poll_ms=settings.task_poll_ms,
+            max_result_bytes=settings.task_max_result_bytes,
+            replica=replicas.me,
+            round_wait_s=settings.mrtr_gather_max_ms / 1000,
+            quiet_s=settings.mrtr_quiet_ms / 1000,
+            round_ttl_s=settings.mrtr_ttl_s,
+            tools=tuple(settings.task_tools),
+        ),
+        lanes=bridge.lanes,
+        forwarder=ReplicaForwarder(replicas.relay),
+    )
+    tasks.start()
+    return tasks
 
 
 def _auth_relay(settings: Settings, http: StreamableHttpTransport | None) -> AuthRelay | None:

@@ -26,6 +26,7 @@ CONFORMANCE = (
 )
 FIXTURE = ROOT / "tests" / "fixtures" / "legacy_server.py"
 MODERN_FIXTURE = ROOT / "tests" / "fixtures" / "modern_server.py"
+TASKS_FIXTURE = ROOT / "tests" / "fixtures" / "legacy_tasks_server.py"
 MODERN_TASK_FIXTURE = ROOT / "tests" / "fixtures" / "modern_task_server.py"
 LEGACY_TASK_MIN = ROOT / "tests" / "fixtures" / "legacy_task_min.py"
 
@@ -88,6 +89,15 @@ def legacy_server(port: int, *extra: str, log_path: Path | None = None) -> Itera
     argv = [str(require_peer(LEGACY_PY)), str(FIXTURE), "--port", str(port), *extra]
     base = f"http://127.0.0.1:{port}"
     with running(argv, base + "/mcp", log_path=log_path):
+        yield base + "/mcp"
+
+
+@contextmanager
+def legacy_tasks_server(port: int, log_path: Path | None = None) -> Iterator[str]:
+    """The legacy task fixture (mcp 1.x experimental tasks, 2025-11-25)."""
+    argv = [str(require_peer(LEGACY_PY)), str(TASKS_FIXTURE), "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    with running(argv, base + "/healthz", log_path=log_path):
         yield base + "/mcp"
 
 

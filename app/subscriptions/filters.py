@@ -35,6 +35,8 @@ CHANGE_METHODS: Final = frozenset(
 # in Filter's order), each with the capability flag it needs upstream.
 _FLAGS: Final = tuple(v2026_draft.SUBSCRIPTION_FLAGS.items())
 URIS_FIELD: Final = v2026_draft.SUBSCRIPTION_URIS
+# The tasks extension's field (SEP-2663): notifications/tasks for these task ids.
+TASK_IDS_FIELD: Final = "taskIds"
 
 
 def _served() -> dict[str, tuple[str, ...]]:
@@ -61,10 +63,12 @@ class Filter:
     prompts: bool = False
     resources: bool = False
     uris: tuple[str, ...] = ()
+    # Task ids (the tasks extension); which of them are honoured is app/tasks' call.
+    task_ids: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.tools or self.prompts or self.resources or self.uris)
+        return not (self.tools or self.prompts or self.resources or self.uris or self.task_ids)
 
     def with_uris(self, uris: Iterable[str]) -> Filter:
         return replace(self, uris=tuple(uris))
@@ -77,6 +81,8 @@ class Filter:
                 wire[name] = True
         if self.uris:
             wire[URIS_FIELD] = list(self.uris)
+        if self.task_ids:
+            wire[TASK_IDS_FIELD] = list(self.task_ids)
         return wire
 
 
@@ -102,6 +108,12 @@ def parse(params: Mapping[str, Any]) -> Filter | Rejection:
     if not isinstance(uris_raw, list) or not all(isinstance(u, str) for u in uris_raw):
         return _invalid(f"notifications.{URIS_FIELD} must be an array of URI strings")
     uris = tuple(dict.fromkeys(uris_raw))
+    task_ids = _strings(raw.get(TASK_IDS_FIELD, []))
+    if task_ids is None:
+        return _invalid(
+            f"notifications.{TASK_IDS_FIELD} must be an array of at most {MAX_URIS} task ids "
+            f"of at most {MAX_URI_LENGTH} characters"
+        )
     if len(uris) > MAX_URIS:
         return _invalid(f"notifications.{URIS_FIELD} names more than {MAX_URIS} URIs")
     if any(not u or len(u) > MAX_URI_LENGTH for u in uris):
@@ -109,7 +121,19 @@ def parse(params: Mapping[str, Any]) -> Filter | Rejection:
             f"notifications.{URIS_FIELD} entries must be non-empty and at most "
             f"{MAX_URI_LENGTH} characters"
         )
-    return Filter(tools=flags[0], prompts=flags[1], resources=flags[2], uris=uris)
+    return Filter(
+        tools=flags[0], prompts=flags[1], resources=flags[2], uris=uris, task_ids=task_ids
+    )
+
+
+def _strings(raw: Any) -> tuple[str, ...] | None:
+    """A bounded array of non-empty strings, without duplicates; None if it is not one."""
+    if not isinstance(raw, list) or not all(isinstance(u, str) and u for u in raw):
+        return None
+    out = tuple(dict.fromkeys(raw))
+    if len(out) > MAX_URIS or any(len(u) > MAX_URI_LENGTH for u in out):
+        return None
+    return out
 
 
 def _flag(capabilities: Mapping[str, Any], capability: str, key: str) -> bool:
@@ -129,6 +153,7 @@ def honourable(requested: Filter, upstream_capabilities: Mapping[str, Any]) -> F
         )
     )
     uris_served = _flag(caps, *v2026_draft.SUBSCRIPTION_URIS_FLAG)
+    # Task ids are none here: which of them are served is app/tasks' call (listen.py).
     return Filter(tools, prompts, resources, requested.uris if uris_served else ())
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import structlog
 
@@ -26,7 +26,7 @@ from app.fronts.modern.checks import ModernCall
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import filters, frames
 from app.subscriptions.hub import SubscriptionHub
-from app.subscriptions.mailbox import End
+from app.subscriptions.mailbox import End, Mailbox
 from app.upstream.pool import PooledSession
 
 log = structlog.get_logger("mcp_shim.subscriptions")
@@ -63,6 +63,23 @@ def _end_frame(end: End, listen_id: Any, bound: int) -> Frame:
     return Frame(frames.upstream_lost_error(listen_id, "session lost"), final=True)
 
 
+class TaskWatch(Protocol):
+    """Status notifications of tasks (the tasks extension, app/tasks)."""
+
+    def task_watch_refusal(self, call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
+        """Why this caller may not watch tasks (it did not declare the extension)."""
+        ...
+
+    async def watch(
+        self, authorization: str | None, task_ids: tuple[str, ...], mailbox: Mailbox
+    ) -> tuple[str, ...]:
+        """Start offering `notifications/tasks` of these tasks to `mailbox`; the
+        ones this caller owns and the gateway knows (the rest are not honoured)."""
+        ...
+
+    def unwatch(self, mailbox: Mailbox) -> None: ...
+
+
 async def listen(
     hub: SubscriptionHub,
     call: ModernCall,
@@ -72,8 +89,13 @@ async def listen(
     state: CallState,
     *,
     keepalive_s: float,
+    tasks: TaskWatch | None = None,
 ) -> AsyncGenerator[Frame, None]:
     requested = filters.parse(call.params)
+    if not isinstance(requested, Rejection) and requested.task_ids:
+        refusal = tasks.task_watch_refusal(call, requested.task_ids) if tasks else None
+        if refusal is not None:
+            requested = refusal
     if isinstance(requested, Rejection):
         state.outcome = "rejected"
         rejection = requested.with_id(call.id)
@@ -88,6 +110,9 @@ async def listen(
     listener = await hub.join(
         pooled, capabilities, authorization, call.id, call.version, honoured, state.request_id
     )
+    if requested.task_ids and tasks is not None:
+        watched = await tasks.watch(authorization, requested.task_ids, listener.mailbox)
+        listener.filter = replace(listener.filter, task_ids=watched)
     bound = log.bind(
         request_id=state.request_id,
         method=METHOD,
@@ -118,6 +143,8 @@ async def listen(
             sent += 1
             yield Frame(frames.tag(item, call.id))
     finally:
+        if tasks is not None:
+            tasks.unwatch(listener.mailbox)
         hub.leave(listener)
         if state.outcome == "listening":
             state.outcome = "closed_by_client"

@@ -73,6 +73,8 @@ class PooledSession:
     detached: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _tools: dict[str, HeaderPaths] | None = None
+    # Each tool's execution.taskSupport (2025-11-25 tasks), from the same tools/list.
+    _task_modes: dict[str, str] = field(default_factory=dict)
     _tools_at: float = 0.0
     _tools_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The session's GET stream; opened only while someone acquires it.
@@ -99,16 +101,27 @@ class PooledSession:
 
     async def tool_header_paths(self, name: str) -> HeaderPaths:
         """`x-mcp-header` annotations of one tool, from a cached upstream tools/list."""
+        return (await self._fresh_tools()).get(name, ())
+
+    async def tool_task_modes(self) -> dict[str, str]:
+        """Every tool's `execution.taskSupport` that is not forbidden, from the
+        same cached upstream tools/list (app/tasks)."""
+        await self._fresh_tools()
+        return self._task_modes
+
+    async def _fresh_tools(self) -> dict[str, HeaderPaths]:
         # tools/list_changed invalidates the cache when a GET stream is open;
         # the age bound covers sessions that have none.
         if self._tools is None or time.monotonic() - self._tools_at > TOOLS_CACHE_S:
             async with self._tools_lock:
                 if self._tools is None or time.monotonic() - self._tools_at > TOOLS_CACHE_S:
-                    self._tools = await self._list_tool_paths()
+                    modes: dict[str, str] = {}
+                    self._tools = await self._list_tool_paths(modes)
+                    self._task_modes = modes
                     self._tools_at = time.monotonic()
-        return self._tools.get(name, ())
+        return self._tools
 
-    async def _list_tool_paths(self) -> dict[str, HeaderPaths]:
+    async def _list_tool_paths(self, modes: dict[str, str]) -> dict[str, HeaderPaths]:
         tools: dict[str, HeaderPaths] = {}
         cursor: Any = None
         for _ in range(100):  # bounded: a server that pages forever is not followed
@@ -132,6 +145,10 @@ class PooledSession:
                 return tools
             for tool in result.get("tools") or []:
                 if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    execution = tool.get("execution")
+                    mode = execution.get("taskSupport") if isinstance(execution, dict) else None
+                    if mode in ("optional", "required"):
+                        modes[tool["name"]] = mode
                     paths = annotated_paths(tool.get("inputSchema"))
                     if paths:
                         tools[tool["name"]] = paths
@@ -248,6 +265,12 @@ class SessionPool:
         pooled.in_flight += 1
         pooled.last_used = time.monotonic()
         return pooled
+
+    def lease(self, pooled: PooledSession) -> None:
+        """One more lease on a session already held (a task pins the session that
+        created it, app/tasks): released with `release` like any other."""
+        pooled.in_flight += 1
+        pooled.last_used = time.monotonic()
 
     def release(self, pooled: PooledSession) -> None:
         pooled.in_flight -= 1

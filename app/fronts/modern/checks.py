@@ -34,7 +34,20 @@ META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
 # Methods whose `Mcp-Name` header mirrors a body field (streamable-http
 # "Standard Request Headers").
-NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_FIELD = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # SEP-2663 "Streamable HTTP: Routing Headers": Mcp-Name is the task id.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+# The requests of the extension io.modelcontextprotocol/tasks (SEP-2663), not of
+# the core revision: whoever serves the call (app/tasks, or a modern upstream)
+# answers -32601 where the extension is not offered. tasks/result and
+# tasks/list are gone from it (-32601 here).
+EXTENSION_REQUESTS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
@@ -245,7 +258,7 @@ def _check_request(
     if mismatch is not None:
         return mismatch.with_id(request_id)
 
-    if method not in version.features.client_requests:
+    if method not in version.features.client_requests and method not in EXTENSION_REQUESTS:
         return Rejection(
             METHOD_NOT_FOUND,
             f"Method not found: {_shown(method)} is not a {version.name} method",

@@ -27,6 +27,8 @@ from app.rejections import INTERNAL_ERROR, Rejection, http_status_for
 from app.subscriptions import filters as subscription_filters
 from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
+from app.tasks import bridge as tasks_bridge
+from app.tasks.bridge import TaskBridge
 from app.upstream.base import Message
 from app.upstream.errors import (
     PoolExhausted,
@@ -65,8 +67,11 @@ class Gateway:
         auth: AuthRelay | None = None,
         declare_every_input: bool = False,
         call_deadline_s: float = 120.0,
+        tasks: TaskBridge | None = None,
     ) -> None:
         self._pool = pool
+        # The tasks extension in front of a 2025-11-25 server (app/tasks); None: no tasks.
+        self._tasks = tasks
         self._call_deadline_s = call_deadline_s
         # MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all: sessions declare every input
         # capability; the caller's own set still decides what it is asked.
@@ -178,6 +183,7 @@ class Gateway:
                         authorization,
                         state,
                         keepalive_s=self._listen_keepalive_s,
+                        tasks=self._tasks,
                     )
                     # Closed here, not by the garbage collector, when the client leaves.
                     async with contextlib.aclosing(stream) as frames:
@@ -185,6 +191,9 @@ class Gateway:
                             yield Outgoing(
                                 frame.message, frame.final, frame.status, frame.keepalive
                             )
+                    return
+                if call.method in tasks_bridge.METHODS and self._tasks is not None:
+                    yield await self._tasks.serve(call, pooled, authorization, state)
                     return
                 if call.method == "tools/call":
                     try:
@@ -198,6 +207,11 @@ class Gateway:
                         state.outcome = "rejected"
                         yield Outgoing(rejection.to_message(), True, rejection.http_status)
                         return
+                    planned = await self._task_plan(call, pooled, authorization, state)
+                    if isinstance(planned, Outgoing):
+                        yield planned
+                        return
+                    call = planned
                 if self._bridge is not None and self._bridge.takes(call):
                     flow = self._bridge.run(
                         call, self._codec, key, upstream_caps, authorization, state, hop=state.hop
@@ -219,6 +233,24 @@ class Gateway:
             yield self._auth_refused(exc, call, state)
         except UpstreamError as exc:
             yield self._upstream_failed(exc, call, state)
+
+    async def _task_plan(
+        self, call: ModernCall, pooled: PooledSession, authorization: str | None, state: CallState
+    ) -> ModernCall | Outgoing:
+        """A tools/call as app/tasks decides: the upstream's task (its
+        CreateTaskResult), refused, or the call to forward (a `task` param gone)."""
+        if self._tasks is None:
+            return call
+        plan = await self._tasks.plan(call, pooled, authorization)
+        if isinstance(plan, Rejection):
+            state.outcome = "missing_capability"
+            return Outgoing(plan.to_message(), True, plan.http_status)
+        if isinstance(plan, tasks_bridge.Resume):
+            return await self._tasks.resume(call, plan, authorization, state)
+        if isinstance(plan, tasks_bridge.RunAsTask):
+            outbound = self._outbound(call, pooled)
+            return await self._tasks.create(call, pooled, outbound, authorization, state, plan.mode)
+        return plan
 
     def _auth_refused(
         self, exc: UpstreamAuthChallenge, call: ModernCall, state: CallState
@@ -258,11 +290,7 @@ class Gateway:
             "resultType": "complete",
             "supportedVersions": supported_version_names(),
             # listChanged / resources.subscribe exactly as subscriptions/listen serves them.
-            "capabilities": subscription_filters.advertised(
-                translate.server_capabilities(
-                    pooled.server_capabilities, pooled.version, call.version
-                )
-            ),
+            "capabilities": self._capabilities(call, pooled),
             "ttlMs": self._ttl_ms,
             "cacheScope": self._cache_scope,
         }
@@ -271,6 +299,15 @@ class Gateway:
         if isinstance(init.get("instructions"), str):
             result["instructions"] = init["instructions"]
         return {"jsonrpc": "2.0", "id": call.id, "result": result}
+
+    def _capabilities(self, call: ModernCall, pooled: PooledSession) -> Message:
+        # listChanged / resources.subscribe exactly as subscriptions/listen serves them.
+        caps = subscription_filters.advertised(
+            translate.server_capabilities(pooled.server_capabilities, pooled.version, call.version)
+        )
+        if self._tasks is not None:
+            caps = self._tasks.discover_capabilities(pooled, caps)
+        return caps
 
     # -- Mcp-Param-* -------------------------------------------------------
 
@@ -400,6 +437,8 @@ class Gateway:
         translated = translate.result(
             result, call.method, pooled.version, call.version, self._context(pooled)
         )
+        if call.method == "tools/list" and self._tasks is not None:
+            translated = self._tasks.annotate_tools(pooled, result, translated)
         return Outgoing({"jsonrpc": "2.0", "id": call.id, "result": translated}, True)
 
     def _relay(
