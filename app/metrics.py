@@ -87,7 +87,7 @@ RELAY_ENDINGS = (
     "client_disconnected",
     "client_stalled",
 )
-RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call")
+RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call", "legacy_note")
 
 OUTCOMES: frozenset[str] = frozenset(
     {

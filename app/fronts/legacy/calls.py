@@ -59,6 +59,8 @@ class LegacyCalls:
         # The calls in flight that the client may cancel, by (session id, request id).
         self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
         self._turns = IdTurns()
+        # A call served here on a guest copy, cancelled through its owner.
+        sessions.on_cancel = self._cancel_here
 
     async def deliver(
         self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
@@ -74,7 +76,7 @@ class LegacyCalls:
                 else:
                     await upstream.notify(message)
                     if item.method == "notifications/cancelled":
-                        self._cancelled(session, item.message)
+                        await self._cancelled(session, item.message)
             except UpstreamAuthChallenge:
                 raise
             except SessionExpired:
@@ -88,16 +90,23 @@ class LegacyCalls:
                 return failure
         return None
 
-    def _cancelled(self, session: LegacySession, note: Message) -> None:
+    async def _cancelled(self, session: LegacySession, note: Message) -> None:
         """The client cancelled one of its calls (forwarded upstream already): its
-        stream ends without an answer. An unknown id is ignored (2025-11-25
-        basic/utilities/cancellation "Error Handling")."""
+        stream ends without an answer, here or on the worker serving it on a guest
+        copy. An unknown id is ignored (2025-11-25 basic/utilities/cancellation
+        "Error Handling")."""
         params = note.get("params")
         request_id = params.get("requestId") if isinstance(params, dict) else None
-        cancel = self._cancels.get((session.id, request_id))
-        if cancel is not None:
-            log.info("legacy_call_cancelled", client_version=session.client_version.name)
-            cancel.set()
+        if not self._cancel_here(session.id, request_id):
+            await self._sessions.spread_cancel(session, request_id)
+
+    def _cancel_here(self, session_id: str, request_id: Any) -> bool:
+        cancel = self._cancels.get((session_id, request_id))
+        if cancel is None:
+            return False
+        log.info("legacy_call_cancelled")
+        cancel.set()
+        return True
 
     async def call(
         self,
@@ -179,6 +188,9 @@ class LegacyCalls:
                 ending = _unanswered(
                     session, request, exchange, cancel, progress, resumable, streamed
                 )
+                if session.owner is not None and request.id in session.open_requests:
+                    # To be resumed on the GET stream, which is the owner's.
+                    await session.tell_owner("open", request.id, request.method)
                 if ending is not None:
                     yield ending
             except UpstreamError as exc:

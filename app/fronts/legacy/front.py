@@ -55,6 +55,17 @@ def _opens_session(body: Any) -> bool:
     return isinstance(body, dict) and body.get("method") == "initialize"
 
 
+def _plain_request(body: Any) -> bool:
+    """A request any worker can send upstream on a guest copy of its session: not a
+    batch, a notification, a response to a server request, nor `initialize`."""
+    return (
+        isinstance(body, dict)
+        and "id" in body
+        and isinstance(body.get("method"), str)
+        and body["method"] != "initialize"
+    )
+
+
 class LegacyFront:
     def __init__(
         self,
@@ -100,7 +111,13 @@ class LegacyFront:
         unfit = front.check_received(claim, headers, self.max_json_depth)
         if unfit is not None:
             return refuse(unfit)
-        if not _opens_session(claim.body):
+        guest: LegacySession | None = None
+        if _plain_request(claim.body):
+            # Served here on a guest copy of another worker's session, if it can be.
+            guest = await self._sessions.guest(
+                claim.session_id, authorization, HOP_HEADER in headers
+            )
+        if guest is None and not _opens_session(claim.body):
             relayed = self.relayed(
                 "POST",
                 "/mcp",
@@ -118,7 +135,7 @@ class LegacyFront:
             return refuse(message)
         if isinstance(message, front.LegacyRequest) and message.method == "initialize":
             return await self._initialize(message, authorization, sse_ok=sse_ok, json_ok=json_ok)
-        session = self._find(claim.session_id, authorization)
+        session = guest or self._find(claim.session_id, authorization)
         if session is None:
             return refuse(session_not_found(getattr(message, "id", None)))
         refusal = front.check_version_header(

@@ -13,7 +13,9 @@ The id holds 256 random bits and names the replica that owns the session,
 sealed (`OwnedIds`, app/replicas.py); it is bound to the SHA-256 of the
 caller's `Authorization`: presented with another credential it is unknown
 (404). A request carrying an id another replica owns is relayed there as it
-came (`LegacyFront`, `HttpSseFront`).
+came (`LegacyFront`, `HttpSseFront`), except a plain request on a Streamable
+HTTP upstream: the replica joins the session (a *guest* copy, from the
+owner's state: app/fronts/legacy/notes.py) and sends it upstream itself.
 When the upstream forgets its session the client's session ends too (404,
 the client initialises again): never a silent new upstream session under a
 client that holds state on the old one.
@@ -29,25 +31,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from app.fronts.legacy import bound
+from app.fronts.legacy.notes import Notes
 from app.fronts.shared.binding import held_by
-from app.replicas import OwnedIds
+from app.replicas import OwnedIds, reachable
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
-from app.upstream.pool import PooledSession, SessionPool, credential_hash
-from translators.registry import Version
+from app.upstream.pool import PooledSession, SessionKey, SessionPool, credential_hash
+from translators.registry import Version, get_version
 
 log = structlog.get_logger("mcp_shim.legacy")
 
 # Requests waiting for an answer, per session and direction: beyond this the
 # oldest is forgotten (its answer then passes untranslated).
 _MAX_PENDING = 256
+# Workers (replicas) holding a guest copy of one session: beyond this, the
+# next one relays its requests to the owner as before.
+_MAX_GUESTS = 64
+# Sessions named in one touch note at most (the rest in the next ones).
+_TOUCH_BATCH = 2000
+
+# A guest's way to tell the owner a server request (or a call left to resume
+# on the GET stream) its client will answer there: kind, request id, method.
+Remembered = Callable[["LegacySession", str, Any, str], Awaitable[None]]
 
 
 @dataclass(eq=False)
@@ -65,6 +77,12 @@ class LegacySession:
     # The client's requests not answered yet, by id: their method, so a response
     # the upstream replays on the GET stream (Last-Event-ID) is translated too.
     open_requests: dict[Any, str] = field(default_factory=dict)
+    # A guest copy: the replica owning the session (app/fronts/legacy/notes.py),
+    # told what only it can serve; None: the session is this process's own.
+    owner: str | None = None
+    remembered: Remembered | None = None
+    # The owner's: the replicas holding a guest copy, told when it ends.
+    guests: set[str] = field(default_factory=set)
 
     @property
     def upstream_version(self) -> Version:
@@ -75,6 +93,23 @@ class LegacySession:
 
     def remember_request(self, request_id: Any, method: str) -> None:
         _bounded_put(self.open_requests, request_id, method)
+
+    async def tell_owner(self, kind: str, request_id: Any, method: str) -> None:
+        """A guest copy's server request (`server`) or call to resume on the GET
+        stream (`open`), told to the owner, which serves what answers them."""
+        if self.remembered is not None:
+            await self.remembered(self, kind, request_id, method)
+
+
+def _strings(items: Any) -> list[str]:
+    return [i for i in items if isinstance(i, str)] if isinstance(items, list) else []
+
+
+def _bounded_set(table: OrderedDict[str, None], key: str, limit: int) -> None:
+    table[key] = None
+    table.move_to_end(key)
+    while len(table) > limit:
+        table.popitem(last=False)
 
 
 def _bounded_put(table: dict[Any, str], key: Any, method: str) -> None:
@@ -91,9 +126,22 @@ class LegacySessions:
         idle_s: float,
         ids: OwnedIds,
         limits: bound.Limits,
+        notes: Notes | None = None,
     ) -> None:
         self._pool = pool
         self.ids = ids
+        # Guest copies of other replicas' sessions: only where the upstream's
+        # sessions can be spoken on from anywhere, and this replica is reachable
+        # by the owners' notes.
+        self._notes = notes if notes and pool.can_rejoin and reachable(notes.me) else None
+        self._guests: OrderedDict[str, LegacySession] = OrderedDict()
+        # Sessions whose owner said no (not shareable, unknown): relayed, not asked again.
+        self._unshared: OrderedDict[str, None] = OrderedDict()
+        self._joining: dict[str, asyncio.Future[LegacySession | None]] = {}
+        self._touched_at = 0.0
+        self._toucher: asyncio.Task[None] | None = None
+        # A guest's call the client cancelled through the owner (LegacyCalls).
+        self.on_cancel: Callable[[str, Any], bool] | None = None
         self._idle_s = idle_s
         # From the settings (Settings.legacy_session_share holds the default share).
         self._limits = limits
@@ -114,6 +162,8 @@ class LegacySessions:
 
     def start(self) -> None:
         self._reaper = asyncio.create_task(self._reap_idle())
+        if self._notes is not None:
+            self._toucher = asyncio.create_task(self._touch_owners())
 
     async def open(
         self,
@@ -165,6 +215,188 @@ class LegacySessions:
             return None
         return self.ids.elsewhere(session_id, credential_hash(authorization), hopped)
 
+    # -- guest copies of other replicas' sessions (app/fronts/legacy/notes.py) ----
+
+    async def guest(
+        self, session_id: str | None, authorization: str | None, hopped: bool
+    ) -> LegacySession | None:
+        """A guest copy of another replica's session, to serve a plain request here;
+        None: relay it (or answer it) as before."""
+        if self._notes is None or session_id is None or hopped or session_id in self._sessions:
+            return None
+        copy = self._guests.get(session_id)
+        if copy is not None:
+            if not held_by(copy.credentials, authorization):
+                return None  # answered as before: another credential's id is unknown
+            self._guests.move_to_end(session_id)
+            return copy
+        if session_id in self._unshared:
+            return None
+        credentials = credential_hash(authorization)
+        owner = self.ids.elsewhere(session_id, credentials, hopped)
+        if owner is None:
+            return None
+        pending = self._joining.get(session_id)
+        if pending is None:
+            pending = asyncio.ensure_future(
+                self._join(session_id, owner, credentials, authorization)
+            )
+            self._joining[session_id] = pending
+            pending.add_done_callback(lambda _: self._joining.pop(session_id, None))
+        copy = await asyncio.shield(pending)
+        if copy is None or not held_by(copy.credentials, authorization):
+            return None
+        return copy
+
+    async def _join(
+        self, session_id: str, owner: str, credentials: str, authorization: str | None
+    ) -> LegacySession | None:
+        assert self._notes is not None
+        note = {"k": "join", "s": session_id, "c": credentials, "g": self._notes.me}
+        # None: the owner is unreachable; relayed from now on, which says so.
+        reply = await self._notes.send(owner, note) or {}
+        client_version = get_version(reply.get("v"))
+        state = reply.get("state")
+        upstream = None
+        if client_version is not None and isinstance(state, dict):
+            key = SessionKey(b"", str(state.get("w")), credentials)
+            upstream = self._pool.rejoin(state, authorization, key)
+        if upstream is None or client_version is None:
+            _bounded_set(self._unshared, session_id, self._limits.total)
+            return None
+        copy = LegacySession(
+            session_id,
+            credentials,
+            client_version,
+            upstream,
+            owner=owner,
+            remembered=self._remember_at_owner,
+        )
+        if self._room_for_guest():
+            self._guests[session_id] = copy
+        log.info("legacy_session_joined", owner=owner[:200], guests=len(self._guests))
+        return copy
+
+    def _room_for_guest(self) -> bool:
+        """At MCP_SHIM_MAX_LEGACY_SESSIONS copies, the least recently used idle one
+        is forgotten (it costs a join again, nothing upstream); with all busy, the
+        new copy serves its request without being kept."""
+        if len(self._guests) < self._limits.total:
+            return True
+        for session_id, copy in self._guests.items():
+            if copy.in_flight == 0:
+                del self._guests[session_id]
+                return True
+        return False
+
+    async def _remember_at_owner(
+        self, copy: LegacySession, kind: str, request_id: Any, method: str
+    ) -> None:
+        if self._notes is not None and copy.owner is not None and not copy.ended:
+            note = {"k": "remember", "s": copy.id, "w": kind, "i": request_id, "m": method}
+            await self._notes.send(copy.owner, note)
+
+    async def answer_note(self, body: bytes) -> bytes | None:
+        """Another replica's note (app/fronts/legacy/notes.py), answered sealed; None:
+        not a note of this deployment."""
+        notes = self._notes
+        if notes is None:
+            return None
+        note = notes.open(body)
+        if note is None:
+            return None
+        kind = note.get("k")
+        reply: dict[str, Any] = {}
+        if kind == "join":
+            reply = self._joined(note)
+        elif kind == "touch":
+            reply = {"gone": self._touched(note.get("ids"))}
+        elif kind == "end":
+            self._forget(note.get("ids"))
+        elif kind == "expired":
+            session = self._sessions.get(str(note.get("s")))
+            if session is not None:
+                await self.end(session, "upstream_session_expired")
+        elif kind == "remember":
+            self._remembered(note)
+        elif kind == "cancel" and self.on_cancel is not None:
+            self.on_cancel(str(note.get("s")), note.get("i"))
+        return notes.seal_reply(reply)
+
+    def _joined(self, note: Mapping[str, Any]) -> dict[str, Any]:
+        """The state a replica needs to serve a session's plain requests itself."""
+        session = self._sessions.get(str(note.get("s")))
+        guest = note.get("g")
+        if session is None or session.credentials != note.get("c") or not isinstance(guest, str):
+            return {}
+        if not reachable(guest) or (
+            guest not in session.guests and len(session.guests) >= _MAX_GUESTS
+        ):
+            return {}
+        state = self._pool.shared_state(session.upstream)
+        if state is None:
+            return {}
+        session.guests.add(guest)
+        session.last_used = time.monotonic()
+        return {"v": session.client_version.name, "state": state}
+
+    def _touched(self, ids: Any) -> list[str]:
+        """Used elsewhere since the last touch: the idle clock starts again. The
+        sessions no longer here are named back, to be forgotten there."""
+        now, gone = time.monotonic(), []
+        for session_id in _strings(ids):
+            session = self._sessions.get(session_id)
+            if session is None:
+                gone.append(session_id)
+            else:
+                session.last_used = max(session.last_used, now)
+        return gone
+
+    def _remembered(self, note: Mapping[str, Any]) -> None:
+        session = self._sessions.get(str(note.get("s")))
+        method = note.get("m")
+        if session is None or not isinstance(method, str):
+            return
+        if note.get("w") == "server":
+            session.remember_server_request(note.get("i"), method)
+        else:
+            session.remember_request(note.get("i"), method)
+
+    async def spread_cancel(self, session: LegacySession, request_id: Any) -> None:
+        """A cancellation of a call this process does not serve: to the guests."""
+        if self._notes is None or not session.guests:
+            return
+        note = {"k": "cancel", "s": session.id, "i": request_id}
+        await asyncio.gather(*(self._notes.send(g, note) for g in list(session.guests)))
+
+    async def _touch_owners(self) -> None:
+        """Every few seconds, the owners hear which of their sessions were used here
+        (or are in use): their idle reaper and the bound's reclaim count that use."""
+        period = min(max(min(self._idle_s, self._limits.reclaim_idle_s) / 4, 0.2), 10.0)
+        while True:
+            await asyncio.sleep(period)
+            with contextlib.suppress(Exception):
+                await self._touch_once()
+
+    async def _touch_once(self) -> None:
+        assert self._notes is not None
+        since, self._touched_at = self._touched_at, time.monotonic()
+        by_owner: dict[str, list[str]] = {}
+        for copy in self._guests.values():
+            if copy.owner is not None and (copy.in_flight or copy.last_used >= since):
+                by_owner.setdefault(copy.owner, []).append(copy.id)
+        for owner, ids in by_owner.items():
+            for start in range(0, len(ids), _TOUCH_BATCH):
+                batch = ids[start : start + _TOUCH_BATCH]
+                reply = await self._notes.send(owner, {"k": "touch", "ids": batch})
+                self._forget((reply or {}).get("gone"))
+
+    def _forget(self, ids: Any) -> None:
+        """Guest copies of sessions their owner ended: a next request is relayed."""
+        for session_id in _strings(ids):
+            if session_id in self._guests:
+                self._guests.pop(session_id).ended = True
+
     @contextlib.asynccontextmanager
     async def lease(self, session: LegacySession) -> AsyncIterator[LegacySession]:
         """Counted as in use while held: the idle reaper leaves it alone."""
@@ -177,14 +409,32 @@ class LegacySessions:
             session.last_used = time.monotonic()
 
     async def end(self, session: LegacySession, reason: str) -> None:
-        """End both sides: forget the id, close the upstream session (DELETE)."""
+        """End both sides: forget the id, close the upstream session (DELETE), and
+        tell the replicas holding a guest copy before returning. A guest copy is
+        only forgotten here; its owner ends the session (told when it expired)."""
         if session.ended:
             return
         session.ended = True
+        if session.owner is not None:
+            await self._end_copy(session, reason)
+            return
         if self._sessions.pop(session.id, None) is not None:
             self._uncount(session.credentials)  # first: the place is free at once
+        guests = session.guests
+        if guests and self._notes is not None:
+            note = {"k": "end", "ids": [session.id]}
+            notes = self._notes
+            await asyncio.gather(*(notes.send(g, note) for g in list(guests)))
         await self._pool.close_owned(session.upstream)
         log.info("legacy_session_ended", reason=reason, sessions=len(self._sessions))
+
+    async def _end_copy(self, copy: LegacySession, reason: str) -> None:
+        if self._guests.get(copy.id) is copy:
+            del self._guests[copy.id]
+        if reason == "upstream_session_expired" and self._notes is not None:
+            assert copy.owner is not None
+            await self._notes.send(copy.owner, {"k": "expired", "s": copy.id})
+        log.info("legacy_session_left", reason=reason, guests=len(self._guests))
 
     def _uncount(self, credentials: str) -> None:
         self._held[credentials] -= 1
@@ -245,9 +495,11 @@ class LegacySessions:
                     await self.end(session, "idle")
 
     async def aclose(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
+        for task in (self._reaper, self._toucher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._guests.clear()
         for session in list(self._sessions.values()):
             await self.end(session, "shutdown")
