@@ -271,6 +271,36 @@ def test_a_tampered_or_foreign_session_id_is_refused_by_the_other_worker_as_befo
             replicas.result_of(replicas.whoami(http, url, session_id, marker(), **alice))
 
 
+def test_use_on_the_other_worker_keeps_a_session_from_idling_out_and_its_end_reaches_it(
+    legacy_url: str, logs_dir: Path
+) -> None:
+    # The owner's idle reaper counts the use the other worker makes of the session
+    # (its touches); once idle everywhere, the owner ends it and the other
+    # worker's copy goes with it: a 404 there too, not a call on a dead session.
+    log = logs_dir / "workers-idle.log"
+    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_SESSION_IDLE_S": "2"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        urls = _up(base, proc, log, 2).internal()
+        with httpx.Client(timeout=30.0) as http:
+            session_id = replicas.initialize(http, urls[0])
+            used_until = time.monotonic() + 5.0  # past two idle periods
+            while time.monotonic() < used_until:
+                replicas.result_of(replicas.whoami(http, urls[1], session_id, marker()))
+                time.sleep(0.3)
+            replicas.result_of(replicas.whoami(http, urls[0], session_id, marker()))
+            mw.wait_until(
+                lambda: any(
+                    e["event"] == "legacy_session_ended" and e.get("reason") == "idle"
+                    for e in lines(log)
+                ),
+                timeout=10,
+                what="the idle session ended by its owner",
+            )
+            gone = replicas.whoami(http, urls[1], session_id, marker())
+            assert gone.status_code == 404, gone.text
+            assert gone.json()["error"] == NOT_FOUND_ERROR, gone.text
+
+
 def relay_counts(workers: Workers) -> dict[tuple[str, str, str], float]:
     """mcp_shim_replica_relays_total by (worker, owned, ending), from the metrics port."""
     samples = parse_exposition(httpx.get(workers.metrics, timeout=10.0).text)
