@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,38 @@ def test_use_on_the_other_worker_keeps_a_session_from_idling_out_and_its_end_rea
             gone = replicas.whoami(http, urls[1], session_id, marker())
             assert gone.status_code == 404, gone.text
             assert gone.json()["error"] == NOT_FOUND_ERROR, gone.text
+
+
+def test_ids_1_and_text_1_in_flight_on_two_workers_take_turns_upstream(two: Workers) -> None:
+    # The SDK 1.x server routes each answer by the id's text: 7 and "7" in flight
+    # at once on one upstream session would swap or lose an answer. In one
+    # process IdTurns makes them take turns; across workers, "7" goes upstream
+    # from the owner, which first holds the text at the worker serving 7.
+    urls = two.internal()
+    with httpx.Client(timeout=30.0) as http:
+        session_id = replicas.initialize(http, urls[0])
+        replicas.result_of(replicas.whoami(http, urls[1], session_id, marker()))
+
+    def slow(url: str, rid: Any, text: str, ms: int, done: dict[str, float]) -> None:
+        args = {"text": text, "ms": ms, "steps": 1}
+        body = replicas.rpc(rid, "tools/call", {"name": "slow_echo", "arguments": args})
+        with httpx.Client(timeout=20.0) as client:
+            answer = client.post(url + "/mcp", content=body, headers=replicas.headers(session_id))
+        assert answer.status_code == 200, answer.text
+        message = wire.answer_messages(answer)[-1]
+        assert message["id"] == rid, message
+        assert message["result"]["content"][0]["text"] == text, message
+        done[text] = time.monotonic()
+
+    for first, second in ((urls[1], urls[0]), (urls[0], urls[1])):
+        done: dict[str, float] = {}
+        with ThreadPoolExecutor(2) as pool:
+            number = pool.submit(slow, first, 7, "int", 1500, done)
+            time.sleep(0.4)  # 7 is in flight upstream
+            text = pool.submit(slow, second, "7", "str", 100, done)
+            number.result(30)
+            text.result(30)
+        assert done["str"] > done["int"], done  # "7" waited for 7
 
 
 def relay_counts(workers: Workers) -> dict[tuple[str, str, str], float]:

@@ -59,8 +59,10 @@ class LegacyCalls:
         # The calls in flight that the client may cancel, by (session id, request id).
         self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
         self._turns = IdTurns()
-        # A call served here on a guest copy, cancelled through its owner.
+        # A call served here on a guest copy, cancelled through its owner; and
+        # the owner's hold on an id text, answered once no call of it is here.
         sessions.on_cancel = self._cancel_here
+        sessions.on_hold = self._turns.free
 
     async def deliver(
         self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
@@ -160,7 +162,11 @@ class LegacyCalls:
         the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
-        async with self._sessions.lease(session), self._turns.of(session.id, request.id):
+        async with (
+            self._sessions.lease(session),
+            self._turn(session, request.id),
+            self._sessions.held_elsewhere(session, request.id),
+        ):
             try:
                 exchange = await session.upstream.session.request(outbound)
             except UpstreamAuthChallenge:
@@ -206,6 +212,23 @@ class LegacyCalls:
                 # A legacy client's disconnect is not a cancellation (2025-11-25
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=progress.answered)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, session: LegacySession, request_id: RequestId) -> AsyncIterator[None]:
+        """The request's turn (`IdTurns`); on a guest copy, also after the owner's
+        request of the same id text, when it holds one (`held_elsewhere`)."""
+        while True:
+            turn = self._turns.of(session.id, request_id)
+            await turn.__aenter__()
+            held = session.held.get(str(request_id)) if session.owner is not None else None
+            if held is None:
+                break
+            await turn.__aexit__()
+            await held.wait()
+        try:
+            yield
+        finally:
+            await turn.__aexit__()
 
     async def for_client(
         self,

@@ -37,7 +37,7 @@ from app.fronts.legacy.replies import (
     refuse,
     session_not_found,
 )
-from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_integer_text
 from app.fronts.shared.answer import CallAnswer, sse_event
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection, RequestId
@@ -63,6 +63,8 @@ def _plain_request(body: Any) -> bool:
         and "id" in body
         and isinstance(body.get("method"), str)
         and body["method"] != "initialize"
+        # "1" goes upstream from the owner, where IdTurns keeps it apart from 1.
+        and not shares_integer_text(body["id"])
     )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -57,6 +58,16 @@ _MAX_GUESTS = 64
 # Sessions named in one touch note at most (the rest in the next ones).
 _TOUCH_BATCH = 2000
 
+# What str() of an integer id gives: a string id with this text goes upstream
+# from the owner only (IdTurns keeps it and the integer one apart there).
+_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+
+
+def shares_integer_text(request_id: Any) -> bool:
+    """A string id whose text an integer id has too ("1" and 1)."""
+    return isinstance(request_id, str) and _NUMBER_TEXT.fullmatch(request_id) is not None
+
+
 # A guest's way to tell the owner a server request (or a call left to resume
 # on the GET stream) its client will answer there: kind, request id, method.
 Remembered = Callable[["LegacySession", str, Any, str], Awaitable[None]]
@@ -83,6 +94,11 @@ class LegacySession:
     remembered: Remembered | None = None
     # The owner's: the replicas holding a guest copy, told when it ends.
     guests: set[str] = field(default_factory=set)
+    # Id texts an integer id could share ("1") in flight at the owner, which the
+    # guests must not send upstream meanwhile (IdTurns across workers): counted
+    # at the owner, waited on (until released) in a guest copy.
+    holds: Counter[str] = field(default_factory=Counter)
+    held: dict[str, asyncio.Event] = field(default_factory=dict)
 
     @property
     def upstream_version(self) -> Version:
@@ -142,6 +158,9 @@ class LegacySessions:
         self._toucher: asyncio.Task[None] | None = None
         # A guest's call the client cancelled through the owner (LegacyCalls).
         self.on_cancel: Callable[[str, Any], bool] | None = None
+        # Waits until no call of (session id, id text) is in flight here (IdTurns).
+        self.on_hold: Callable[[str, str], Awaitable[None]] | None = None
+        self._releases: set[asyncio.Task[None]] = set()
         self._idle_s = idle_s
         # From the settings (Settings.legacy_session_share holds the default share).
         self._limits = limits
@@ -272,6 +291,8 @@ class LegacySessions:
             owner=owner,
             remembered=self._remember_at_owner,
         )
+        for text in _strings(reply.get("held")):
+            copy.held[text] = asyncio.Event()
         if self._room_for_guest():
             self._guests[session_id] = copy
         log.info("legacy_session_joined", owner=owner[:200], guests=len(self._guests))
@@ -321,7 +342,57 @@ class LegacySessions:
             self._remembered(note)
         elif kind == "cancel" and self.on_cancel is not None:
             self.on_cancel(str(note.get("s")), note.get("i"))
+        elif kind in ("hold", "release"):
+            await self._guest_hold(kind, note)
         return notes.seal_reply(reply)
+
+    async def _guest_hold(self, kind: str, note: Mapping[str, Any]) -> None:
+        """The owner sends a request of this id text upstream (`held_elsewhere`):
+        answered once none of this text is in flight here, and none starts until
+        the owner's `release`."""
+        copy = self._guests.get(str(note.get("s")))
+        text = note.get("t")
+        if copy is None or not isinstance(text, str):
+            return
+        if kind == "release":
+            released = copy.held.pop(text, None)
+            if released is not None:
+                released.set()
+            return
+        if len(copy.held) < _MAX_PENDING:
+            copy.held.setdefault(text, asyncio.Event())
+        if self.on_hold is not None:
+            await self.on_hold(copy.id, text)
+
+    @contextlib.asynccontextmanager
+    async def held_elsewhere(self, session: LegacySession, request_id: Any) -> AsyncIterator[None]:
+        """At the owner, around a request whose id text an integer id has too ("1"):
+        the workers with a copy send no request of that text upstream meanwhile,
+        as IdTurns keeps them apart in one process (the SDK 1.x server routes each
+        answer by the id's text)."""
+        text = request_id if shares_integer_text(request_id) else None
+        if text is None or session.owner is not None or not session.guests:
+            yield
+            return
+        session.holds[text] += 1
+        try:
+            if session.holds[text] == 1:
+                await self._tell_guests(session, {"k": "hold", "s": session.id, "t": text})
+            yield
+        finally:
+            session.holds[text] -= 1
+            if session.holds[text] <= 0:
+                del session.holds[text]
+                # Sent even when the call was cut short (its client went away).
+                release = {"k": "release", "s": session.id, "t": text}
+                task = asyncio.ensure_future(self._tell_guests(session, release))
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
+
+    async def _tell_guests(self, session: LegacySession, note: dict[str, Any]) -> None:
+        notes = self._notes
+        if notes is not None and session.guests:
+            await asyncio.gather(*(notes.send(g, note) for g in list(session.guests)))
 
     def _joined(self, note: Mapping[str, Any]) -> dict[str, Any]:
         """The state a replica needs to serve a session's plain requests itself."""
@@ -338,7 +409,7 @@ class LegacySessions:
             return {}
         session.guests.add(guest)
         session.last_used = time.monotonic()
-        return {"v": session.client_version.name, "state": state}
+        return {"v": session.client_version.name, "state": state, "held": list(session.holds)}
 
     def _touched(self, ids: Any) -> list[str]:
         """Used elsewhere since the last touch: the idle clock starts again. The
@@ -364,10 +435,7 @@ class LegacySessions:
 
     async def spread_cancel(self, session: LegacySession, request_id: Any) -> None:
         """A cancellation of a call this process does not serve: to the guests."""
-        if self._notes is None or not session.guests:
-            return
-        note = {"k": "cancel", "s": session.id, "i": request_id}
-        await asyncio.gather(*(self._notes.send(g, note) for g in list(session.guests)))
+        await self._tell_guests(session, {"k": "cancel", "s": session.id, "i": request_id})
 
     async def _touch_owners(self) -> None:
         """Every few seconds, the owners hear which of their sessions were used here
@@ -420,11 +488,7 @@ class LegacySessions:
             return
         if self._sessions.pop(session.id, None) is not None:
             self._uncount(session.credentials)  # first: the place is free at once
-        guests = session.guests
-        if guests and self._notes is not None:
-            note = {"k": "end", "ids": [session.id]}
-            notes = self._notes
-            await asyncio.gather(*(notes.send(g, note) for g in list(guests)))
+        await self._tell_guests(session, {"k": "end", "ids": [session.id]})
         await self._pool.close_owned(session.upstream)
         log.info("legacy_session_ended", reason=reason, sessions=len(self._sessions))
 
