@@ -334,6 +334,17 @@ def test_ids_1_and_text_1_in_flight_on_two_workers_take_turns_upstream(two: Work
         assert done["str"] > done["int"], done  # "7" waited for 7
 
 
+def test_a_note_not_sealed_with_the_deployment_s_key_is_not_found(two: Workers) -> None:
+    # The workers' notes (app/fronts/legacy/notes.py) are sealed with the state
+    # key: anything else sent there, on either listener, is an unknown path.
+    with httpx.Client(timeout=30.0) as http:
+        for base in (two.base, *two.internal().values()):
+            for body in (b"", b"not a note", b"A" * 300):
+                answer = http.post(base + "/mcp-shim/note", content=body)
+                assert answer.status_code == 404, answer.text
+                assert answer.json()["error"]["message"].startswith("Not found"), answer.text
+
+
 def relay_counts(workers: Workers) -> dict[tuple[str, str, str], float]:
     """mcp_shim_replica_relays_total by (worker, owned, ending), from the metrics port."""
     samples = parse_exposition(httpx.get(workers.metrics, timeout=10.0).text)

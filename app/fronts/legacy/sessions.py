@@ -60,7 +60,7 @@ _TOUCH_BATCH = 2000
 
 # What str() of an integer id gives: a string id with this text goes upstream
 # from the owner only (IdTurns keeps it and the integer one apart there).
-_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_NUMBER_TEXT = re.compile(r"0|-?[1-9][0-9]*")
 
 
 def shares_integer_text(request_id: Any) -> bool:
