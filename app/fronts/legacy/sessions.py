@@ -117,6 +117,13 @@ class LegacySession:
             await self.remembered(self, kind, request_id, method)
 
 
+def _let_go(copy: LegacySession) -> None:
+    copy.ended = True
+    for released in copy.held.values():
+        released.set()
+    copy.held.clear()
+
+
 def _strings(items: Any) -> list[str]:
     return [i for i in items if isinstance(i, str)] if isinstance(items, list) else []
 
@@ -307,6 +314,7 @@ class LegacySessions:
         for session_id, copy in self._guests.items():
             if copy.in_flight == 0:
                 del self._guests[session_id]
+                _let_go(copy)
                 return True
         return False
 
@@ -331,7 +339,7 @@ class LegacySessions:
         if kind == "join":
             reply = self._joined(note)
         elif kind == "touch":
-            reply = {"gone": self._touched(note.get("ids"))}
+            reply = self._touched(note.get("ids"), note.get("check"))
         elif kind == "end":
             self._forget(note.get("ids"))
         elif kind == "expired":
@@ -411,17 +419,22 @@ class LegacySessions:
         session.last_used = time.monotonic()
         return {"v": session.client_version.name, "state": state, "held": list(session.holds)}
 
-    def _touched(self, ids: Any) -> list[str]:
-        """Used elsewhere since the last touch: the idle clock starts again. The
-        sessions no longer here are named back, to be forgotten there."""
-        now, gone = time.monotonic(), []
-        for session_id in _strings(ids):
+    def _touched(self, used: Any, unused: Any) -> dict[str, Any]:
+        """`used` elsewhere since the last touch: the idle clock starts again. The
+        sessions no longer here, used or not, are named back (`gone`), to be
+        forgotten there; and the id texts held of those in use (`held`), so a
+        release that was lost is not waited for beyond the next touch."""
+        now, gone, held = time.monotonic(), [], {}
+        for session_id in _strings(used):
             session = self._sessions.get(session_id)
             if session is None:
                 gone.append(session_id)
-            else:
-                session.last_used = max(session.last_used, now)
-        return gone
+                continue
+            session.last_used = max(session.last_used, now)
+            if session.holds:
+                held[session_id] = list(session.holds)
+        gone += [i for i in _strings(unused) if i not in self._sessions]
+        return {"gone": gone, "held": held}
 
     def _remembered(self, note: Mapping[str, Any]) -> None:
         session = self._sessions.get(str(note.get("s")))
@@ -449,21 +462,38 @@ class LegacySessions:
     async def _touch_once(self) -> None:
         assert self._notes is not None
         since, self._touched_at = self._touched_at, time.monotonic()
-        by_owner: dict[str, list[str]] = {}
+        # Per owner: the copies used since the last touch (or in use), and the others,
+        # only asked about (a restarted owner no longer has them).
+        by_owner: dict[str, tuple[list[str], list[str]]] = {}
         for copy in self._guests.values():
-            if copy.owner is not None and (copy.in_flight or copy.last_used >= since):
-                by_owner.setdefault(copy.owner, []).append(copy.id)
-        for owner, ids in by_owner.items():
-            for start in range(0, len(ids), _TOUCH_BATCH):
-                batch = ids[start : start + _TOUCH_BATCH]
-                reply = await self._notes.send(owner, {"k": "touch", "ids": batch})
-                self._forget((reply or {}).get("gone"))
+            if copy.owner is not None:
+                used, unused = by_owner.setdefault(copy.owner, ([], []))
+                (used if copy.in_flight or copy.last_used >= since else unused).append(copy.id)
+        for owner, (used, unused) in by_owner.items():
+            for start in range(0, max(len(used), len(unused)), _TOUCH_BATCH):
+                end = start + _TOUCH_BATCH
+                note = {"k": "touch", "ids": used[start:end], "check": unused[start:end]}
+                reply = await self._notes.send(owner, note) or {}
+                self._forget(reply.get("gone"))
+                self._release_lost(used[start:end], reply.get("held"))
+
+    def _release_lost(self, ids: list[str], held: Any) -> None:
+        """Texts the owner no longer holds on these copies: a release that was lost."""
+        held = held if isinstance(held, dict) else {}
+        for session_id in ids:
+            copy = self._guests.get(session_id)
+            if copy is None:
+                continue
+            still = set(_strings(held.get(session_id)))
+            for text in [t for t in copy.held if t not in still]:
+                copy.held.pop(text).set()
 
     def _forget(self, ids: Any) -> None:
-        """Guest copies of sessions their owner ended: a next request is relayed."""
+        """Guest copies of sessions their owner ended: a next request is relayed; a
+        call waiting for the owner's release of an id text waits no longer."""
         for session_id in _strings(ids):
             if session_id in self._guests:
-                self._guests.pop(session_id).ended = True
+                _let_go(self._guests.pop(session_id))
 
     @contextlib.asynccontextmanager
     async def lease(self, session: LegacySession) -> AsyncIterator[LegacySession]:
@@ -495,6 +525,7 @@ class LegacySessions:
     async def _end_copy(self, copy: LegacySession, reason: str) -> None:
         if self._guests.get(copy.id) is copy:
             del self._guests[copy.id]
+        _let_go(copy)
         if reason == "upstream_session_expired" and self._notes is not None:
             assert copy.owner is not None
             await self._notes.send(copy.owner, {"k": "expired", "s": copy.id})
