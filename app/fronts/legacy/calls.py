@@ -24,7 +24,7 @@ from app.fronts.legacy.replies import (
     session_not_found,
     upstream_failure,
 )
-from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_integer_text
 from app.fronts.legacy.turns import IdTurns
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
@@ -162,11 +162,7 @@ class LegacyCalls:
         the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
-        async with (
-            self._sessions.lease(session),
-            self._turn(session, request.id),
-            self._sessions.held_elsewhere(session, request.id),
-        ):
+        async with self._sessions.lease(session), self._turn(session, request.id):
             try:
                 exchange = await session.upstream.session.request(outbound)
             except UpstreamAuthChallenge:
@@ -213,10 +209,22 @@ class LegacyCalls:
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=progress.answered)
 
+    def _turn(
+        self, session: LegacySession, request_id: RequestId
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """The request's turn (`IdTurns`), and across workers (`_turn_everywhere`)
+        only where another worker serves the session too."""
+        if session.owner is None and not (session.guests and shares_integer_text(request_id)):
+            return self._turns.of(session.id, request_id)
+        return self._turn_everywhere(session, request_id)
+
     @contextlib.asynccontextmanager
-    async def _turn(self, session: LegacySession, request_id: RequestId) -> AsyncIterator[None]:
-        """The request's turn (`IdTurns`); on a guest copy, also after the owner's
-        request of the same id text, when it holds one (`held_elsewhere`)."""
+    async def _turn_everywhere(
+        self, session: LegacySession, request_id: RequestId
+    ) -> AsyncIterator[None]:
+        """On a guest copy, the turn after the owner's request of the same id text,
+        when it holds one; at the owner, that text held at the guests meanwhile
+        (`LegacySessions.held_elsewhere`)."""
         while True:
             turn = self._turns.of(session.id, request_id)
             await turn.__aenter__()
@@ -226,7 +234,8 @@ class LegacyCalls:
             await turn.__aexit__()
             await held.wait()
         try:
-            yield
+            async with self._sessions.held_elsewhere(session, request_id):
+                yield
         finally:
             await turn.__aexit__()
 

@@ -114,7 +114,7 @@ class LegacyFront:
         if unfit is not None:
             return refuse(unfit)
         guest: LegacySession | None = None
-        if _plain_request(claim.body):
+        if self._sessions.joins and _plain_request(claim.body):
             # Served here on a guest copy of another worker's session, if it can be.
             guest = await self._sessions.guest(
                 claim.session_id, authorization, HOP_HEADER in headers

@@ -243,6 +243,11 @@ class LegacySessions:
 
     # -- guest copies of other replicas' sessions (app/fronts/legacy/notes.py) ----
 
+    @property
+    def joins(self) -> bool:
+        """This process may serve other replicas' sessions on guest copies."""
+        return self._notes is not None
+
     async def guest(
         self, session_id: str | None, authorization: str | None, hopped: bool
     ) -> LegacySession | None:
