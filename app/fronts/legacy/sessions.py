@@ -470,6 +470,12 @@ class LegacySessions:
         # Per owner: the copies used since the last touch (or in use), and the others,
         # only asked about (a restarted owner no longer has them).
         by_owner: dict[str, tuple[list[str], list[str]]] = {}
+        # A copy idle as long as its owner's reaper waits is forgotten here: the
+        # session may well be gone, and if not, using it again costs a join.
+        stale = self._touched_at - self._idle_s
+        for copy in [c for c in self._guests.values() if not c.in_flight and c.last_used < stale]:
+            del self._guests[copy.id]
+            _let_go(copy)
         for copy in self._guests.values():
             if copy.owner is not None:
                 used, unused = by_owner.setdefault(copy.owner, ([], []))
@@ -523,7 +529,11 @@ class LegacySessions:
             return
         if self._sessions.pop(session.id, None) is not None:
             self._uncount(session.credentials)  # first: the place is free at once
-        await self._tell_guests(session, {"k": "end", "ids": [session.id]})
+        # Not at shutdown: the sibling workers stop too, and a stopped worker's
+        # listener (kept by the supervisor) would hold each note for its whole
+        # timeout. The upstream's 404 for the DELETEd session ends the copies.
+        if reason != "shutdown":
+            await self._tell_guests(session, {"k": "end", "ids": [session.id]})
         await self._pool.close_owned(session.upstream)
         log.info("legacy_session_ended", reason=reason, sessions=len(self._sessions))
 
