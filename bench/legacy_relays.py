@@ -3,7 +3,7 @@
 the official SDK 1.x server (issue 23, item 1).
 
     .venv/bin/python bench/legacy_relays.py [--sessions 4] [--connections 4]
-        [--calls 50] [--upstream fast,sdk]
+        [--calls 50] [--upstream fast,sdk] [--workers 2] [--wrk SECONDS]
 
 Each of `--sessions` legacy sessions (2025-11-25) is opened through the shared
 port, then used by `--connections` threads, each on a connection of its own
@@ -14,6 +14,9 @@ owner), and `replica_note` lines (the workers' own small notes: a worker
 joining a session it does not own, the touches that keep the owner's idle
 clock, session ends). The figures before a change: run this script from a
 checkout of the earlier commit (the workers are started from the script's tree).
+`--wrk SECONDS` then also runs wrk (bench/wrk.py's cells: `-t1`, closed loop)
+on one more legacy session at c8 and c32: calls/s, p99 and the gateway's CPU
+per call (supervisor and workers), and the relays of those calls.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def run(kind: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
             argv = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE)]
         else:
             argv = [sys.executable, str(ROOT / "bench" / "fast_upstream.py")]
-        stack.enter_context(
+        up = stack.enter_context(
             procs.running([*argv, "--port", str(port)], url, log_path=logs / f"up-{kind}.log")
         )
         sport = procs.free_port()
@@ -111,12 +114,12 @@ def run(kind: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
             "MCP_SHIM_UPSTREAM_URL": url,
             "MCP_SHIM_PORT": str(sport),
             "MCP_SHIM_HOST": "127.0.0.1",
-            "MCP_SHIM_WORKERS": "2",
+            "MCP_SHIM_WORKERS": str(args.workers),
             "MCP_SHIM_LOG_LEVEL": "info",
         }
         argv = [sys.executable, "-m", "app.cli"]
         log = logs / f"shim-{kind}.log"
-        stack.enter_context(
+        shim = stack.enter_context(
             procs.running(argv, f"http://127.0.0.1:{sport}/healthz", env=env, log_path=log)
         )
         time.sleep(1.0)  # both workers up
@@ -139,7 +142,9 @@ def run(kind: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
         seen = counted(log)
         relayed = sum(v for k, v in seen.items() if k.startswith("relayed"))
         notes = sum(v for k, v in seen.items() if k.startswith("note"))
+        cells = wrk_cells(gateway, shim.pid, up.pid, log, args.wrk, logs) if args.wrk else {}
         return {
+            **cells,
             "upstream": kind,
             "calls": total,
             "failed": len(bad),
@@ -151,12 +156,42 @@ def run(kind: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
         }
 
 
+def wrk_cells(
+    gateway: str, pid: int, upstream_pid: int, log: Path, seconds: float, logs: Path
+) -> dict[str, Any]:
+    from bench.wrk import Route, call_bodies, run_wrk
+
+    route = Route("legacy", gateway, "fast", False, pid, legacy_headers(gateway))
+    route.upstream_pid = upstream_pid
+    bodies = call_bodies(logs)
+    out: dict[str, Any] = {}
+    for concurrency in (8, 32):
+        before = sum(v for k, v in counted(log).items() if k.startswith("relayed"))
+        cell = run_wrk(route, concurrency, seconds, bodies)
+        time.sleep(1.0)
+        after = sum(v for k, v in counted(log).items() if k.startswith("relayed"))
+        out[f"wrk_c{concurrency}"] = {
+            "calls_s": round(cell["rps"]),
+            "p99_ms": round(cell["p99_ms"], 1),
+            "gateway_cpu_us_per_call": round(cell["cpu_us"]),
+            "relayed_per_1000": round(1000 * (after - before) / cell["calls"], 1),
+        }
+    return out
+
+
+def legacy_headers(url: str) -> dict[str, str]:
+    headers = open_session(url)
+    return {k: v for k, v in headers.items() if k not in ("accept", "content-type")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--calls", type=int, default=50, help="per connection")
     parser.add_argument("--upstream", default="fast,sdk")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--wrk", type=float, default=0.0, help="seconds per wrk cell (0: none)")
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="legacy-relays-"))
     os.environ.setdefault("MCP_SHIM_LOG_LEVEL", "info")
