@@ -159,6 +159,11 @@ class ReplicaRelay:
         # Told of every relay's end (owned, ending, seconds, stream): the metrics.
         self.observer: Callable[[str, str, float, bool], None] | None = None
 
+    @property
+    def request_timeout_s(self) -> float:
+        """MCP_SHIM_REQUEST_TIMEOUT_S: how long a relayed answer may keep us waiting."""
+        return self._request_timeout_s
+
     def ended(self, owned: str, ending: str, duration_s: float, *, stream: bool) -> None:
         """A relay is over: count it (a relay carries no call of its own to count)."""
         if self.observer is not None:

@@ -323,10 +323,12 @@ def test_ids_1_and_text_1_in_flight_on_two_workers_take_turns_upstream(two: Work
         assert message["result"]["content"][0]["text"] == text, message
         done[text] = time.monotonic()
 
-    for first, second in ((urls[1], urls[0]), (urls[0], urls[1])):
+    # 7 on the worker serving a copy outlasts a note's own timeout (5 s): the
+    # owner's hold waits for it as for a call.
+    for first, second, ms in ((urls[1], urls[0], 6000), (urls[0], urls[1], 1500)):
         done: dict[str, float] = {}
         with ThreadPoolExecutor(2) as pool:
-            number = pool.submit(slow, first, 7, "int", 1500, done)
+            number = pool.submit(slow, first, 7, "int", ms, done)
             time.sleep(0.4)  # 7 is in flight upstream
             text = pool.submit(slow, second, "7", "str", 100, done)
             number.result(30)

@@ -54,10 +54,15 @@ class Notes:
         self._relay = relay
         self.me = me
 
-    async def send(self, replica: str, note: dict[str, Any]) -> dict[str, Any] | None:
-        """The owner's (or worker's) answer to `note`, or None: not delivered."""
+    async def send(
+        self, replica: str, note: dict[str, Any], *, as_long_as_a_call: bool = False
+    ) -> dict[str, Any] | None:
+        """The owner's (or worker's) answer to `note`, or None: not delivered.
+        `as_long_as_a_call`: the answer may wait for a call in flight there (a
+        `hold`), so it is waited for as long as a call (MCP_SHIM_REQUEST_TIMEOUT_S)."""
         body = self._sealer.seal_bytes(jsonio.dumps(note), _PURPOSE).encode("ascii")
-        reply = await self._relay.note(replica, body, timeout_s=NOTE_TIMEOUT_S)
+        timeout_s = self._relay.request_timeout_s if as_long_as_a_call else NOTE_TIMEOUT_S
+        reply = await self._relay.note(replica, body, timeout_s=timeout_s)
         log.info("replica_note", kind=note.get("k"), replica=replica[:200], ok=reply is not None)
         if reply is None:
             return None

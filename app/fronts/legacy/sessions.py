@@ -390,7 +390,8 @@ class LegacySessions:
         session.holds[text] += 1
         try:
             if session.holds[text] == 1:
-                await self._tell_guests(session, {"k": "hold", "s": session.id, "t": text})
+                hold = {"k": "hold", "s": session.id, "t": text}
+                await self._tell_guests(session, hold, as_long_as_a_call=True)
             yield
         finally:
             session.holds[text] -= 1
@@ -402,10 +403,17 @@ class LegacySessions:
                 self._releases.add(task)
                 task.add_done_callback(self._releases.discard)
 
-    async def _tell_guests(self, session: LegacySession, note: dict[str, Any]) -> None:
+    async def _tell_guests(
+        self, session: LegacySession, note: dict[str, Any], *, as_long_as_a_call: bool = False
+    ) -> None:
         notes = self._notes
         if notes is not None and session.guests:
-            await asyncio.gather(*(notes.send(g, note) for g in list(session.guests)))
+            await asyncio.gather(
+                *(
+                    notes.send(g, note, as_long_as_a_call=as_long_as_a_call)
+                    for g in list(session.guests)
+                )
+            )
 
     def _joined(self, note: Mapping[str, Any]) -> dict[str, Any]:
         """The state a replica needs to serve a session's plain requests itself."""
