@@ -292,7 +292,8 @@ class LegacySessions:
         if client_version is not None and isinstance(state, dict):
             key = SessionKey(b"", str(state.get("w")), credentials)
             upstream = self._pool.rejoin(state, authorization, key)
-        if upstream is None or client_version is None:
+        # Ended while the answer was on its way (`_forget`): no copy of it.
+        if upstream is None or client_version is None or session_id in self._unshared:
             _bounded_set(self._unshared, session_id, self._limits.total)
             return None
         copy = LegacySession(
@@ -511,6 +512,8 @@ class LegacySessions:
         """Guest copies of sessions their owner ended: a next request is relayed; a
         call waiting for the owner's release of an id text waits no longer."""
         for session_id in _strings(ids):
+            # Relayed from now on (the owner answers 404), even a join on its way.
+            _bounded_set(self._unshared, session_id, self._limits.total)
             if session_id in self._guests:
                 _let_go(self._guests.pop(session_id))
 
