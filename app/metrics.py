@@ -89,7 +89,7 @@ RELAY_ENDINGS = (
     # The connection went to the owner, a sibling worker (app/handoff.py): no relay.
     "handed_off",
 )
-RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call")
+RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call", "legacy_note")
 
 OUTCOMES: frozenset[str] = frozenset(
     {

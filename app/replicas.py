@@ -50,6 +50,10 @@ Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
 
 HOP_HEADER: Final = "mcp-shim-hop"
+# Where replicas send each other their small notes (app/fronts/legacy/notes.py).
+NOTE_PATH: Final = "/mcp-shim/note"
+# A note's body, and its answer, at most (a touch names up to ~5,000 sessions).
+MAX_NOTE_BYTES: Final = 1 << 20
 # Authenticated with every owned id: an id never opens as a requestState or back.
 _ID_PURPOSE: Final = b"mcp-shim owned id v1"
 # Never relayed in either direction: per connection (RFC 9110 7.6.1), recomputed
@@ -158,6 +162,11 @@ class ReplicaRelay:
         # Sibling workers reached by handing them the connection (app/handoff.py).
         self.handoff: Handoff | None = None
 
+    @property
+    def request_timeout_s(self) -> float:
+        """MCP_SHIM_REQUEST_TIMEOUT_S: how long a relayed answer may keep us waiting."""
+        return self._request_timeout_s
+
     def ended(self, owned: str, ending: str, duration_s: float, *, stream: bool) -> None:
         """A relay is over: count it (a relay carries no call of its own to count)."""
         if self.observer is not None:
@@ -225,6 +234,31 @@ class ReplicaRelay:
         return httpx.Response(
             answer.status, headers=answer.raw_headers, stream=AiohttpResponseStream(answer)
         )
+
+    async def note(self, replica: str, body: bytes, *, timeout_s: float) -> bytes | None:
+        """A small note to another replica (app/fronts/legacy/notes.py): the whole body
+        of its 200 answer, or None when it was not delivered or not understood."""
+        import aiohttp
+
+        started = time.perf_counter()
+        headers = {HOP_HEADER: "1", "content-type": "application/octet-stream"}
+        ending, reply = "relayed", None
+        try:
+            async with self._client().post(
+                replica.rstrip("/") + NOTE_PATH,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                allow_redirects=False,
+            ) as answer:
+                if answer.status == 200:
+                    reply = await answer.content.read(MAX_NOTE_BYTES + 1)
+                else:
+                    ending = "owner_unreachable"
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            ending = "owner_unreachable"
+        self.ended("legacy_note", ending, time.perf_counter() - started, stream=False)
+        return reply if reply is not None and len(reply) <= MAX_NOTE_BYTES else None
 
     def answer(
         self,

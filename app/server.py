@@ -21,6 +21,7 @@ from app.config import Settings
 from app.fronts.http_sse.front import MESSAGES_PATH
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection
+from app.replicas import MAX_NOTE_BYTES, NOTE_PATH
 from app.routes import status
 from app.routes.edge import Edge, answer
 from app.routes.mcp import McpRoutes
@@ -185,9 +186,28 @@ def _add_routes(app: GatewayApp, settings: Settings, edge: Edge, app_metrics: Me
     app.add_api_route(
         WELL_KNOWN + "{suffix:path}", served.protected_resource_metadata, methods=["GET"]
     )
+    # The workers' (replicas') notes about legacy sessions: sealed, else 404.
+    app.add_api_route(NOTE_PATH, _replica_note, methods=["POST"])
     http_sse = SseRoutes(edge)
     app.add_api_route("/sse", http_sse.open, methods=["GET"])
     app.add_api_route(MESSAGES_PATH, http_sse.message, methods=["POST"])
+
+
+async def _replica_note(request: Request) -> Response:
+    """Another replica's note (app/fronts/legacy/notes.py), answered sealed; anything
+    else (not sealed with this deployment's key, too large) is not found."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > 2 * MAX_NOTE_BYTES:
+            break
+    wired: Wiring = request.app.state.wiring
+    reply = None
+    if len(body) <= 2 * MAX_NOTE_BYTES:
+        reply = await wired.legacy_sessions.answer_note(bytes(body))
+    if reply is None:
+        return await _not_found(request, Exception())
+    return Response(reply, media_type="application/octet-stream")
 
 
 async def drain(app: FastAPI) -> None:

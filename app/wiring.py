@@ -23,6 +23,7 @@ from app.fronts.base import CallFront, ChannelFront, SessionFront
 from app.fronts.http_sse.front import HttpSseFront
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy.notes import Notes
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.gateway import Gateway
 from app.metrics import Metrics
@@ -152,6 +153,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
             share=settings.legacy_session_share(),
             reclaim_idle_s=settings.legacy_session_reclaim_idle_s,
         ),
+        notes=Notes(replicas.sealer, replicas.relay, replicas.me),
     )
     legacy_sessions.start()
     legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)

@@ -1,17 +1,19 @@
-"""What a relay to the owning replica costs: a legacy client's session served by
-its owner directly, and the same session's calls reaching another replica that
-relays them to the owner (app/replicas.py), side by side in one run.
+"""What a legacy session's calls cost on each replica: served by its owner,
+served by another replica holding a guest copy of the session, and relayed to
+the owner by a replica that cannot hold one (app/replicas.py), in one run.
 
     .venv/bin/python bench/relay.py [--seconds 8] [--passes 2] [--concurrency 1,8,32]
 
-Two gateway replicas (one worker each, the same MCP_SHIM_STATE_KEY, each its own
-MCP_SHIM_ADVERTISE_URL) in front of the fast upstream (bench/fast_upstream.py);
-a legacy session (2025-11-25) opened on replica A. Rows: the calls sent to A
-(the owner), and the same calls sent to B, which relays each to A. wrk and the
-cells are bench/wrk.py's (closed loop, `-t1`, `tools/call echo`, passes
-alternating the row order, the better pass shown). CPU per call is read from
-/proc for each replica: what the owner spends, and what the relaying replica
-adds on top. The added p50 at c1 is the relay's latency.
+Three gateway replicas (one worker each, the same MCP_SHIM_STATE_KEY) in front
+of the fast upstream (bench/fast_upstream.py); a legacy session (2025-11-25)
+opened on replica A. Rows: the calls sent to A (the owner); the same calls
+sent to B, which joins the session once and sends them upstream itself
+(app/fronts/legacy/notes.py); and sent to C, which advertises no URL (so no
+owner can send it notes), and relays each to A. wrk and the cells are
+bench/wrk.py's (closed loop, `-t1`, `tools/call echo`, passes alternating the
+row order, the better pass shown). CPU per call is read from /proc for each
+replica: what the owner spends, and what the other replica spends. The added
+p50 at c1 of the relayed row is the relay's latency.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def main() -> None:
             )
         )
         replicas = {}
-        for name in ("a", "b"):
+        for name in ("a", "b", "c"):
             rport = procs.free_port()
             env = {
                 "MCP_SHIM_UPSTREAM_URL": url,
@@ -73,8 +75,11 @@ def main() -> None:
                 "MCP_SHIM_LOG_LEVEL": "info",  # as deployed: one JSON line per call
                 "MCP_SHIM_WORKERS": "1",
                 "MCP_SHIM_STATE_KEY": key,
-                "MCP_SHIM_ADVERTISE_URL": f"http://127.0.0.1:{rport}",
             }
+            if name != "c":
+                # C advertises no URL: no owner can send it notes, so it joins no
+                # session and relays every request, as every replica did before.
+                env["MCP_SHIM_ADVERTISE_URL"] = f"http://127.0.0.1:{rport}"
             proc = stack.enter_context(
                 procs.running(
                     [sys.executable, "-m", "app.cli"],
@@ -84,14 +89,20 @@ def main() -> None:
                 )
             )
             replicas[name] = (f"http://127.0.0.1:{rport}/mcp", proc.pid)
-        (a_url, a_pid), (b_url, b_pid) = replicas["a"], replicas["b"]
+        (a_url, a_pid), (b_url, b_pid), (c_url, c_pid) = (
+            replicas["a"],
+            replicas["b"],
+            replicas["c"],
+        )
         session = legacy_session(a_url)  # owned by A
-        # `upstream_pid` is the other replica: on the relayed row, the owner.
+        # `upstream_pid` is the other replica: on the other rows, the owner.
         owner = Route("legacy session, sent to its owner", a_url, "fast", False, a_pid, session)
         owner.upstream_pid = b_pid
-        relayed = Route("  the same, via a replica relaying", b_url, "fast", False, b_pid, session)
+        guest = Route("  the same, via a replica serving it", b_url, "fast", False, b_pid, session)
+        guest.upstream_pid = a_pid
+        relayed = Route("  the same, via a replica relaying", c_url, "fast", False, c_pid, session)
         relayed.upstream_pid = a_pid
-        rows = [owner, relayed]
+        rows = [owner, guest, relayed]
         for route in rows:
             preflight(route)
             run_wrk(route, 8, args.warmup, bodies)
@@ -104,7 +115,7 @@ def main() -> None:
     )
     head = ["path"] + [f"c{c} req/s" for c in concurrencies]
     head += [f"p50 c{concurrencies[0]} ms"] + [f"p99 c{c} ms" for c in concurrencies[1:]]
-    head += ["owner CPU/call us", "relaying replica CPU/call us"]
+    head += ["owner CPU/call us", "other replica CPU/call us"]
     table = [head]
     for route in rows:
         best = {c: max(route.runs[c], key=lambda r: r["rps"]) for c in concurrencies}

@@ -197,9 +197,11 @@ class Sealer:
         sealed = aead.encrypt(nonce, plain, prefix + purpose)
         return _b64url(prefix + nonce + sealed)
 
-    def open_bytes(self, token: object, purpose: bytes = b"") -> bytes | None:
+    def open_bytes(
+        self, token: object, purpose: bytes = b"", max_chars: int = MAX_TOKEN_CHARS
+    ) -> bytes | None:
         """What `seal_bytes` sealed for `purpose`, or None."""
-        if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
+        if not isinstance(token, str) or not token or len(token) > max_chars:
             return None
         raw = _unb64url(token)
         if raw is None or len(raw) < 1 + KEY_ID_LEN + NONCE_LEN + TAG_LEN or raw[0] != VERSION:

@@ -52,6 +52,23 @@ class Reclaimable(Protocol):
         to make room, only closed by its owner."""
 
 
+@runtime_checkable
+class Shareable(Protocol):
+    """A session another process can speak on too, given what `shared_state` says
+    (a Streamable HTTP session: its id and version; nothing lives in memory)."""
+
+    def shared_state(self) -> dict[str, Any] | None:
+        """What `Rejoining.rejoin` needs, as JSON; None: this session lives here only."""
+
+
+@runtime_checkable
+class Rejoining(Protocol):
+    """A transport that can speak on a session another process opened."""
+
+    def rejoin(self, state: Mapping[str, Any], authorization: str | None) -> Session | None:
+        """The session `state` (`Shareable.shared_state`) names; None: not one of ours."""
+
+
 class Transport(Protocol):
     async def open_session(
         self, initialize: Message, headers: Mapping[str, str]

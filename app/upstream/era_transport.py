@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from app.upstream.base import Exchange, Message, Session
+from app.upstream.base import Exchange, Message, Session, Shareable
 from app.upstream.era import Era, EraProbe
 from app.upstream.errors import (
     SessionExpired,
@@ -122,6 +122,11 @@ class _WatchedSession:
     async def close(self) -> None:
         await self._inner.close()
 
+    def shared_state(self) -> dict[str, Any] | None:
+        inner = self._inner
+        state = inner.shared_state() if isinstance(inner, Shareable) else None
+        return None if state is None else {**state, "watched": True}
+
 
 class EraTransport:
     def __init__(
@@ -170,6 +175,16 @@ class EraTransport:
                 probe.legacy_handshake = True
                 return session, result
         return await self._modern.open_session(initialize, headers)
+
+    def rejoin(self, state: Mapping[str, Any], authorization: str | None) -> Session | None:
+        """A legacy session another worker opened (`shared_state`): watched as its
+        opener watches it, when it was."""
+        session = self._legacy.rejoin(state, authorization)
+        if session is None or state.get("watched") is not True:
+            return session
+        known = self._probe.known
+        seen = known if known is not None and known.name == "legacy" else Era("legacy")
+        return _WatchedSession(session, self._probe, seen, authorization)
 
     async def fetch_document(self, url: str, *, max_bytes: int) -> Any:
         return await self._legacy.fetch_document(url, max_bytes=max_bytes)

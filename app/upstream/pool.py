@@ -22,7 +22,7 @@ import structlog
 
 from app import jsonio
 from app.headers.param_headers import HeaderPaths, annotated_paths
-from app.upstream.base import Message, Reclaimable, Session, Transport
+from app.upstream.base import Message, Reclaimable, Rejoining, Session, Shareable, Transport
 from app.upstream.capabilities import canonical
 from app.upstream.errors import (
     PoolExhausted,
@@ -334,6 +334,33 @@ class SessionPool:
             pooled.session.mark_owned()
         log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
         return pooled
+
+    @property
+    def can_rejoin(self) -> bool:
+        """Sessions of this upstream can be spoken on by another worker (`rejoin`)."""
+        return isinstance(self._transport, Rejoining)
+
+    def shared_state(self, pooled: PooledSession) -> dict[str, Any] | None:
+        """What another worker needs to speak on `pooled` (`Shareable`); None: it
+        lives in this process only (a stdio process, a stateless modern session)."""
+        session = pooled.session
+        if not isinstance(session, Shareable) or not isinstance(self._transport, Rejoining):
+            return None
+        return session.shared_state()
+
+    def rejoin(
+        self, state: Mapping[str, Any], authorization: str | None, key: SessionKey
+    ) -> PooledSession | None:
+        """The session another worker opened and shared (`shared_state`), not this
+        pool's to count nor to close: its opener ends it upstream."""
+        transport = self._transport
+        if not isinstance(transport, Rejoining):
+            return None
+        session = transport.rejoin(state, authorization)
+        version = getattr(session, "version", None)
+        if session is None or not isinstance(version, Version):
+            return None
+        return PooledSession(key, session, version, {}, counted=False, detached=True)
 
     async def close_owned(self, pooled: PooledSession) -> None:
         """End a session from `open_owned` (DELETE upstream)."""

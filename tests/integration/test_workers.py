@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ import httpx
 import pytest
 
 from app import workers
+from app.fronts.legacy.replies import session_not_found
 from app.metrics import parse_exposition
 from tests import procs
 from tests.integration import mrtr_wire as mw
@@ -168,38 +170,181 @@ def test_retries_through_the_shared_port_land_anywhere_and_complete(
         assert mw.marker_count(legacy_url, mark) == 1
 
 
-def test_a_legacy_session_is_served_on_every_worker_by_its_owner(
+def test_a_legacy_session_s_plain_calls_are_served_by_either_worker(
     two: Workers, legacy_url: str
 ) -> None:
-    # A legacy client's session lives in the worker that opened it; its id names
-    # that worker's advertise URL (app/replicas.py), so a request reaching the
-    # other worker is relayed there: one upstream session, each call once.
+    # A legacy client's session is opened by one worker; on a Streamable HTTP
+    # upstream the other joins it once (a note to the owner, no relay) and sends
+    # its plain calls upstream itself: one upstream session, each call once.
     urls = two.internal()
     with httpx.Client(timeout=30.0) as http:
         session_id = replicas.initialize(http, urls[0])
-        marks = [marker() for _ in range(4)]
+        start = len(lines(two.log))
+        before = relay_counts(two)
+        marks = [marker() for _ in range(6)]
         seen = [
             replicas.result_of(replicas.whoami(http, urls[i % 2], session_id, mark))
             for i, mark in enumerate(marks)
         ]
         assert len({s["sessionId"] for s in seen}) == 1
-        assert [mw.marker_count(legacy_url, m) for m in marks] == [1] * 4
-        relayed = [
-            line
-            for line in lines(two.log)
-            if line["event"] == "replica_relayed" and line["owned"] == "legacy_session"
-        ]
-        assert [line["worker"] for line in relayed] == [1, 1], relayed
-        before = relay_counts(two)
+        assert [mw.marker_count(legacy_url, m) for m in marks] == [1] * 6
+        new = lines(two.log)[start:]
+        assert not [e for e in new if e["event"] == "replica_relayed"], new
+        calls = [e["worker"] for e in new if e["event"] == "call" and e.get("era") == "legacy"]
+        assert sorted(calls) == [0, 0, 0, 1, 1, 1], calls
+        joined = [e["worker"] for e in new if e["event"] == "legacy_session_joined"]
+        assert joined == [1], joined
+        # Its end is the owner's (the DELETE relayed there), and reaches worker 1's
+        # copy before the DELETE is answered: no worker serves the session after.
         deleted = http.delete(urls[1] + "/mcp", headers=replicas.headers(session_id))
         assert deleted.status_code == 200, deleted.text
-        # The relay is counted where it happened, by what was owned and how it ended.
         after = relay_counts(two)
         key = ("1", "legacy_session", "relayed")
         assert after.get(key, 0) - before.get(key, 0) == 1, (before, after)
         assert not any(w == "0" and owned == "legacy_session" for w, owned, _ in after), after
-        gone = replicas.whoami(http, urls[0], session_id, marker())
-        assert gone.status_code == 404, gone.text
+        for url in (urls[1], urls[0]):
+            gone = replicas.whoami(http, url, session_id, marker())
+            assert gone.status_code == 404, gone.text
+            assert gone.json()["error"] == NOT_FOUND_ERROR, gone.text
+
+
+# What a legacy client gets for a session id that is not (or no longer) its own.
+NOT_FOUND = session_not_found()
+NOT_FOUND_ERROR = {"code": NOT_FOUND.code, "message": NOT_FOUND.message}
+
+
+def test_many_sdk_clients_calls_are_not_relayed_and_the_rest_still_is(
+    two: Workers, logs_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Official mcp 1.x clients, several at once, through a load balancer that sends
+    # each request to the next worker (round robin over their internal listeners,
+    # over the client's several connections): plain calls are served where they
+    # land; what lives in one worker (the GET stream, the answer to a server
+    # request) is relayed to the owner and still works.
+    ports = [int(url.rsplit(":", 1)[1]) for url in two.internal().values()]
+    start = len(lines(two.log))
+    workdir = tmp_path_factory.mktemp("haproxy-workers")
+    with replicas.haproxy(ports, workdir, logs_dir / "workers-haproxy.log") as base:
+        out: Any = procs.run_legacy_client(
+            "many_calls.py", base + "/mcp", "2025-11-25", "3", "40", uuid.uuid4().hex[:8]
+        )
+    for client in out["clients"].values():
+        assert client["simple_ok"] == 40, client["simple_failed"][:2]
+        assert client["sampling"]["result"]["content"][0]["text"] == "LLM response: Paris"
+        assert "properly reconnected" in client["reconnection"]["result"]["content"][0]["text"]
+        assert client["list_changed"] is True
+    new = lines(two.log)[start:]
+    calls = [e["worker"] for e in new if e["event"] == "call" and e.get("era") == "legacy"]
+    assert min(calls.count(0), calls.count(1)) >= 40, calls
+    relayed = [
+        e["http_method"]
+        for e in new
+        if e["event"] == "replica_relayed" and e["owned"] == "legacy_session"
+    ]
+    # Per client at most: notifications/initialized and the sampling answer (POST),
+    # its GET streams, and its DELETE; never one of its 40 calls.
+    assert relayed.count("POST") <= 2 * 3, relayed
+    assert len([e for e in new if e["event"] == "legacy_session_joined"]) <= 3
+
+
+def test_a_tampered_or_foreign_session_id_is_refused_by_the_other_worker_as_before(
+    two: Workers,
+) -> None:
+    urls = two.internal()
+    alice = {"authorization": "Bearer alice"}
+    with httpx.Client(timeout=30.0) as http:
+        session_id = replicas.initialize(http, urls[0], **alice)
+        # Worker 1 holds a copy of the session from here on.
+        replicas.result_of(replicas.whoami(http, urls[1], session_id, marker(), **alice))
+        tampered = session_id[:-2] + ("A" if session_id[-2] != "A" else "B") + session_id[-1]
+        cases = [
+            (session_id, {"authorization": "Bearer mallory"}),
+            (session_id, {}),
+            (tampered, alice),
+        ]
+        for sid, extra in cases:
+            answers = [replicas.whoami(http, url, sid, marker(), **extra) for url in urls.values()]
+            for answer in answers:
+                assert answer.status_code == 404, answer.text
+                assert answer.json()["error"] == NOT_FOUND_ERROR, answer.text
+        # Still the session of its own credential, on either worker.
+        for url in urls.values():
+            replicas.result_of(replicas.whoami(http, url, session_id, marker(), **alice))
+
+
+def test_use_on_the_other_worker_keeps_a_session_from_idling_out_and_its_end_reaches_it(
+    legacy_url: str, logs_dir: Path
+) -> None:
+    # The owner's idle reaper counts the use the other worker makes of the session
+    # (its touches); once idle everywhere, the owner ends it and the other
+    # worker's copy goes with it: a 404 there too, not a call on a dead session.
+    log = logs_dir / "workers-idle.log"
+    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_SESSION_IDLE_S": "2"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        urls = _up(base, proc, log, 2).internal()
+        with httpx.Client(timeout=30.0) as http:
+            session_id = replicas.initialize(http, urls[0])
+            used_until = time.monotonic() + 5.0  # past two idle periods
+            while time.monotonic() < used_until:
+                replicas.result_of(replicas.whoami(http, urls[1], session_id, marker()))
+                time.sleep(0.3)
+            replicas.result_of(replicas.whoami(http, urls[0], session_id, marker()))
+            mw.wait_until(
+                lambda: any(
+                    e["event"] == "legacy_session_ended" and e.get("reason") == "idle"
+                    for e in lines(log)
+                ),
+                timeout=10,
+                what="the idle session ended by its owner",
+            )
+            gone = replicas.whoami(http, urls[1], session_id, marker())
+            assert gone.status_code == 404, gone.text
+            assert gone.json()["error"] == NOT_FOUND_ERROR, gone.text
+
+
+def test_ids_1_and_text_1_in_flight_on_two_workers_take_turns_upstream(two: Workers) -> None:
+    # The SDK 1.x server routes each answer by the id's text: 7 and "7" in flight
+    # at once on one upstream session would swap or lose an answer. In one
+    # process IdTurns makes them take turns; across workers, "7" goes upstream
+    # from the owner, which first holds the text at the worker serving 7.
+    urls = two.internal()
+    with httpx.Client(timeout=30.0) as http:
+        session_id = replicas.initialize(http, urls[0])
+        replicas.result_of(replicas.whoami(http, urls[1], session_id, marker()))
+
+    def slow(url: str, rid: Any, text: str, ms: int, done: dict[str, float]) -> None:
+        args = {"text": text, "ms": ms, "steps": 1}
+        body = replicas.rpc(rid, "tools/call", {"name": "slow_echo", "arguments": args})
+        with httpx.Client(timeout=20.0) as client:
+            answer = client.post(url + "/mcp", content=body, headers=replicas.headers(session_id))
+        assert answer.status_code == 200, answer.text
+        message = wire.answer_messages(answer)[-1]
+        assert message["id"] == rid, message
+        assert message["result"]["content"][0]["text"] == text, message
+        done[text] = time.monotonic()
+
+    # 7 on the worker serving a copy outlasts a note's own timeout (5 s): the
+    # owner's hold waits for it as for a call.
+    for first, second, ms in ((urls[1], urls[0], 6000), (urls[0], urls[1], 1500)):
+        done: dict[str, float] = {}
+        with ThreadPoolExecutor(2) as pool:
+            number = pool.submit(slow, first, 7, "int", ms, done)
+            time.sleep(0.4)  # 7 is in flight upstream
+            text = pool.submit(slow, second, "7", "str", 100, done)
+            number.result(30)
+            text.result(30)
+        assert done["str"] > done["int"], done  # "7" waited for 7
+
+
+def test_a_note_not_sealed_with_the_deployment_s_key_is_not_found(two: Workers) -> None:
+    # The workers' notes (app/fronts/legacy/notes.py) are sealed with the state
+    # key: anything else sent there, on either listener, is an unknown path.
+    with httpx.Client(timeout=30.0) as http:
+        for base in (two.base, *two.internal().values()):
+            for body in (b"", b"not a note", b"A" * 300):
+                answer = http.post(base + "/mcp-shim/note", content=body)
+                assert answer.status_code == 404, answer.text
+                assert answer.json()["error"]["message"].startswith("Not found"), answer.text
 
 
 def relay_counts(workers: Workers) -> dict[tuple[str, str, str], float]:

@@ -24,7 +24,7 @@ from app.fronts.legacy.replies import (
     session_not_found,
     upstream_failure,
 )
-from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_integer_text
 from app.fronts.legacy.turns import IdTurns
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
@@ -59,6 +59,10 @@ class LegacyCalls:
         # The calls in flight that the client may cancel, by (session id, request id).
         self._cancels: dict[tuple[str, Any], asyncio.Event] = {}
         self._turns = IdTurns()
+        # A call served here on a guest copy, cancelled through its owner; and
+        # the owner's hold on an id text, answered once no call of it is here.
+        sessions.on_cancel = self._cancel_here
+        sessions.on_hold = self._turns.free
 
     async def deliver(
         self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
@@ -74,7 +78,7 @@ class LegacyCalls:
                 else:
                     await upstream.notify(message)
                     if item.method == "notifications/cancelled":
-                        self._cancelled(session, item.message)
+                        await self._cancelled(session, item.message)
             except UpstreamAuthChallenge:
                 raise
             except SessionExpired:
@@ -88,16 +92,23 @@ class LegacyCalls:
                 return failure
         return None
 
-    def _cancelled(self, session: LegacySession, note: Message) -> None:
+    async def _cancelled(self, session: LegacySession, note: Message) -> None:
         """The client cancelled one of its calls (forwarded upstream already): its
-        stream ends without an answer. An unknown id is ignored (2025-11-25
-        basic/utilities/cancellation "Error Handling")."""
+        stream ends without an answer, here or on the worker serving it on a guest
+        copy. An unknown id is ignored (2025-11-25 basic/utilities/cancellation
+        "Error Handling")."""
         params = note.get("params")
         request_id = params.get("requestId") if isinstance(params, dict) else None
-        cancel = self._cancels.get((session.id, request_id))
-        if cancel is not None:
-            log.info("legacy_call_cancelled", client_version=session.client_version.name)
-            cancel.set()
+        if not self._cancel_here(session.id, request_id):
+            await self._sessions.spread_cancel(session, request_id)
+
+    def _cancel_here(self, session_id: str, request_id: Any) -> bool:
+        cancel = self._cancels.get((session_id, request_id))
+        if cancel is None:
+            return False
+        log.info("legacy_call_cancelled")
+        cancel.set()
+        return True
 
     async def call(
         self,
@@ -151,7 +162,7 @@ class LegacyCalls:
         the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
-        async with self._sessions.lease(session), self._turns.of(session.id, request.id):
+        async with self._sessions.lease(session), self._turn(session, request.id):
             try:
                 exchange = await session.upstream.session.request(outbound)
             except UpstreamAuthChallenge:
@@ -179,6 +190,9 @@ class LegacyCalls:
                 ending = _unanswered(
                     session, request, exchange, cancel, progress, resumable, streamed
                 )
+                if session.owner is not None and request.id in session.open_requests:
+                    # To be resumed on the GET stream, which is the owner's.
+                    await session.tell_owner("open", request.id, request.method)
                 if ending is not None:
                     yield ending
             except UpstreamError as exc:
@@ -194,6 +208,36 @@ class LegacyCalls:
                 # A legacy client's disconnect is not a cancellation (2025-11-25
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=progress.answered)
+
+    def _turn(
+        self, session: LegacySession, request_id: RequestId
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """The request's turn (`IdTurns`), and across workers (`_turn_everywhere`)
+        only where another worker serves the session too."""
+        if session.owner is None and not (session.guests and shares_integer_text(request_id)):
+            return self._turns.of(session.id, request_id)
+        return self._turn_everywhere(session, request_id)
+
+    @contextlib.asynccontextmanager
+    async def _turn_everywhere(
+        self, session: LegacySession, request_id: RequestId
+    ) -> AsyncIterator[None]:
+        """On a guest copy, the turn after the owner's request of the same id text,
+        when it holds one; at the owner, that text held at the guests meanwhile
+        (`LegacySessions.held_elsewhere`)."""
+        while True:
+            turn = self._turns.of(session.id, request_id)
+            await turn.__aenter__()
+            held = session.held.get(str(request_id)) if session.owner is not None else None
+            if held is None:
+                break
+            await turn.__aexit__()
+            await held.wait()
+        try:
+            async with self._sessions.held_elsewhere(session, request_id):
+                yield
+        finally:
+            await turn.__aexit__()
 
     async def for_client(
         self,

@@ -37,7 +37,7 @@ from app.fronts.legacy.replies import (
     refuse,
     session_not_found,
 )
-from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_integer_text
 from app.fronts.shared.answer import CallAnswer, sse_event
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection, RequestId
@@ -53,6 +53,19 @@ def _opens_session(body: Any) -> bool:
     if isinstance(body, list):
         return front.holds_initialize(body)
     return isinstance(body, dict) and body.get("method") == "initialize"
+
+
+def _plain_request(body: Any) -> bool:
+    """A request any worker can send upstream on a guest copy of its session: not a
+    batch, a notification, a response to a server request, nor `initialize`."""
+    return (
+        isinstance(body, dict)
+        and "id" in body
+        and isinstance(body.get("method"), str)
+        and body["method"] != "initialize"
+        # "1" goes upstream from the owner, where IdTurns keeps it apart from 1.
+        and not shares_integer_text(body["id"])
+    )
 
 
 class LegacyFront:
@@ -100,7 +113,13 @@ class LegacyFront:
         unfit = front.check_received(claim, headers, self.max_json_depth)
         if unfit is not None:
             return refuse(unfit)
-        if not _opens_session(claim.body):
+        guest: LegacySession | None = None
+        if self._sessions.joins and _plain_request(claim.body):
+            # Served here on a guest copy of another worker's session, if it can be.
+            guest = await self._sessions.guest(
+                claim.session_id, authorization, HOP_HEADER in headers
+            )
+        if guest is None and not _opens_session(claim.body):
             relayed = self.relayed(
                 "POST",
                 "/mcp",
@@ -118,7 +137,7 @@ class LegacyFront:
             return refuse(message)
         if isinstance(message, front.LegacyRequest) and message.method == "initialize":
             return await self._initialize(message, authorization, sse_ok=sse_ok, json_ok=json_ok)
-        session = self._find(claim.session_id, authorization)
+        session = guest or self._find(claim.session_id, authorization)
         if session is None:
             return refuse(session_not_found(getattr(message, "id", None)))
         refusal = front.check_version_header(

@@ -60,6 +60,8 @@ async def to_client(session: LegacySession, message: Message) -> Message | None:
         )
         return None
     session.remember_server_request(message["id"], method)
+    # The client's answer is a POST of its own, relayed to the owner: told first.
+    await session.tell_owner("server", message["id"], method)
     return translate.request(message, uv, cv)
 
 

@@ -27,6 +27,15 @@ class IdTurns:
     def __len__(self) -> int:
         return len(self._taken)
 
+    async def free(self, session_id: str, text: str) -> None:
+        """Return once no request of this id text is in flight on the session."""
+        key = (session_id, text)
+        while key in self._taken:
+            turn = self._taken[key]
+            if turn is None:
+                turn = self._taken[key] = asyncio.Event()
+            await turn.wait()
+
 
 class _Turn:
     __slots__ = ("_key", "_taken")

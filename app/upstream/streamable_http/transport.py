@@ -228,6 +228,11 @@ class StreamableHttpSession:
         self._headers = base
         self._send = client.poster(self._url, base, self._timeout)
 
+    def shared_state(self) -> dict[str, Any] | None:
+        """The upstream session as another worker speaks on it: the upstream knows it
+        by its id alone (the caller's credentials come with each request)."""
+        return {"u": self.session_id, "w": self.version.name}
+
     async def _post(self, message: Message, what: str) -> Answer:
         content = jsonio.dumps(message)
         with library_errors(what):
@@ -303,6 +308,19 @@ class StreamableHttpTransport:
         self._client = client
         self._url = url
         self._request_timeout_s = request_timeout_s
+
+    def rejoin(
+        self, state: Mapping[str, Any], authorization: str | None
+    ) -> StreamableHttpSession | None:
+        """A session another process opened (`StreamableHttpSession.shared_state`),
+        spoken on with the caller's credentials; None: `state` names none."""
+        session_id, version = state.get("u"), get_version(state.get("w"))
+        if not isinstance(session_id, str | None) or version is None:
+            return None
+        headers = {"authorization": authorization} if authorization is not None else {}
+        return StreamableHttpSession(
+            self._client, self._url, headers, session_id, version, self._request_timeout_s
+        )
 
     @property
     def client(self) -> UpstreamClient:
