@@ -199,10 +199,10 @@ def build_tasks(
         MemoryTaskStore(settings.max_tasks_per_credential),
         replicas.sealer,
         TaskSettings(
-            ttl_ms=round(settings.task_ttl_s * 1000),
+            ttl_ms=settings.task_ttl_ms,
             max_per_owner=settings.max_tasks_per_credential,
             poll_ms=settings.task_poll_ms,
-            max_result_bytes=settings.task_max_result_bytes,
+            max_result_bytes=settings.max_task_result_bytes,
             replica=replicas.me,
             round_wait_s=settings.mrtr_gather_max_ms / 1000,
             quiet_s=settings.mrtr_quiet_ms / 1000,

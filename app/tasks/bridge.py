@@ -420,7 +420,7 @@ class TaskBridge:
         )
 
     def _fields(self, live: LiveTask, task: Message) -> Message:
-        """The task's fields for the client; its ttlMs at most MCP_SHIM_TASK_TTL_S
+        """The task's fields for the client; its ttlMs at most MCP_SHIM_TASK_TTL_MS
         (the gateway keeps the task no longer than that, whatever the upstream)."""
         fields = wire.task_fields(task, live.task_id, self._settings.poll_ms)
         ttl = fields.get("ttlMs")
@@ -766,7 +766,7 @@ def _limit_reached(call_id: Any, limit: int) -> Rejection:
 
 
 def _ttl(fields: Message, default_ms: int) -> int:
-    """The record's TTL: the upstream's for its task, else MCP_SHIM_TASK_TTL_S (an
+    """The record's TTL: the upstream's for its task, else MCP_SHIM_TASK_TTL_MS (an
     upstream `ttl: null`, unlimited, must not let a record outlive the bound)."""
     ttl = fields.get("ttlMs")
     return ttl if isinstance(ttl, int) and ttl > 0 else default_ms

@@ -223,7 +223,7 @@ def bounded_gateway(
     task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("tasks-bounded")
-    env = {"MCP_SHIM_MAX_TASKS_PER_CREDENTIAL": "2", "MCP_SHIM_TASK_TTL_S": "2"}
+    env = {"MCP_SHIM_MAX_TASKS_PER_CREDENTIAL": "2", "MCP_SHIM_TASK_TTL_MS": "2000"}
     with procs.gateway(
         task_fixture_url, procs.free_port(), env=env, log_path=logs / "gateway.log"
     ) as base:
