@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from tests import procs
+from tests.integration import mrtr_wire as mw
 from tests.integration import wire
 from tests.integration.test_replicas import haproxy
 from tests.integration.test_tasks_modern import modern
@@ -267,3 +268,52 @@ def test_an_unreachable_task_store_fails_task_requests_alone(
     failed = [x for x in wire.log_lines(log) if x.get("event") == "task_request_failed"]
     assert failed and failed[0]["reason"] == "store_unavailable", failed
     assert any(x.get("event") == "task_store_unavailable" for x in wire.log_lines(log))
+
+
+@pytest.mark.peers
+def test_gateway_run_tasks_across_replicas_and_a_sigterm(
+    legacy_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """MCP_SHIM_TASK_TOOLS in front of a server without tasks, Redis store: a
+    running gateway-run task is served through the other replica (relayed to
+    the one holding its call); on SIGTERM the short one finishes within the
+    grace and the long one is dropped (notifications/cancelled upstream); the
+    other replica then answers both from the store."""
+    work = tmp_path_factory.mktemp("tasks-own-sigterm")
+    extra = {
+        "MCP_SHIM_TASK_STORE": redis_url,
+        "MCP_SHIM_TASK_STORE_PREFIX": "own-sigterm",
+        "MCP_SHIM_TASK_TOOLS": "slow_*",
+        "MCP_SHIM_SHUTDOWN_GRACE_S": "5",
+    }
+
+    def start_echo(client: httpx.Client, ms: int, text: str) -> str:
+        args = {"ms": ms, "steps": 1, "text": text}
+        status, created = modern(
+            client, r1.base, "tools/call", {"name": "slow_echo", "arguments": args}
+        )
+        assert status == 200 and created["result"]["resultType"] == "task", created
+        return str(created["result"]["taskId"])
+
+    with contextlib.ExitStack() as stack:
+        r1, r2 = _replicas(stack, legacy_url, work, extra)
+        with httpx.Client(timeout=30) as client:
+            cancelled = mw.stats(legacy_url)["toolCancellations"].get("slow_echo", 0)
+            short = start_echo(client, 2500, "kept")
+            long = start_echo(client, 120_000, "never")
+            assert poll(client, r2.base, short)["status"] == "working"
+            assert len(r2.events("task_request_forwarded")) == 1
+            r1.stop()
+            (wound,) = r1.events("tasks_wound_down")
+            assert (wound["finished"], wound["handed_over"], wound["dropped"]) == (1, 0, 1), wound
+            finished = poll(client, r2.base, short)
+            assert finished["status"] == "completed", finished
+            assert finished["result"]["content"] == [{"type": "text", "text": "kept"}]
+            dropped = poll(client, r2.base, long)
+            assert dropped["status"] == "failed", dropped
+            assert "MCP_SHIM_SHUTDOWN_GRACE_S" in dropped["error"]["message"], dropped
+            deadline = time.monotonic() + 10
+            while mw.stats(legacy_url)["toolCancellations"].get("slow_echo", 0) == cancelled:
+                assert time.monotonic() < deadline, "the upstream never saw notifications/cancelled"
+                time.sleep(0.1)
+        assert len(r2.events("task_request_forwarded")) == 1
