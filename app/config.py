@@ -269,27 +269,30 @@ class Settings(BaseSettings):
         description="longest wait for one operation of a shared task store, connecting "
         "included; then the store is reported unavailable",
     )
+    # One default each, for both stores and every kind of task. 32 live tasks:
+    # each running one holds an upstream connection, and a gateway-run one a
+    # lane counted in MCP_SHIM_MAX_SESSIONS; with 4 MiB results, one credential's
+    # finished tasks take at most 128 MiB of memory (or of the Redis server).
     max_tasks_per_credential: int = Field(
-        default=100,
+        default=32,
         ge=1,
         description="live tasks one Authorization value (or all anonymous callers "
         "together) may hold; one more is refused",
     )
-    max_task_record_bytes: int = Field(
+    max_task_result_bytes: int = Field(
         default=DEFAULT_MAX_RECORD_BYTES,
         ge=1024,
         le=512 * 1024 * 1024,  # a Redis string's own bound
-        description="bytes of one task's record (its result included), as JSON",
+        description="bytes of one task's result as kept (its record's JSON: the result "
+        "and its status); a larger result makes the task failed",
     )
+    # Milliseconds, the unit of the wire's ttl (2025-11-25) and ttlMs (2026-07-28).
     task_ttl_ms: int = Field(
         default=3_600_000,
         ge=1000,
-        description="how long a task and its result are kept when the caller asks for no TTL",
-    )
-    task_max_ttl_ms: int = Field(
-        default=86_400_000,
-        ge=1000,
-        description="the longest TTL a task gets, whatever the caller asks for",
+        le=7 * 24 * 3_600_000,
+        description="how long a task and its result are kept (the ttl asked of the "
+        "upstream; an upstream's longer grant is cut to it)",
     )
     # The multi round-trip bridge (app/mrtr).
     state_key: SecretStr | None = Field(
@@ -344,22 +347,11 @@ class Settings(BaseSettings):
         description="tools (comma-separated globs) the gateway runs as tasks for modern "
         "clients when the upstream has none; empty: off",
     )
-    task_ttl_s: float = Field(
-        default=3600.0,
-        gt=0,
-        le=7 * 24 * 3600,
-        description="how long a task and its result are kept (the TTL asked of the upstream)",
-    )
     task_poll_ms: int = Field(
         default=1000,
         ge=1,
         le=600_000,
         description="pollIntervalMs told to clients when the upstream names none",
-    )
-    task_max_result_bytes: int = Field(
-        default=4 * 1024 * 1024,
-        ge=1024,
-        description="largest task result kept; a larger one makes the task failed",
     )
 
     # Total time of one call as its client sees it (one turn of a multi
@@ -459,14 +451,6 @@ class Settings(BaseSettings):
     @classmethod
     def _task_store(cls, value: SecretStr) -> SecretStr:
         task_store_url(value.get_secret_value())  # ValueError says what is wrong, never the value
-        return value
-
-    @field_validator("task_max_ttl_ms")
-    @classmethod
-    def _max_ttl_above_default(cls, value: int, info: ValidationInfo) -> int:
-        default = info.data.get("task_ttl_ms")
-        if isinstance(default, int) and value < default:
-            raise ValueError(f"must be at least MCP_SHIM_TASK_TTL_MS ({default})")
         return value
 
     @field_validator("advertise_url")

@@ -11,6 +11,7 @@ cleanly. The routes (app/routes/) read the `Wiring` it yields, and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from app.readiness import ReadinessCheck
 from app.replicas import Replicas, build_replicas
 from app.subscriptions.hub import SubscriptionHub
 from app.tasks.bridge import TaskBridge, TaskSettings
-from app.tasks.store import MemoryTaskStore
+from app.tasks.factory import build_task_store, is_shared
 from app.upstream import era_transport
 from app.upstream.choice import Upstream, build_upstream
 from app.upstream.pool import SessionPool
@@ -73,8 +74,14 @@ class Wiring:
 
     async def drain(self) -> None:
         """Before the HTTP server stops: end the long-lived listen streams with
-        their graceful closing result (app/server.py `drain`)."""
-        await self.subscriptions.close_all(self.settings.shutdown_grace_s)
+        their graceful closing result, and give running tasks the same grace to
+        finish, their results filed in the task store (app/server.py `drain`).
+        Clients may still poll meanwhile: the server still serves."""
+        grace_s = self.settings.shutdown_grace_s
+        await asyncio.gather(
+            self.subscriptions.close_all(grace_s),
+            self.tasks.wind_down(grace_s, shared=is_shared(self.settings)),
+        )
 
     async def aclose(self) -> None:
         """Everything stopped, the fronts before what they call."""
@@ -82,7 +89,8 @@ class Wiring:
         # Normally already done by `drain` before the server stopped serving.
         await self.subscriptions.aclose(self.settings.shutdown_grace_s)
         # Before the bridge: the tasks the gateway runs hold the bridge's lanes.
-        await self.tasks.aclose()  # upstream tasks cancelled, their sessions released
+        # Upstream tasks cancelled, their sessions released, the task store closed.
+        await self.tasks.aclose()
         await self.bridge.aclose()  # parked exchanges ended cleanly, lanes closed
         await self.http_sse.aclose()
         await self.legacy_sessions.aclose()  # legacy clients' upstream sessions DELETEd
@@ -194,17 +202,17 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
 def build_tasks(
     settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge
 ) -> TaskBridge:
-    """The tasks extension's bridge (app/tasks), its records in the in-memory
-    store, its ids sealed and named like the replicas' own."""
+    """The tasks extension's bridge (app/tasks), its records in the store
+    MCP_SHIM_TASK_STORE names, its ids sealed and named like the replicas' own."""
     tasks = TaskBridge(
         pool,
-        MemoryTaskStore(settings.max_tasks_per_credential),
+        build_task_store(settings),
         replicas.sealer,
         TaskSettings(
-            ttl_ms=round(settings.task_ttl_s * 1000),
+            ttl_ms=settings.task_ttl_ms,
             max_per_owner=settings.max_tasks_per_credential,
             poll_ms=settings.task_poll_ms,
-            max_result_bytes=settings.task_max_result_bytes,
+            max_result_bytes=settings.max_task_result_bytes,
             replica=replicas.me,
             round_wait_s=settings.mrtr_gather_max_ms / 1000,
             quiet_s=settings.mrtr_quiet_ms / 1000,

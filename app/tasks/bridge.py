@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,16 @@ from app.replicas import reachable
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids, own
 from app.tasks.live import LiveTask, started
-from app.tasks.store import Record, TaskLimitReached, TaskStore
+from app.tasks.shutdown import LiveTask as Running
+from app.tasks.shutdown import WindDown, wind_down
+from app.tasks.store import (
+    MAX_RECORD_SETTING,
+    Record,
+    TaskLimitReached,
+    TaskStore,
+    TaskStoreUnavailable,
+    record_refusal,
+)
 from app.tasks.upstream import ask
 from app.tasks.watch import Watchers
 from app.upstream.base import Message
@@ -240,6 +249,18 @@ class TaskBridge:
     ) -> Outgoing:
         """Send the call as a task on `pooled`; the flat CreateTaskResult (or the
         upstream's own answer, if it chose to answer at once)."""
+        work = self._create(call, pooled, outbound, authorization, state, mode)
+        return await _guarded(call, state, work)
+
+    async def _create(
+        self,
+        call: ModernCall,
+        pooled: PooledSession,
+        outbound: Message,
+        authorization: str | None,
+        state: CallState,
+        mode: str,
+    ) -> Outgoing:
         owner = credential_hash(authorization)
         # Checked before anything starts upstream; the store's own refusal below
         # covers calls that raced past this check together.
@@ -271,7 +292,11 @@ class TaskBridge:
                 self._pool.release(fresh)  # renew's lease; the task holds its own
         fields = self._fields(live, task)
         ttl_ms = _ttl(fields, self._settings.ttl_ms)
-        refused = await self._store.create(owner, live.task_id, {"fields": fields}, ttl_ms)
+        try:
+            refused = await self._store.create(owner, live.task_id, {"fields": fields}, ttl_ms)
+        except TaskStoreUnavailable:
+            await self._release(live, cancel_upstream=True)  # nobody could ever ask for it
+            raise
         if isinstance(refused, TaskLimitReached):
             await self._release(live, cancel_upstream=True)
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
@@ -310,6 +335,11 @@ class TaskBridge:
     ) -> Outgoing:
         """The retry of an input round: the answers go upstream, and the task the
         round belongs to is shown (its CreateTaskResult)."""
+        return await _guarded(call, state, self._resume(call, resume, authorization, state))
+
+    async def _resume(
+        self, call: ModernCall, resume: Resume, authorization: str | None, state: CallState
+    ) -> Outgoing:
         owner = credential_hash(authorization)
         live = self._live.get(resume.task_id)
         record = await self._store.get(owner, resume.task_id)
@@ -352,9 +382,13 @@ class TaskBridge:
             client_capabilities=call.client_capabilities,
         )
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
-        refused = await self._store.create(
-            owner, task.task_id, {"fields": fields}, self._settings.ttl_ms
-        )
+        try:
+            refused = await self._store.create(
+                owner, task.task_id, {"fields": fields}, self._settings.ttl_ms
+            )
+        except TaskStoreUnavailable:
+            await task.release()
+            raise
         if isinstance(refused, TaskLimitReached):
             await task.release()
             return _reply(_limit_reached(call.id, refused.limit), state, "task_limit")
@@ -420,7 +454,7 @@ class TaskBridge:
         )
 
     def _fields(self, live: LiveTask, task: Message) -> Message:
-        """The task's fields for the client; its ttlMs at most MCP_SHIM_TASK_TTL_S
+        """The task's fields for the client; its ttlMs at most MCP_SHIM_TASK_TTL_MS
         (the gateway keeps the task no longer than that, whatever the upstream)."""
         fields = wire.task_fields(task, live.task_id, self._settings.poll_ms)
         ttl = fields.get("ttlMs")
@@ -431,6 +465,11 @@ class TaskBridge:
     # -- tasks/get, tasks/update, tasks/cancel -------------------------------
 
     async def serve(
+        self, call: ModernCall, pooled: PooledSession, authorization: str | None, state: CallState
+    ) -> Outgoing:
+        return await _guarded(call, state, self._serve(call, pooled, authorization, state))
+
+    async def _serve(
         self, call: ModernCall, pooled: PooledSession, authorization: str | None, state: CallState
     ) -> Outgoing:
         if not self.offered(pooled):
@@ -536,11 +575,27 @@ class TaskBridge:
                 fields = {**fields, "status": "working"}
             return wire.detailed_task(fields, None, live.input_requests())
         final, inline = wire.inline_payload(status, _payload_up(live))
-        fields = {**fields, "status": final}
-        await self._store.update(owner, task_id, {"fields": fields, "inline": inline})
+        fields, inline = await self._keep(owner, task_id, {**fields, "status": final}, inline)
         await self._release(live, cancel_upstream=False)
         log.info("task_settled", status=final)
         return wire.detailed_task(fields, inline)
+
+    async def _keep(
+        self, owner: str, task_id: str, fields: Message, inline: Message
+    ) -> tuple[Message, Message]:
+        """A terminal task's record filed, result inlined: what any replica answers
+        from now on. A record over MCP_SHIM_MAX_TASK_RESULT_BYTES (a result just
+        under it grown by translation) is filed as `failed` naming the setting."""
+        record: Record = {"fields": fields, "inline": inline}
+        too_large = record_refusal(record, self._settings.max_result_bytes)
+        if too_large is not None:
+            log.warning("task_payload_too_large", limit=too_large.limit, setting=MAX_RECORD_SETTING)
+            fields = {**fields, "status": "failed"}
+            inline = {
+                "error": {"code": INTERNAL_ERROR, "message": f"Internal error: {too_large.message}"}
+            }
+        await self._store.update(owner, task_id, {"fields": fields, "inline": inline})
+        return fields, inline
 
     async def _cancel(
         self, owner: str, task_id: str, record: Record, live: LiveTask | None
@@ -581,8 +636,7 @@ class TaskBridge:
             return wire.detailed_task(fields, None, task.input_requests())
         payload = _payload_in(task.payload or {}, task.pooled_version, task.client_version)
         final, inline = wire.inline_payload(task.status, payload)
-        fields = {**fields, "status": final}
-        await self._store.update(owner, task.task_id, {"fields": fields, "inline": inline})
+        fields, inline = await self._keep(owner, task.task_id, {**fields, "status": final}, inline)
         await self._release_own(task)
         return wire.detailed_task(fields, inline)
 
@@ -648,8 +702,11 @@ class TaskBridge:
         for task_id in task_ids:
             if ids.open_for(self._sealer, task_id, ids.owner_of(owner)) is None:
                 continue
-            if await self._store.get(owner, task_id) is None:
-                continue
+            try:
+                if await self._store.get(owner, task_id) is None:
+                    continue
+            except TaskStoreUnavailable:
+                continue  # left out of the acknowledgment: the caller sees it is not watched
             self._watchers.add(task_id, owner, mailbox)
             watched.append(task_id)
         return tuple(watched)
@@ -668,7 +725,7 @@ class TaskBridge:
         async def settle() -> None:
             try:
                 await self._detailed(task_id, owner)
-            except UpstreamError as exc:
+            except (UpstreamError, TaskStoreUnavailable) as exc:
                 log.info("task_settle_deferred", error=exc.message)
 
         def settled() -> None:
@@ -711,17 +768,71 @@ class TaskBridge:
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(REAP_EVERY_S)
-            now = time.monotonic()
-            for live in [t for t in self._live.values() if t.deadline <= now]:
-                log.info("task_expired", settled=live.settled.is_set())
-                await self._release(live, cancel_upstream=True)
-            for live in [t for t in self._live.values() if (t.hidden_until or now) < now]:
-                log.info("task_input_round_abandoned")
-                await self._store.delete(live.owner, live.task_id)
-                await self._release(live, cancel_upstream=True)
-            for held in [t for t in self._own.values() if t.deadline <= now]:
-                log.info("task_expired", settled=held.settled.is_set(), run_by="gateway")
-                await self._release_own(held)
+            try:
+                await self._reap_once()
+            except TaskStoreUnavailable:
+                pass  # logged by the store; the next round tries again
+
+    async def _reap_once(self) -> None:
+        now = time.monotonic()
+        for live in [t for t in self._live.values() if t.deadline <= now]:
+            log.info("task_expired", settled=live.settled.is_set())
+            await self._release(live, cancel_upstream=True)
+        for live in [t for t in self._live.values() if (t.hidden_until or now) < now]:
+            log.info("task_input_round_abandoned")
+            await self._store.delete(live.owner, live.task_id)
+            await self._release(live, cancel_upstream=True)
+        for held in [t for t in self._own.values() if t.deadline <= now]:
+            log.info("task_expired", settled=held.settled.is_set(), run_by="gateway")
+            await self._release_own(held)
+
+    # -- a rolling restart -------------------------------------------------
+
+    async def wind_down(self, grace_s: float, *, shared: bool) -> WindDown:
+        """SIGTERM (app/wiring.py `drain`): the running tasks get up to `grace_s` to
+        finish, their results filed in the store; the rest are dropped (cancelled
+        upstream, a `failed` record left for their next poll). None is handed over:
+        a 2025-11-25 task id is valid only on the upstream session that created it,
+        which no other replica can take over (app/tasks/shutdown.py)."""
+        tasks: list[LiveTask | own.OwnTask] = [*self._live.values(), *self._own.values()]
+        running = [
+            Running(t.owner, t.task_id, self._finishing(t.task_id, t.owner, t.settled))
+            for t in tasks
+            if not t.released
+        ]
+        return await wind_down(self._store, running, grace_s, shared=shared, on_drop=self._drop)
+
+    def _finishing(self, task_id: str, owner: str, settled: asyncio.Event) -> asyncio.Task[None]:
+        """The end of a task's work: its payload in, and its record filed."""
+
+        async def finish() -> None:
+            await settled.wait()
+            try:
+                await self._detailed(task_id, owner)
+            except (UpstreamError, TaskStoreUnavailable) as exc:
+                log.info("task_settle_deferred", error=exc.message)
+
+        return asyncio.get_running_loop().create_task(finish())
+
+    async def _drop(self, task: Running) -> None:
+        """A task the grace period did not see end: cancelled upstream, and its
+        record made `failed`, which any replica answers with a shared store."""
+        live = self._live.get(task.task_id)
+        if live is not None:
+            await self._release(live, cancel_upstream=True)
+        held = self._own.get(task.task_id)
+        if held is not None:
+            await self._release_own(held)
+        record = await self._store.get(task.owner, task.task_id)
+        if record is None:
+            return
+        why = (
+            "Internal error: the gateway stopped before the task finished "
+            "(MCP_SHIM_SHUTDOWN_GRACE_S); it was cancelled"
+        )
+        fields = {**record["fields"], "status": "failed", "statusMessage": why}
+        inline = {"error": {"code": INTERNAL_ERROR, "message": why}}
+        await self._store.update(task.owner, task.task_id, {"fields": fields, "inline": inline})
 
     async def aclose(self) -> None:
         if self._reaper is not None:
@@ -742,6 +853,18 @@ class TaskBridge:
         for task in list(self._own.values()):
             with contextlib.suppress(Exception):
                 await self._release_own(task)
+        await self._store.close()
+
+
+async def _guarded(call: ModernCall, state: CallState, work: Awaitable[Outgoing]) -> Outgoing:
+    """The one place where a task store that cannot be reached becomes the
+    caller's answer: HTTP 503, -32603 saying so (the store logs the cause)."""
+    try:
+        return await work
+    except TaskStoreUnavailable as exc:
+        log.warning("task_request_failed", reason="store_unavailable", method=call.method)
+        rejection = Rejection(INTERNAL_ERROR, f"Internal error: {exc.message}", call.id, status=503)
+        return _reply(rejection, state, "task_store_unavailable")
 
 
 async def _first_of(timeout_s: float, *events: asyncio.Event) -> None:
@@ -766,7 +889,7 @@ def _limit_reached(call_id: Any, limit: int) -> Rejection:
 
 
 def _ttl(fields: Message, default_ms: int) -> int:
-    """The record's TTL: the upstream's for its task, else MCP_SHIM_TASK_TTL_S (an
+    """The record's TTL: the upstream's for its task, else MCP_SHIM_TASK_TTL_MS (an
     upstream `ttl: null`, unlimited, must not let a record outlive the bound)."""
     ttl = fields.get("ttlMs")
     return ttl if isinstance(ttl, int) and ttl > 0 else default_ms

@@ -16,14 +16,14 @@ def build_task_store(settings: Settings) -> TaskStore:
     url = settings.task_store_url()
     if url is None:
         return MemoryTaskStore(
-            settings.max_tasks_per_credential, max_record_bytes=settings.max_task_record_bytes
+            settings.max_tasks_per_credential, max_record_bytes=settings.max_task_result_bytes
         )
     from app.tasks.redis_store import RedisTaskStore
 
     return RedisTaskStore(
         url,
         max_per_owner=settings.max_tasks_per_credential,
-        max_record_bytes=settings.max_task_record_bytes,
+        max_record_bytes=settings.max_task_result_bytes,
         prefix=settings.task_store_prefix,
         timeout_s=settings.task_store_timeout_s,
     )

@@ -142,7 +142,7 @@ class LiveTask:
                 "error": {
                     "code": -32603,
                     "message": "Internal error: the task's result exceeds "
-                    f"{self.max_payload_bytes} bytes (MCP_SHIM_TASK_MAX_RESULT_BYTES)",
+                    f"{self.max_payload_bytes} bytes (MCP_SHIM_MAX_TASK_RESULT_BYTES)",
                 }
             }
         self.payload = reply

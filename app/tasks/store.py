@@ -29,8 +29,8 @@ from app import jsonio
 Record = dict[str, Any]
 
 MAX_TASKS_SETTING = "MCP_SHIM_MAX_TASKS_PER_CREDENTIAL"
-MAX_RECORD_SETTING = "MCP_SHIM_MAX_TASK_RECORD_BYTES"
-DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+MAX_RECORD_SETTING = "MCP_SHIM_MAX_TASK_RESULT_BYTES"
+DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,6 @@ def record_refusal(record: Record, max_bytes: int) -> TaskRecordTooLarge | None:
     False cannot say why (check first, then store a smaller record instead)."""
     data = encoded(record, max_bytes)
     return data if isinstance(data, TaskRecordTooLarge) else None
-
-
-def choose_ttl_ms(requested_ms: int | None, default_ms: int, max_ms: int) -> int:
-    """A task's TTL: what the caller asked for (none: the default), at most
-    `max_ms`, at least 1 ms."""
-    wanted = default_ms if requested_ms is None else requested_ms
-    return max(1, min(wanted, max_ms))
 
 
 class TaskStore(Protocol):

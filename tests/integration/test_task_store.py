@@ -169,7 +169,7 @@ async def test_a_record_over_the_size_bound_is_refused_as_a_value(make_store: Ma
     refusal = await store.create("a", "t", big, 60_000)
     assert isinstance(refusal, TaskRecordTooLarge)
     assert refusal.limit == MaxBytes and refusal.size > MaxBytes
-    assert "MCP_SHIM_MAX_TASK_RECORD_BYTES" in refusal.message and str(MaxBytes) in refusal.message
+    assert "MCP_SHIM_MAX_TASK_RESULT_BYTES" in refusal.message and str(MaxBytes) in refusal.message
     assert await store.get("a", "t") is None and await store.live("a") == []
 
     assert await store.create("a", "t", {"status": "working"}, 60_000) is None

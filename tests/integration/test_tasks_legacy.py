@@ -100,6 +100,17 @@ def task_gateway(task_server: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.mark.peers
+def test_every_tasks_scenario_passes_through_the_gateway_to_the_modern_task_server(
+    task_gateway: str, tmp_path: Path
+) -> None:
+    """A modern client, a modern upstream with the extension: the gateway passes
+    tasks/get, tasks/update and tasks/cancel through (the modern front once
+    refused them as not 2026-07-28 methods, -32601), so the ten scenarios pass
+    as they do against the fixture alone."""
+    every_scenario_passes(task_gateway, tmp_path)
+
+
+@pytest.mark.peers
 def test_sdk1_task_client_through_the_gateway_to_the_modern_task_server(
     task_gateway: str,
 ) -> None:

@@ -223,7 +223,7 @@ def bounded_gateway(
     task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("tasks-bounded")
-    env = {"MCP_SHIM_MAX_TASKS_PER_CREDENTIAL": "2", "MCP_SHIM_TASK_TTL_S": "2"}
+    env = {"MCP_SHIM_MAX_TASKS_PER_CREDENTIAL": "2", "MCP_SHIM_TASK_TTL_MS": "2000"}
     with procs.gateway(
         task_fixture_url, procs.free_port(), env=env, log_path=logs / "gateway.log"
     ) as base:
@@ -261,6 +261,39 @@ def test_live_tasks_per_credential_are_bounded_and_expire_at_their_ttl(
         assert status == 400 and got["error"]["code"] == -32602, got
         status, again = modern(client, bounded_gateway, "tools/call", slow, auth="Bearer a")
         assert status == 200, again
+
+
+@pytest.mark.peers
+def test_a_result_whose_record_is_over_the_bound_makes_the_task_failed(
+    task_fixture_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """MCP_SHIM_MAX_TASK_RESULT_BYTES bounds the result as it arrives and the
+    record the store keeps: a result just under it whose record (the task's
+    fields with it) is over it settles `failed` naming the setting, on every
+    poll, never a task left unfinished and then "not found"."""
+    logs = tmp_path_factory.mktemp("tasks-result-bound")
+    bound = 4096
+    env = {"MCP_SHIM_MAX_TASK_RESULT_BYTES": str(bound)}
+    label = "x" * (bound - 400)  # the result: under the bound; its record: over it
+    call = {"name": "slow_compute", "arguments": {"seconds": 0.2, "label": label}}
+    with (
+        procs.gateway(
+            task_fixture_url, procs.free_port(), env=env, log_path=logs / "gateway.log"
+        ) as base,
+        httpx.Client(timeout=30) as client,
+    ):
+        status, created = modern(client, base, "tools/call", call)
+        assert status == 200, created
+        task_id = created["result"]["taskId"]
+        done = settled(client, base, task_id, None)
+        assert done["status"] == "failed", done
+        message = done["error"]["message"]
+        assert "record would be" in message and "MCP_SHIM_MAX_TASK_RESULT_BYTES" in message
+        assert settled(client, base, task_id, None) == done
+    assert any(
+        line.get("event") == "task_payload_too_large"
+        for line in wire.log_lines(logs / "gateway.log")
+    )
 
 
 async def _listen_frames(

@@ -13,7 +13,7 @@ import pytest
 from app.config import Settings, SettingsError, load_settings
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.redis_store import RedisTaskStore
-from app.tasks.store import MemoryTaskStore, choose_ttl_ms
+from app.tasks.store import MemoryTaskStore
 from tests import procs
 
 
@@ -70,11 +70,12 @@ def test_a_url_never_shows_in_the_settings_repr(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({"TASK_TTL_MS": "600000", "TASK_MAX_TTL_MS": "60000"}, "MCP_SHIM_TASK_TTL_MS (600000)"),
+        ({"TASK_TTL_MS": "999"}, "MCP_SHIM_TASK_TTL_MS"),
+        ({"TASK_TTL_MS": str(8 * 24 * 3_600_000)}, "MCP_SHIM_TASK_TTL_MS"),
         ({"TASK_STORE_PREFIX": "a b"}, "MCP_SHIM_TASK_STORE_PREFIX"),
         ({"TASK_STORE_PREFIX": ""}, "MCP_SHIM_TASK_STORE_PREFIX"),
         ({"MAX_TASKS_PER_CREDENTIAL": "0"}, "MCP_SHIM_MAX_TASKS_PER_CREDENTIAL"),
-        ({"MAX_TASK_RECORD_BYTES": "100"}, "MCP_SHIM_MAX_TASK_RECORD_BYTES"),
+        ({"MAX_TASK_RESULT_BYTES": "100"}, "MCP_SHIM_MAX_TASK_RESULT_BYTES"),
         ({"TASK_STORE_TIMEOUT_S": "0"}, "MCP_SHIM_TASK_STORE_TIMEOUT_S"),
     ],
 )
@@ -88,7 +89,7 @@ def test_refused_task_bounds(
 
 def test_the_factory_builds_the_store_named(monkeypatch: pytest.MonkeyPatch) -> None:
     memory = build_task_store(
-        _settings(monkeypatch, MAX_TASKS_PER_CREDENTIAL="7", MAX_TASK_RECORD_BYTES="2048")
+        _settings(monkeypatch, MAX_TASKS_PER_CREDENTIAL="7", MAX_TASK_RESULT_BYTES="2048")
     )
     assert isinstance(memory, MemoryTaskStore)
     assert (memory.max_per_owner, memory.max_record_bytes) == (7, 2048)
@@ -97,13 +98,6 @@ def test_the_factory_builds_the_store_named(monkeypatch: pytest.MonkeyPatch) -> 
     assert isinstance(shared, RedisTaskStore)
     assert (shared.max_per_owner, shared.max_record_bytes) == (7, 2048)
     asyncio.run(shared.close())
-
-
-def test_ttl_choice() -> None:
-    assert choose_ttl_ms(None, 60_000, 120_000) == 60_000
-    assert choose_ttl_ms(5_000, 60_000, 120_000) == 5_000
-    assert choose_ttl_ms(10**12, 60_000, 120_000) == 120_000
-    assert choose_ttl_ms(0, 60_000, 120_000) == 1
 
 
 def test_redis_py_is_loaded_only_for_the_redis_store() -> None:
