@@ -179,11 +179,23 @@ def local_url(bind_host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+# libuv's switch for one accept per wake of a listening socket.
+SINGLE_ACCEPT: Final = "UV_TCP_SINGLE_ACCEPT"
+
+
 def worker_environment(source: Mapping[str, str], advertise: str) -> dict[str, str]:
     """A worker's environment: the supervisor's, with its own advertise URL, no
     metrics port (the supervisor's) and never the state key (a descriptor's)."""
     env = dict(source)
     env["MCP_SHIM_ADVERTISE_URL"] = advertise
+    # libuv (uvloop) accepts every pending connection in one wake, so the worker
+    # that wakes first takes a whole burst (a client pool opening 32 connections
+    # at once) and the others idle: the default's calls/s at c32 fell to one
+    # worker's in some runs. One accept per wake, then a yield, lets the other
+    # workers take their share (bench/README.md, issue 23). An operator's own
+    # value is kept. stdio servers never see it (their environment is an
+    # allow-list).
+    env.setdefault(SINGLE_ACCEPT, "1")
     env.pop("MCP_SHIM_METRICS_PORT", None)
     env.pop(state_key.ENV_NAME, None)
     return env
