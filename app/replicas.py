@@ -100,14 +100,8 @@ class OwnedIds:
 
     def owner(self, token: str, credentials: str) -> str | None:
         """The replica an id of ours names, if it was minted for these credentials."""
-        plain = self._sealer.open_bytes(token, _ID_PURPOSE)
-        if plain is None:
-            return None
-        try:
-            data = jsonio.loads(plain)
-        except jsonio.JSONDecodeError:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("r"), str):
+        data = self._sealer.open_object(token, _ID_PURPOSE)
+        if data is None or not isinstance(data.get("r"), str):
             return None
         if data.get("c") != caller_digest(credentials):
             return None

@@ -197,6 +197,20 @@ class Sealer:
         sealed = aead.encrypt(nonce, plain, prefix + purpose)
         return _b64url(prefix + nonce + sealed)
 
+    def open_object(
+        self, token: object, purpose: bytes = b"", max_chars: int = MAX_TOKEN_CHARS
+    ) -> dict[str, Any] | None:
+        """The JSON object `seal_bytes` sealed for `purpose`, or None: not ours,
+        altered, or not an object (each kind of sealed id checks its own fields)."""
+        plain = self.open_bytes(token, purpose, max_chars)
+        if plain is None:
+            return None
+        try:
+            data = jsonio.loads(plain)
+        except jsonio.JSONDecodeError:
+            return None
+        return data if isinstance(data, dict) else None
+
     def open_bytes(
         self, token: object, purpose: bytes = b"", max_chars: int = MAX_TOKEN_CHARS
     ) -> bytes | None:

@@ -47,14 +47,8 @@ def seal(sealer: Sealer, ref: TaskRef) -> str:
 def open_for(sealer: Sealer, token: object, owner: str) -> TaskRef | None:
     """The task a caller with `owner` names, or None: not a task id of ours,
     altered, or another owner's (all alike to the caller)."""
-    plain = sealer.open_bytes(token, PURPOSE)
-    if plain is None:
-        return None
-    try:
-        data = jsonio.loads(plain)
-    except jsonio.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
+    data = sealer.open_object(token, PURPOSE)
+    if data is None:
         return None
     fields = (data.get("o"), data.get("r"), data.get("u"), data.get("l"))
     if not all(isinstance(f, str) for f in fields):
@@ -70,13 +64,7 @@ def seal_round(sealer: Sealer, task_id: str, owner: str) -> str:
 
 def open_round(sealer: Sealer, token: object, owner: str) -> str | None:
     """The task id a round's requestState names, for its owner only."""
-    plain = sealer.open_bytes(token, ROUND_PURPOSE)
-    if plain is None:
-        return None
-    try:
-        data = jsonio.loads(plain)
-    except jsonio.JSONDecodeError:
-        return None
-    if not isinstance(data, dict) or data.get("o") != owner or not isinstance(data.get("t"), str):
+    data = sealer.open_object(token, ROUND_PURPOSE)
+    if data is None or data.get("o") != owner or not isinstance(data.get("t"), str):
         return None
     return str(data["t"])

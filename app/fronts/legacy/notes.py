@@ -81,11 +81,4 @@ def _opened(sealer: Sealer, body: bytes, purpose: bytes) -> dict[str, Any] | Non
         token = body.decode("ascii")
     except UnicodeDecodeError:
         return None
-    plain = sealer.open_bytes(token, purpose, max_chars=2 * MAX_NOTE_BYTES)
-    if plain is None:
-        return None
-    try:
-        data = jsonio.loads(plain)
-    except jsonio.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
+    return sealer.open_object(token, purpose, max_chars=2 * MAX_NOTE_BYTES)
