@@ -6,6 +6,19 @@ import base64
 import binascii
 from typing import Any
 
+# Methods whose `Mcp-Name` header mirrors a body field (streamable-http
+# "Standard Request Headers"): the modern front checks it, the modern upstream
+# writes it, from this one table.
+NAME_FIELDS: dict[str, str] = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    # SEP-2663 "Streamable HTTP: Routing Headers": Mcp-Name is the task id.
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+
 _PREFIX = "=?base64?"
 _SUFFIX = "?="
 

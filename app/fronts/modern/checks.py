@@ -13,7 +13,7 @@ from typing import Any, Final
 from app import jsonio
 from app.fronts.shared.header_guard import check_header_values
 from app.fronts.shared.header_guard import shown as _shown
-from app.headers.header_values import BadHeaderValue, decode_header_value
+from app.headers.header_values import NAME_FIELDS, BadHeaderValue, decode_header_value
 from app.rejections import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -32,17 +32,8 @@ META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
-# Methods whose `Mcp-Name` header mirrors a body field (streamable-http
-# "Standard Request Headers").
-NAME_FIELD = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    # SEP-2663 "Streamable HTTP: Routing Headers": Mcp-Name is the task id.
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
+# Methods whose `Mcp-Name` header mirrors a body field (app/headers).
+NAME_FIELD = NAME_FIELDS
 # The requests of the extension io.modelcontextprotocol/tasks (SEP-2663), not of
 # the core revision: whoever serves the call (app/tasks, or a modern upstream)
 # answers -32601 where the extension is not offered. tasks/result and

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 
 from app import jsonio, tracing
-from app.headers.header_values import header_form
+from app.headers.header_values import NAME_FIELDS, header_form
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
 from app.upstream.http.client import UpstreamClient, library_errors
@@ -43,15 +43,6 @@ PARAM_PREFIX = "mcp-param-"
 # What the upstream's answer carries that the client needs.
 RELAYED_HEADERS = frozenset({"content-type", "cache-control", "www-authenticate"})
 _ACCEPT = "application/json, text/event-stream"
-NAMED_METHODS = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    # SEP-2663 "Streamable HTTP: Routing Headers": the tasks extension's methods name their task.
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
 
 
 def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -80,7 +71,7 @@ def standard_headers(message: Message, version: str) -> dict[str, str]:
     """The headers a modern request must carry, derived from its body."""
     method = str(message.get("method"))
     out = {VERSION_HEADER: version, "mcp-method": method}
-    field = NAMED_METHODS.get(method)
+    field = NAME_FIELDS.get(method)
     params = message.get("params")
     if field is not None and isinstance(params, dict):
         name = header_form(params.get(field))
