@@ -1,11 +1,14 @@
 """Where the gateway's time goes: py-spy over mcp-shim under wrk load.
 
-    .venv/bin/python bench/profile.py [--upstream fast|legacy] [--concurrency 8]
-        [--seconds 20] [--rate 200] [--shim-env NAME=VALUE ...] [--gc]
+    .venv/bin/python bench/profile.py [--upstream fast|legacy|everything] [--legacy]
+        [--concurrency 8] [--seconds 20] [--rate 200] [--shim-env NAME=VALUE ...] [--gc]
 
 Starts the upstream (bench/fast_upstream.py, or the mcp 1.x fixture) and one
 gateway in front of it, runs wrk (bench/call.lua, 2026-07-28 `tools/call`) and
 samples the gateway with `py-spy record --format raw` for the same seconds.
+`--upstream everything` serves npm's server-everything over stdio instead (the
+gateway runs it; its CPU is the upstream's); `--legacy` sends the calls as a
+2025-11-25 client does, on one session opened through the gateway.
 Prints wrk's figures, the gateway's CPU per call, and the samples' shares:
 own time by package (the frame on top of the stack), and the inclusive share
 of the layers named in bench/README.md ("Where the time goes"). With --gc the
@@ -20,18 +23,22 @@ import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import cpu_seconds, cpu_split, rss_mb  # noqa: E402
+from bench.common import children, cpu_seconds, cpu_split, rss_mb  # noqa: E402
 from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
 
+EVERYTHING_JS = procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol"
+EVERYTHING_JS = EVERYTHING_JS / "server-everything" / "dist" / "index.js"
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 # Inclusive layers: a sample counts for a layer when any frame of its stack
@@ -96,7 +103,10 @@ def shares(raw: Path) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--upstream", choices=["fast", "legacy"], default="fast")
+    parser.add_argument("--upstream", choices=["fast", "legacy", "everything"], default="fast")
+    parser.add_argument(
+        "--legacy", action="store_true", help="2025-11-25 calls on a session through the gateway"
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
@@ -137,10 +147,14 @@ def main() -> None:
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = ROOT / "results" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    kind = "-direct" if args.direct else "-hop" if args.hop else ""
+    kind = "-direct" if args.direct else "-hop" if args.hop else "-legacy" if args.legacy else ""
     tag = f"{args.upstream}-c{args.concurrency}{kind}{args.tag}"
     body = out / "modern-call.json"
-    body.write_bytes(json.dumps(MODERN_CALL).encode())
+    stdio = args.upstream == "everything"
+    modern_call = json.loads(json.dumps(MODERN_CALL))
+    if stdio:  # server-everything's echo takes a message
+        modern_call["params"]["arguments"] = {"message": "hi"}
+    body.write_bytes(json.dumps(modern_call).encode())
     gc_report = out / f"gc-{tag}.json"
     up_port, port = procs.free_port(), procs.free_port()
     upstream = f"http://127.0.0.1:{up_port}/mcp"
@@ -156,6 +170,10 @@ def main() -> None:
         "MCP_SHIM_LOG_LEVEL": "info",
         **dict(item.split("=", 1) for item in args.shim_env),
     }
+    if stdio:
+        del env["MCP_SHIM_UPSTREAM_URL"]
+        node = str(procs.require_peer(procs.NODE))
+        env["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join([node, str(EVERYTHING_JS)])
     shim_argv = [sys.executable, "-m", "app.cli"]
     if args.gc:
         shim_argv = [sys.executable, str(ROOT / "bench" / "gc_probe.py")]
@@ -177,28 +195,37 @@ def main() -> None:
         argv += ["-s", str(ROOT / "bench" / "call.lua"), url]
         return subprocess.Popen(argv, env=wrk_env, stdout=subprocess.PIPE)
 
-    with (
-        procs.running(
-            [*up_argv, "--port", str(up_port)], upstream, log_path=out / "p-up.log"
-        ) as up,
-        procs.running(shim_argv, ready, env=env, log_path=out / "p-shim.log") as shim,
-    ):
-        if args.direct or args.hop:  # the call as a legacy client sends it, on its own session
+    with ExitStack() as stack:
+        if not stdio:
+            up_log = out / "p-up.log"
+            up_pid = stack.enter_context(
+                procs.running([*up_argv, "--port", str(up_port)], upstream, log_path=up_log)
+            ).pid
+        shim = stack.enter_context(
+            procs.running(shim_argv, ready, env=env, log_path=out / "p-shim.log")
+        )
+        if args.direct or args.hop or args.legacy:  # the call as a legacy client sends it
             url = upstream if args.direct else url
             legacy = out / "legacy-call.json"
-            legacy.write_bytes(json.dumps(LEGACY_CALL).encode())
+            call = json.loads(json.dumps(LEGACY_CALL))
+            if stdio:  # server-everything's echo takes a message
+                call["params"]["arguments"] = {"message": "hi"}
+            # Compact, as call.lua numbers the requests only in `"id":1,`.
+            legacy.write_bytes(json.dumps(call, separators=(",", ":")).encode())
             wrk_env["BENCH_BODY"] = str(legacy)
-            session = legacy_session(upstream)
+            session = legacy_session(upstream if args.direct else url)
             wrk_env["BENCH_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in session.items())
         wrk(2).communicate()  # warm-up: sessions, connections, caches
-        cpu0, up0 = cpu_seconds(shim.pid), cpu_seconds(up.pid)
+        if stdio:  # the gateway's children: the stdio servers it runs
+            up_pid = children(shim.pid)[0]
+        cpu0, up0 = cpu_seconds(shim.pid), cpu_seconds(up_pid)
         split0 = cpu_split(shim.pid)
         load = wrk(args.seconds)
         spy = None
         raw = out / f"profile-{tag}.txt"
         if not args.no_profile:
             spy_argv = [pyspy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(raw)]
-            spied = up.pid if args.spy_upstream else shim.pid
+            spied = up_pid if args.spy_upstream else shim.pid
             spy_argv += ["-d", str(args.seconds - 1), "-p", str(spied)]
             if args.nonblocking:
                 spy_argv.append("--nonblocking")
@@ -210,7 +237,7 @@ def main() -> None:
         time.sleep(args.seconds / 2)
         rss = rss_mb(shim.pid)
         stdout, _ = load.communicate()
-        cpu, up_cpu = cpu_seconds(shim.pid) - cpu0, cpu_seconds(up.pid) - up0
+        cpu, up_cpu = cpu_seconds(shim.pid) - cpu0, cpu_seconds(up_pid) - up0
         user, system = (b - a for a, b in zip(split0, cpu_split(shim.pid), strict=True))
         if spy is not None:
             spy.wait()

@@ -120,6 +120,16 @@ def test_call_line_is_the_chain_line(stderr: _Stderr) -> None:
     ]
 
 
+def test_a_legacy_call_line_is_the_chain_line(stderr: _Stderr) -> None:
+    """The legacy front's line (app/fronts/legacy/front.py) leads with its era."""
+    stderr.configure("info")
+    fields = {"era": "legacy", **_fields(), "client_version": "2025-11-25"}
+    fields["upstream_version"] = "2025-11-25"
+    chain, direct = _both(stderr, fields)
+    _same_but_time(chain, direct)
+    assert list(orjson.loads(direct))[:2] == ["era", "method"]
+
+
 def test_call_line_of_a_worker_and_long_values(stderr: _Stderr) -> None:
     stderr.configure("debug", worker=3)
 

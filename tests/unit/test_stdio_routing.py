@@ -10,11 +10,13 @@ written); the messages are handed to the dispatcher as if read from stdout.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from app.fronts.legacy.calls import _Cancel
 from app.upstream.stdio.transport import StdioExchange, StdioSession
 from tests.unit.stdio_spawn import spawned
 
@@ -131,3 +133,29 @@ async def test_a_cancellation_of_nothing_in_flight_changes_nothing(session: Stdi
     )
     session._dispatch({"jsonrpc": "2.0", "id": 1, "result": {"ok": True}})
     assert [m["result"] for m in _queued(call)] == [{"ok": True}]
+
+
+async def test_a_call_cancelled_elsewhere_ends_its_read(session: StdioSession) -> None:
+    """A legacy call reads its stdio exchange in its own task (app/fronts/legacy/
+    calls.py): a cancellation that did not go upstream from here (a guest copy's,
+    served through the owner) stops the exchange, so the read ends at once, and
+    what the exchange holds after the stop is never read."""
+    call = await session.request(_request(1, "tools/call"))
+    cancel = _Cancel()
+    cancel.on_set = call.stop
+    read: list[Any] = []
+
+    async def reader() -> None:
+        async for message in call:
+            read.append(message)
+
+    task = asyncio.ensure_future(reader())
+    session._dispatch(LOG)
+    await asyncio.sleep(0)
+    cancel.set()
+    cancel.set()  # a second cancellation stops nothing more
+    session._dispatch({"jsonrpc": "2.0", "id": 1, "result": {}})
+    await asyncio.wait_for(task, 5)
+    assert read == [LOG]
+    assert cancel.is_set()
+    await call.aclose()

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import structlog
@@ -35,6 +35,7 @@ from app.upstream.errors import (
     UpstreamError,
     UpstreamHttpError,
 )
+from app.upstream.routing import Exchange as RoutedExchange
 from translators import translate
 
 log = structlog.get_logger("mcp_shim.legacy")
@@ -178,10 +179,17 @@ class LegacyCalls:
                 return
             session.remember_request(request.id, request.method)
             progress = _Progress()
-            cancel = asyncio.Event()
+            cancel = _Cancel()
             call_key = (session.id, request.id)
             self._cancels[call_key] = cancel
-            relayed = reads(aiter(exchange), stop=cancel)
+            raced: AsyncGenerator[Message | None, None] | None = None
+            if isinstance(exchange, RoutedExchange):
+                # Its queue takes a stop, which ends the read in this task: no
+                # task per call racing the read against the cancellation.
+                cancel.on_set = exchange.stop
+                relayed: AsyncIterator[Message | None] = aiter(exchange)
+            else:
+                relayed = raced = reads(aiter(exchange), stop=cancel)
             try:
                 steps = _relay(session, request, exchange, relayed, cancel, progress, streamed)
                 async with contextlib.aclosing(steps) as outs:
@@ -204,7 +212,8 @@ class LegacyCalls:
                 if self._cancels.get(call_key) is cancel:
                     del self._cancels[call_key]
                 # Closed here, not by the garbage collector, when the call ends early.
-                await relayed.aclose()
+                if raced is not None:
+                    await raced.aclose()
                 # A legacy client's disconnect is not a cancellation (2025-11-25
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=progress.answered)
@@ -276,6 +285,21 @@ async def expire(sessions: LegacySessions, session: LegacySession) -> None:
     await sessions.end(session, "upstream_session_expired")
 
 
+class _Cancel(asyncio.Event):
+    """A call's cancellation by its client; `on_set` also ends the exchange's read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_set: Callable[[], None] | None = None
+
+    def set(self) -> None:
+        if self.is_set():
+            return
+        super().set()
+        if self.on_set is not None:
+            self.on_set()
+
+
 @dataclasses.dataclass(slots=True)
 class _Progress:
     """How far one call got: `answered` lets its exchange be drained for reuse."""
@@ -298,6 +322,8 @@ async def _relay(
     async for message in relayed:
         if message is None:
             continue  # no quiet period was asked for: never yielded
+        if cancel.is_set() and "method" in message:
+            return  # what the exchange held when the call was cancelled: not relayed
         if "method" not in message:
             # The session is this client's alone: its ids are the upstream's.
             if message.get("id") != request.id:

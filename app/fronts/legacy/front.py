@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from starlette.responses import Response
 
-from app import jsonio
+from app import jsonio, logs
 from app.auth import AuthRelay
 from app.call import Outgoing
 from app.fronts.legacy import batches, opening, stream
@@ -256,15 +256,18 @@ class LegacyFront:
         events = self.for_client(events, request_id, gateway_url)
 
         def done(status: int, ending: str | None) -> None:
-            log.info(
-                "call",
-                era="legacy",
-                method=method[:64],
-                client_version=session.client_version.name,
-                upstream_version=session.upstream_version.name,
-                outcome=ending or "done",
-                status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            # The line structlog's chain would render, without the chain (app/logs.py).
+            logs.call_line(
+                log,
+                {
+                    "era": "legacy",
+                    "method": method[:64],
+                    "client_version": session.client_version.name,
+                    "upstream_version": session.upstream_version.name,
+                    "outcome": ending or "done",
+                    "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                },
             )
 
         return CallAnswer(

@@ -117,6 +117,26 @@ class LegacySession:
             await self.remembered(self, kind, request_id, method)
 
 
+class _Lease:
+    """`LegacySessions.lease`: a class rather than a generator-based context
+    manager, since every legacy call takes one (a generator costs more to enter
+    and leave)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: LegacySession) -> None:
+        self._session = session
+
+    async def __aenter__(self) -> LegacySession:
+        self._session.in_flight += 1
+        self._session.last_used = time.monotonic()
+        return self._session
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._session.in_flight -= 1
+        self._session.last_used = time.monotonic()
+
+
 def _let_go(copy: LegacySession) -> None:
     copy.ended = True
     for released in copy.held.values():
@@ -517,16 +537,9 @@ class LegacySessions:
             if session_id in self._guests:
                 _let_go(self._guests.pop(session_id))
 
-    @contextlib.asynccontextmanager
-    async def lease(self, session: LegacySession) -> AsyncIterator[LegacySession]:
+    def lease(self, session: LegacySession) -> _Lease:
         """Counted as in use while held: the idle reaper leaves it alone."""
-        session.in_flight += 1
-        session.last_used = time.monotonic()
-        try:
-            yield session
-        finally:
-            session.in_flight -= 1
-            session.last_used = time.monotonic()
+        return _Lease(session)
 
     async def end(self, session: LegacySession, reason: str) -> None:
         """End both sides: forget the id, close the upstream session (DELETE), and
