@@ -9,7 +9,7 @@ in parsed JSON-RPC dicts and the errors of `app.upstream.errors`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, Any]
@@ -25,6 +25,21 @@ class Exchange(Protocol):
 
     async def aclose(self, drain: bool = False) -> None:
         """End the exchange; `drain` reads the rest of an answered stream first."""
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """An exchange fed through a queue (a stdio process's or an HTTP+SSE channel's
+    router), whose read a stop put by another task ends in place."""
+
+    def stop(self) -> None: ...
+
+
+def read_stopper(exchange: Exchange) -> Callable[[], None] | None:
+    """What ends a read of `exchange` from another task without cancelling the
+    reader, when the exchange has one; None: the reader must race its reads
+    against its own stop (an HTTP answer has no queue to put a stop in)."""
+    return exchange.stop if isinstance(exchange, Stoppable) else None
 
 
 class Session(Protocol):

@@ -28,14 +28,13 @@ from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_int
 from app.fronts.legacy.turns import IdTurns
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange, Message, read_stopper
 from app.upstream.errors import (
     SessionExpired,
     UpstreamAuthChallenge,
     UpstreamError,
     UpstreamHttpError,
 )
-from app.upstream.routing import Exchange as RoutedExchange
 from translators import translate
 
 log = structlog.get_logger("mcp_shim.legacy")
@@ -183,10 +182,11 @@ class LegacyCalls:
             call_key = (session.id, request.id)
             self._cancels[call_key] = cancel
             raced: AsyncGenerator[Message | None, None] | None = None
-            if isinstance(exchange, RoutedExchange):
+            stopper = read_stopper(exchange)
+            if stopper is not None:
                 # Its queue takes a stop, which ends the read in this task: no
                 # task per call racing the read against the cancellation.
-                cancel.on_set = exchange.stop
+                cancel.on_set = stopper
                 relayed: AsyncIterator[Message | None] = aiter(exchange)
             else:
                 relayed = raced = reads(aiter(exchange), stop=cancel)
