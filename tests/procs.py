@@ -29,6 +29,20 @@ MODERN_FIXTURE = ROOT / "tests" / "fixtures" / "modern_server.py"
 TASKS_FIXTURE = ROOT / "tests" / "fixtures" / "legacy_tasks_server.py"
 MODERN_TASK_FIXTURE = ROOT / "tests" / "fixtures" / "modern_task_server.py"
 LEGACY_TASK_MIN = ROOT / "tests" / "fixtures" / "legacy_task_min.py"
+# The conformance suite's scenarios of the tasks extension (issue 21), each
+# naming the fixture tools it needs.
+TASK_SCENARIOS = (
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-status-notifications",
+    "tasks-required-task-error",
+    "tasks-mrtr-composition",
+)
 
 
 def require_peer(path: Path) -> Path:

@@ -22,18 +22,7 @@ import pytest
 from tests import procs
 from tests.integration import wire
 
-TASK_SCENARIOS = (
-    "tasks-lifecycle",
-    "tasks-capability-negotiation",
-    "tasks-wire-fields",
-    "tasks-request-state-removal",
-    "tasks-mrtr-input",
-    "tasks-request-headers",
-    "tasks-dispatch-and-envelope",
-    "tasks-status-notifications",
-    "tasks-required-task-error",
-    "tasks-mrtr-composition",
-)
+TASK_SCENARIOS = procs.TASK_SCENARIOS
 # The suite marks this one SKIPPED whatever the server does (its harness waits
 # for a subscriptions/listen rewrite): it has no check to pass.
 SKIPPED_BY_THE_SUITE = {"tasks-status-notifications"}

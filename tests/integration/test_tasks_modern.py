@@ -29,18 +29,7 @@ from tests.integration import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "conformance"
-TASK_SCENARIOS = (
-    "tasks-lifecycle",
-    "tasks-capability-negotiation",
-    "tasks-wire-fields",
-    "tasks-request-state-removal",
-    "tasks-mrtr-input",
-    "tasks-request-headers",
-    "tasks-dispatch-and-envelope",
-    "tasks-status-notifications",
-    "tasks-required-task-error",
-    "tasks-mrtr-composition",
-)
+TASK_SCENARIOS = procs.TASK_SCENARIOS
 
 
 def _one_line(text: object) -> str:
