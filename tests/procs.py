@@ -11,8 +11,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -99,48 +100,45 @@ def running(
 
 
 @contextmanager
-def legacy_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
-    argv = [str(require_peer(LEGACY_PY)), str(FIXTURE), "--port", str(port), *extra]
+def _fixture(
+    python: Path, script: Path, port: int, *extra: str, ready: str = "/mcp", **kw: Any
+) -> Iterator[str]:
+    """A fixture server on `port`, up once `ready` answers; its MCP endpoint."""
+    argv = [str(require_peer(python)), str(script), "--port", str(port), *extra]
     base = f"http://127.0.0.1:{port}"
-    with running(argv, base + "/mcp", log_path=log_path):
+    with running(argv, base + ready, **kw):
         yield base + "/mcp"
 
 
-@contextmanager
-def legacy_tasks_server(port: int, log_path: Path | None = None) -> Iterator[str]:
+def legacy_server(
+    port: int, *extra: str, log_path: Path | None = None
+) -> AbstractContextManager[str]:
+    return _fixture(LEGACY_PY, FIXTURE, port, *extra, log_path=log_path)
+
+
+def legacy_tasks_server(port: int, log_path: Path | None = None) -> AbstractContextManager[str]:
     """The legacy task fixture (mcp 1.x experimental tasks, 2025-11-25)."""
-    argv = [str(require_peer(LEGACY_PY)), str(TASKS_FIXTURE), "--port", str(port)]
-    base = f"http://127.0.0.1:{port}"
-    with running(argv, base + "/healthz", log_path=log_path):
-        yield base + "/mcp"
+    return _fixture(LEGACY_PY, TASKS_FIXTURE, port, ready="/healthz", log_path=log_path)
 
 
-@contextmanager
-def modern_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
-    """The modern fixture (mcp 2.x, 2026-07-28 only; `--dual-era` also serves legacy clients)."""
-    argv = [str(require_peer(MODERN_PY)), str(MODERN_FIXTURE), "--port", str(port), *extra]
-    base = f"http://127.0.0.1:{port}"
-    # Any HTTP answer means it is up: GET /mcp is 405 on a modern-only server.
-    with running(argv, base + "/mcp", log_path=log_path):
-        yield base + "/mcp"
+def modern_server(
+    port: int, *extra: str, log_path: Path | None = None
+) -> AbstractContextManager[str]:
+    """The modern fixture (mcp 2.x, 2026-07-28 only; `--dual-era` also serves legacy clients).
+    Any HTTP answer means it is up: GET /mcp is 405 on a modern-only server."""
+    return _fixture(MODERN_PY, MODERN_FIXTURE, port, *extra, log_path=log_path)
 
 
-@contextmanager
-def modern_task_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[str]:
+def modern_task_server(
+    port: int, *extra: str, log_path: Path | None = None
+) -> AbstractContextManager[str]:
     """The modern fixture with the `io.modelcontextprotocol/tasks` extension (mcp 2.x)."""
-    argv = [str(require_peer(MODERN_PY)), str(MODERN_TASK_FIXTURE), "--port", str(port), *extra]
-    base = f"http://127.0.0.1:{port}"
-    with running(argv, base + "/mcp", log_path=log_path):
-        yield base + "/mcp"
+    return _fixture(MODERN_PY, MODERN_TASK_FIXTURE, port, *extra, log_path=log_path)
 
 
-@contextmanager
-def legacy_task_min(port: int, log_path: Path | None = None) -> Iterator[str]:
+def legacy_task_min(port: int, log_path: Path | None = None) -> AbstractContextManager[str]:
     """A minimal legacy server with 2025-11-25 tasks (mcp 1.x experimental tasks)."""
-    argv = [str(require_peer(LEGACY_PY)), str(LEGACY_TASK_MIN), "--port", str(port)]
-    base = f"http://127.0.0.1:{port}"
-    with running(argv, base + "/mcp", log_path=log_path):
-        yield base + "/mcp"
+    return _fixture(LEGACY_PY, LEGACY_TASK_MIN, port, log_path=log_path)
 
 
 @contextmanager
