@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ctypes
 import functools
 import os
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio, logs, metrics, probe, state_key, workers
+from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError, load_settings
 from app.handoff import Handoff
 from app.http_protocol import ConnectionLimits, protocol_class
@@ -35,11 +37,17 @@ class GracefulServer(uvicorn.Server):
     """
 
     def __init__(
-        self, config: uvicorn.Config, app: FastAPI, handoff: Handoff | None = None
+        self,
+        config: uvicorn.Config,
+        app: FastAPI,
+        handoff: Handoff | None = None,
+        siblings: Siblings | None = None,
     ) -> None:
         super().__init__(config)
         self._app = app
         self._handoff = handoff
+        self._siblings = siblings
+        self._balancer: Balancer | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -54,10 +62,23 @@ class GracefulServer(uvicorn.Server):
                     app_state=self.lifespan.state,
                 )
             )
-            wired.replicas.relay.handoff = self._handoff
+            if wired.settings.upstream_command is not None:
+                # A stdio session's requests go to the worker running its server.
+                wired.replicas.relay.handoff = self._handoff
+            if self._siblings is not None and self._siblings.board is not None:
+                self._balancer = self._siblings.balancer(
+                    self._handoff,
+                    self.server_state.connections,
+                    port=wired.settings.port,
+                    sessions_anywhere=wired.legacy_sessions.joins,
+                    moved=wired.metrics.connections_moved,
+                )
+                self._balancer.start(asyncio.get_running_loop())
         release_free_heap()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._balancer is not None:
+            self._balancer.stop()
         if self._handoff is not None:
             self._handoff.close()
         await drain(self._app)
@@ -220,6 +241,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Connections handed between workers (app/handoff.py): its inbox, each sibling's outbox.
     worker.add_argument("--handoff-inbox", type=int, default=None)
     worker.add_argument("--handoff-outbox", action="append", default=[], metavar="URL=FD")
+    # Moving idle connections between workers (app/balance.py): the siblings'
+    # indexes and the shared load table.
+    worker.add_argument("--sibling", action="append", default=[], metavar="INDEX=URL")
+    worker.add_argument("--load-board", default=None, metavar="FD:SLOTS")
     probe.add_arguments(
         commands.add_parser(
             "probe",
@@ -268,6 +293,7 @@ def serve(
     *,
     metrics_internal_only: bool = False,
     handoff: Handoff | None = None,
+    siblings: Siblings | None = None,
 ) -> None:
     """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
     listening sockets (a worker's: the shared port and its internal listener)."""
@@ -290,7 +316,7 @@ def serve(
         timeout_graceful_shutdown=10,
     )
     fix_mmap_threshold()
-    server = GracefulServer(config, app, handoff)
+    server = GracefulServer(config, app, handoff, siblings)
     app.state.metrics.watch_server(server.server_state)  # open connections, requests served
     try:
         server.run(sockets=sockets)
@@ -315,7 +341,14 @@ def run_worker(args: argparse.Namespace, key: str | None) -> None:
     if args.handoff_inbox is not None:
         outboxes = dict(item.rsplit("=", 1) for item in args.handoff_outbox)
         handoff = Handoff(args.handoff_inbox, {url: int(fd) for url, fd in outboxes.items()})
-    serve(settings, sockets, metrics_internal_only=args.metrics_internal_only, handoff=handoff)
+    siblings = Siblings.parse(args.index, args.sibling, args.load_board)
+    serve(
+        settings,
+        sockets,
+        metrics_internal_only=args.metrics_internal_only,
+        handoff=handoff,
+        siblings=siblings,
+    )
 
 
 def received_state_key(args: argparse.Namespace) -> str | None:

@@ -123,13 +123,26 @@ class Handoff:
             log.warning("handoff_adopt_failed", error=exc.strerror)
             sock.close()
             return
-        if not transport.is_closing():  # not refused (MCP_SHIM_MAX_CONNECTIONS)
+        if transport.is_closing():  # refused (MCP_SHIM_MAX_CONNECTIONS)
+            return
+        if request:
             protocol.data_received(request)
+        elif isinstance(protocol, GuardedHttpToolsProtocol):
+            protocol.adopted_idle()  # moved between requests (app/balance.py)
 
     # -- sending ------------------------------------------------------------------
 
     def reaches(self, owner: str) -> bool:
         return owner in self._outboxes
+
+    def send_idle(self, owner: str, connection: object) -> bool:
+        """Hand an idle keep-alive connection to `owner` (app/balance.py): True
+        when it is the owner's now, False when it stays here."""
+        outbox = self._outboxes.get(owner)
+        if outbox is None or not isinstance(connection, GuardedHttpToolsProtocol):
+            return False
+        fd = connection.detach_idle()
+        return fd is not None and self._pass(outbox, fd, b"", connection)
 
     def send(self, owner: str, scope: Mapping[str, Any], request: bytes) -> bool:
         """Hand this request's connection to `owner` with `request`; True when it
@@ -142,8 +155,12 @@ class Handoff:
         if not isinstance(protocol, GuardedHttpToolsProtocol):
             return False
         fd = protocol.detach(scope)
-        if fd is None:
-            return False
+        return fd is not None and self._pass(outbox, fd, request, protocol)
+
+    @staticmethod
+    def _pass(
+        outbox: socket.socket, fd: int, request: bytes, protocol: GuardedHttpToolsProtocol
+    ) -> bool:
         stamp = int(time.time() * 1e6).to_bytes(8, "big")
         try:
             outbox.sendmsg(
@@ -152,7 +169,7 @@ class Handoff:
                 socket.MSG_DONTWAIT,
             )
         except OSError as exc:
-            # Its inbox is full (the owner is stopped or overwhelmed): relay.
+            # Its inbox is full (the owner is stopped or overwhelmed): it stays here.
             log.info("handoff_refused", error=exc.strerror)
             protocol.reattach()
             return False

@@ -358,6 +358,56 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             raw.resume_reading()
             return None
 
+    def movable(self, port: int, settled_before: float, sessions_anywhere: bool) -> bool:
+        """Whether this connection may go to a sibling worker now (app/balance.py):
+        a client's (accepted on the shared `port`, not a sibling's relay on this
+        worker's own listener), between requests, nothing read, answered or
+        written under way, here since before `settled_before`, and its last
+        request pinned by no session (a legacy session's, unless any worker
+        serves them; an HTTP+SSE channel's)."""
+        cycle = self.cycle
+        if (
+            self.server is None
+            or self.server[1] != port
+            or self._opened_at >= settled_before
+            or (cycle is not None and not cycle.response_complete)
+            or self.pipeline
+            or self._pending_read is not None
+            or self.flow.write_paused
+            or self.transport.is_closing()
+            or not isinstance(self.transport, write_coalescer.CoalescedTransport)
+        ):
+            return False
+        if self.headers and not sessions_anywhere:
+            if any(name == b"mcp-session-id" for name, _ in self.headers):
+                return False
+        url = getattr(self, "url", b"")  # set by the first request's parse
+        return b"session_id=" not in url
+
+    def detach_idle(self) -> int | None:
+        """A duplicate of the idle socket, its reading paused, for a sibling worker;
+        None when it cannot be (something is left to write)."""
+        assert isinstance(self.transport, write_coalescer.CoalescedTransport)
+        raw = self.transport.flush_queued()
+        sock = raw.get_extra_info("socket")
+        if sock is None or raw.get_write_buffer_size():
+            return None
+        raw.pause_reading()  # unread bytes stay in the socket for the sibling
+        try:
+            return os.dup(sock.fileno())
+        except OSError:
+            raw.resume_reading()
+            return None
+
+    def adopted_idle(self) -> None:
+        """A sibling's idle keep-alive connection, adopted: its next request may be
+        a while coming, so it waits under the keep-alive timeout, as it did
+        there, not under the read timeout of a new connection's first request."""
+        self._cancel_read()
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
     def reattach(self) -> None:
         """The handing over failed: this worker serves the connection after all."""
         self.transport.resume_reading()

@@ -341,6 +341,14 @@ class Metrics:
             ["owned", "ending"],
             registry=self.registry,
         )
+        self._moved = Counter(
+            "mcp_shim_connections_moved",
+            "Idle keep-alive connections this worker handed to a sibling worker "
+            "(app/balance.py): gathered onto fewer workers under a light load, or "
+            "spilled off a busy one",
+            ["reason"],
+            registry=self.registry,
+        )
         self._relay_duration = Histogram(
             "mcp_shim_replica_relay_duration_seconds",
             "Relayed requests other than streams (a GET stream lasts as its client "
@@ -406,6 +414,10 @@ class Metrics:
             self._relay_duration.labels(owned if owned in RELAY_OWNED else OTHER).observe(
                 duration_s
             )
+
+    def connections_moved(self, reason: str, count: int) -> None:
+        """Connections handed to a sibling worker by the balancer (app/balance.py)."""
+        self._moved.labels(reason if reason in ("gather", "spill") else OTHER).inc(count)
 
     def rejected(self, code: int | None, status: int) -> None:
         """A front refusal (the `request_refused` / `request_rejected` log events)."""

@@ -61,6 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from app import logs, state_key
+from app.balance import LoadBoard
 from app.config import Settings, SettingsError, load_settings
 
 log = structlog.get_logger("mcp_shim.workers")
@@ -305,8 +306,8 @@ class Worker:
     internal: socket.socket
     advertise: str
     local: str
-    # With a stdio upstream: the worker's inbox of handed-over connections and
-    # the outbox its siblings write to (app/handoff.py), kept across restarts.
+    # The worker's inbox of handed-over connections and the outbox its siblings
+    # write to (app/handoff.py, app/balance.py), kept across restarts.
     handoff: tuple[socket.socket, socket.socket] | None = None
     proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
@@ -322,8 +323,11 @@ class Supervisor:
         workers: list[Worker],
         environ: Mapping[str, str],
         key: str,
+        board: int | None = None,
     ) -> None:
         self._settings = settings
+        # The workers' shared load table (app/balance.py), when the system has one.
+        self._board = board
         self._listener = listener
         self._workers = workers
         self._environ = environ
@@ -397,6 +401,10 @@ class Supervisor:
             if other is not worker and other.handoff is not None:
                 fds.append(other.handoff[1].fileno())
                 argv += ["--handoff-outbox", f"{other.advertise}={fds[-1]}"]
+                argv += ["--sibling", f"{other.index}={other.advertise}"]
+        if self._board is not None:
+            fds.append(self._board)
+            argv += ["--load-board", f"{self._board}:{len(self._workers)}"]
         return fds
 
     def _alive(self) -> list[Worker]:
@@ -497,6 +505,20 @@ class Supervisor:
         return 130 if self._stopping == signal.SIGINT else 0
 
 
+def new_board(count: int) -> int | None:
+    """The workers' shared load table (app/balance.py); None where the system
+    cannot make one (no memfd): the workers then do not move connections."""
+    try:
+        return LoadBoard.create(count)
+    except (OSError, AttributeError) as exc:
+        log.warning(
+            "load_board_unavailable",
+            error=str(exc),
+            consequence="connections stay on the worker that accepted them",
+        )
+        return None
+
+
 def supervise(settings: Settings, count: int) -> int:
     """Run `count` workers on MCP_SHIM_PORT until SIGTERM/SIGINT; the exit code.
     SettingsError when a port cannot be listened on."""
@@ -505,6 +527,7 @@ def supervise(settings: Settings, count: int) -> int:
     addresses = worker_addresses(settings, count)
     listener = listen_socket(settings.host, settings.port, "MCP_SHIM_HOST/MCP_SHIM_PORT")
     workers: list[Worker] = []
+    board = new_board(count)
     try:
         for address in addresses:
             internal = listen_socket(address.bind_host, address.port, "MCP_SHIM_WORKER_PORT_BASE")
@@ -515,7 +538,7 @@ def supervise(settings: Settings, count: int) -> int:
                     internal,
                     advertise_url(settings, port),
                     local_url(address.bind_host, port),
-                    handoff_pair() if settings.upstream_command is not None else None,
+                    handoff_pair(),
                 )
             )
         if settings.state_key is not None:
@@ -536,7 +559,7 @@ def supervise(settings: Settings, count: int) -> int:
             port=settings.port,
             internal_ports=[int(w.internal.getsockname()[1]) for w in workers],
         )
-        supervisor = Supervisor(settings, listener, workers, os.environ, key)
+        supervisor = Supervisor(settings, listener, workers, os.environ, key, board)
         server = None
         if settings.metrics_port is not None:
             # Blocked before the thread starts, which inherits the mask: the signals
@@ -558,6 +581,8 @@ def supervise(settings: Settings, count: int) -> int:
             worker.internal.close()
             for end in worker.handoff or ():
                 end.close()
+        if board is not None:
+            os.close(board)
         listener.close()
 
 

@@ -203,8 +203,12 @@ def test_each_worker_gets_its_inbox_and_every_siblings_outbox() -> None:
             str(pairs[1][0].fileno()),
             "--handoff-outbox",
             f"http://127.0.0.1:9000={pairs[0][1].fileno()}",
+            "--sibling",
+            "0=http://127.0.0.1:9000",
             "--handoff-outbox",
             f"http://127.0.0.1:9002={pairs[2][1].fileno()}",
+            "--sibling",
+            "2=http://127.0.0.1:9002",
         ]
         # What a sibling writes to a worker's outbox arrives whole at its inbox;
         # the inbox itself sends nothing.

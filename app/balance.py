@@ -1,0 +1,265 @@
+"""Connections kept on as few workers as the load needs (MCP_SHIM_WORKERS > 1).
+
+The kernel hands each new connection to whichever worker accepts it, so a
+light load is spread over every worker (one accept per wake, app/workers.py).
+Spread costs CPU when it is not needed: two half-idle loops each wake for
+fewer events and coalesce fewer writes, and a gateway with two workers spent
+up to 1.3x one worker's CPU per call in front of a slow server (bench/README.md,
+"peers.py"). And a burst of connections can leave one worker saturated while
+another idles. Both are a question of load, which only the workers know, so
+they move idle keep-alive connections between them (app/handoff.py) by two
+rules:
+
+- *gather*: when this worker and a lower-numbered one are together busy less
+  than GATHER_BELOW of one core, this worker's idle connections go to it, so a
+  light load ends up on one worker and the others sleep;
+- *spill*: when this worker's loop is busy at least SPILL_AT of the time and a
+  sibling's is at most ROOM_BELOW, a share of its idle connections goes to
+  that sibling.
+
+The gap between the two (a gathered load is well under SPILL_AT, a load that
+spills is over GATHER_BELOW) keeps a connection from going back and forth.
+"Busy" is the fraction of wall time the worker's loop thread was running or
+waiting for a CPU (`/proc/thread-self/schedstat`): a loop that is not waiting
+in epoll. Each worker writes its own into a small shared table the supervisor
+creates (a memfd, one slot per worker) and reads its siblings' there.
+
+Only connections that no state pins move: idle between requests (nothing
+being read, answered or written) and, unless `sessions_anywhere` (a legacy
+session's plain calls are served by any worker, app/fronts/legacy/notes.py),
+whose last request named no session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol, runtime_checkable
+
+import structlog
+
+log = structlog.get_logger("mcp_shim.balance")
+
+PERIOD_S: Final = 0.25
+# A worker's busy fraction from which it sheds connections to an idle sibling.
+SPILL_AT: Final = 0.9
+# A sibling busy at most this much has room for them.
+ROOM_BELOW: Final = 0.5
+# Two workers busy together less than this gather on the lower-numbered one.
+GATHER_BELOW: Final = 0.6
+# A slot not written for this long belongs to a worker that is gone or starting.
+STALE_S: Final = 1.0
+# A connection that just arrived stays where it is for this long.
+SETTLE_S: Final = 1.0
+_LOG_EVERY_S: Final = 10.0
+_SLOT: Final = struct.Struct("=dd")  # busy fraction, CLOCK_MONOTONIC of the write
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    to: int
+    count: int
+    reason: str  # "gather" | "spill"
+
+
+def plan(me: int, busy: Sequence[float | None], movable: int) -> Move | None:
+    """Where `movable` idle connections of worker `me` should go, given every
+    worker's busy fraction (None: unknown, gone or starting); None: stay."""
+    own = busy[me]
+    if own is None or movable == 0:
+        return None
+    for other in range(me):
+        theirs = busy[other]
+        if theirs is not None and own + theirs < GATHER_BELOW:
+            return Move(other, movable, "gather")
+    if own < SPILL_AT:
+        return None
+    siblings = [(b, i) for i, b in enumerate(busy) if i != me and b is not None and b <= ROOM_BELOW]
+    if not siblings:
+        return None
+    _, target = min(siblings)
+    # A quarter at a time: the next period sees what it did before moving more.
+    return Move(target, max(1, movable // 4), "spill")
+
+
+class LoadBoard:
+    """Each worker's busy fraction, in memory shared by the supervisor and workers."""
+
+    def __init__(self, fd: int, slots: int) -> None:
+        self._map = mmap.mmap(fd, slots * _SLOT.size)
+        self.slots = slots
+
+    @staticmethod
+    def create(slots: int) -> int:
+        """A new table's descriptor, for the supervisor to pass to the workers."""
+        fd = os.memfd_create("mcp-shim-load", 0)  # no MFD_CLOEXEC: workers inherit it
+        os.ftruncate(fd, slots * _SLOT.size)
+        return fd
+
+    def write(self, slot: int, busy: float, now: float) -> None:
+        _SLOT.pack_into(self._map, slot * _SLOT.size, busy, now)
+
+    def read(self, now: float) -> list[float | None]:
+        fresh: list[float | None] = []
+        for slot in range(self.slots):
+            busy, stamp = _SLOT.unpack_from(self._map, slot * _SLOT.size)
+            fresh.append(busy if 0 < stamp and now - stamp < STALE_S else None)
+        return fresh
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def read_schedstat(path: str = "/proc/thread-self/schedstat") -> int | None:
+    """Nanoseconds this thread has run or waited to run; None where the kernel
+    does not say (then the worker does not balance)."""
+    try:
+        with open(path, "rb") as handle:
+            running, waiting, _ = handle.read().split()
+        return int(running) + int(waiting)
+    except (OSError, ValueError):
+        return None
+
+
+@runtime_checkable
+class Mover(Protocol):
+    def movable(self, port: int, settled_before: float, sessions_anywhere: bool) -> bool: ...
+
+
+class Sender(Protocol):
+    def send_idle(self, owner: str, connection: object) -> bool: ...
+
+
+class Balancer:
+    """One worker's side: measures its loop, publishes it, moves connections."""
+
+    def __init__(
+        self,
+        board: LoadBoard,
+        me: int,
+        siblings: dict[int, str],
+        handoff: Sender,
+        connections: Iterable[object],
+        *,
+        port: int,
+        sessions_anywhere: bool,
+        moved: Callable[[str, int], None],
+    ) -> None:
+        self._board = board
+        self._port = port
+        self._me = me
+        self._siblings = siblings
+        self._handoff = handoff
+        self._connections = connections
+        self._sessions_anywhere = sessions_anywhere
+        self._moved = moved
+        self._last: tuple[float, int] | None = None
+        self._previous = 0.0
+        self._pending: dict[str, int] = {}
+        self._logged = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = loop.call_later(PERIOD_S, self._run, loop)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._board.close()
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self.tick()
+        except Exception:  # a balancing error must not stop the worker
+            log.exception("balance_failed")
+        self._timer = loop.call_later(PERIOD_S, self._run, loop)
+
+    def tick(self, now: float | None = None) -> None:
+        """Called every PERIOD_S on the worker's loop."""
+        now = time.monotonic() if now is None else now
+        ran = read_schedstat()
+        if ran is None:
+            return
+        last, self._last = self._last, (now, ran)
+        if last is None or now <= last[0]:
+            return
+        sample = min(1.0, (ran - last[1]) / 1e9 / (now - last[0]))
+        # The mean of two periods: one noisy period does not move anything.
+        busy, self._previous = (sample + self._previous) / 2, sample
+        self._board.write(self._me, busy, now)
+        loads = self._board.read(now)
+        settled = now - SETTLE_S
+        anywhere = self._sessions_anywhere
+        candidates = [
+            c
+            for c in self._connections
+            if isinstance(c, Mover) and c.movable(self._port, settled, anywhere)
+        ]
+        move = plan(self._me, loads, len(candidates))
+        if move is None or move.to not in self._siblings:
+            return
+        owner = self._siblings[move.to]
+        sent = sum(self._handoff.send_idle(owner, c) for c in candidates[: move.count])
+        if sent:
+            self._moved(move.reason, sent)
+            self._pending[move.reason] = self._pending.get(move.reason, 0) + sent
+            self._log(now, loads, move)
+
+    def _log(self, now: float, loads: Sequence[float | None], move: Move) -> None:
+        if now - self._logged < _LOG_EVERY_S:
+            return
+        self._logged = now
+        pending, self._pending = self._pending, {}
+        log.info(
+            "connections_moved",
+            worker=self._me,
+            to=move.to,
+            busy=[None if b is None else round(b, 2) for b in loads],
+            **{f"{reason}_since_last": count for reason, count in pending.items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """A worker's view of the others, from its command line (app/workers.py)."""
+
+    me: int
+    urls: dict[int, str]
+    board: LoadBoard | None
+
+    @classmethod
+    def parse(cls, me: int, items: Sequence[str], board: str | None) -> Siblings:
+        """`items`: INDEX=URL each; `board`: FD:SLOTS of the shared load table."""
+        urls = {int(index): url for index, url in (item.split("=", 1) for item in items)}
+        table = None
+        if board is not None:
+            fd, slots = board.split(":")
+            table = LoadBoard(int(fd), int(slots))
+        return cls(me, urls, table)
+
+    def balancer(
+        self,
+        handoff: Sender,
+        connections: Iterable[object],
+        *,
+        port: int,
+        sessions_anywhere: bool,
+        moved: Callable[[str, int], None],
+    ) -> Balancer:
+        assert self.board is not None
+        return Balancer(
+            self.board,
+            self.me,
+            self.urls,
+            handoff,
+            connections,
+            port=port,
+            sessions_anywhere=sessions_anywhere,
+            moved=moved,
+        )

@@ -1,0 +1,287 @@
+"""Idle connections move between workers as the load asks (app/balance.py),
+with MCP_SHIM_WORKERS=2 in front of the real legacy fixture (mcp 1.x) over
+Streamable HTTP, on real keep-alive connections.
+
+Which worker holds a connection is read from the kernel: the gateway side of
+the client's socket is found in /proc/net/tcp by its ports, and its inode in
+/proc/<worker pid>/fd.
+
+- Under a light load, connections the kernel spread over both workers gather
+  on worker 0, modern and legacy alike (a legacy session's plain calls are
+  served by any worker on a Streamable HTTP upstream); every call on them is
+  answered in order, nothing refused or lost, and the move is counted.
+- A legacy session's connection over stdio stays with the worker running its
+  server: it is never moved away from it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.metrics import parse_exposition
+from tests import procs
+from tests.integration import test_workers as tw
+
+MODERN_HEADERS = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+    "mcp-name": "echo",
+}
+LEGACY_HEADERS = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "balance-test", "version": "1"},
+    },
+}
+
+
+def _request(ident: int, params: dict[str, Any]) -> bytes:
+    message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+    return json.dumps(message).encode()
+
+
+def modern_call(text: str, ident: int) -> bytes:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    params = {"name": "echo", "arguments": {"text": text}, "_meta": meta}
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+    ).encode()
+
+
+def legacy_call(text: str, ident: int) -> bytes:
+    params = {"name": "echo", "arguments": {"text": text}}
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+    ).encode()
+
+
+def _message(response: http.client.HTTPResponse) -> dict[str, Any]:
+    body = response.read().decode()
+    if response.getheader("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in body.splitlines() if line.startswith("data:")]
+        return dict(json.loads(data[-1]))
+    return dict(json.loads(body))
+
+
+class Conn:
+    """One client keep-alive connection; `call` asserts the echo came back whole."""
+
+    def __init__(self, port: int, headers: dict[str, str]) -> None:
+        self.http = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.headers = dict(headers)
+        self.calls = 0
+
+    def post(self, body: bytes) -> tuple[int, dict[str, Any], http.client.HTTPResponse]:
+        self.http.request("POST", "/mcp", body=body, headers=self.headers)
+        response = self.http.getresponse()
+        return response.status, _message(response), response
+
+    def call(self, legacy: bool) -> None:
+        self.calls += 1
+        text = f"balance-{uuid.uuid4().hex[:8]}"
+        body = legacy_call(text, self.calls) if legacy else modern_call(text, self.calls)
+        status, message, _ = self.post(body)
+        assert status == 200, message
+        assert message["id"] == self.calls
+        assert message["result"]["content"][0]["text"] == text, message
+
+    def client_port(self) -> int:
+        assert self.http.sock is not None
+        return int(self.http.sock.getsockname()[1])
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _inode(server_port: int, client_port: int) -> str | None:
+    """The inode of the gateway's side of the connection from `client_port`."""
+    want_local, want_remote = f":{server_port:04X}", f":{client_port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as handle:
+            next(handle)
+            for row in handle:
+                fields = row.split()
+                if fields[1].endswith(want_local) and fields[2].endswith(want_remote):
+                    return fields[9]
+    return None
+
+
+def holder(pids: dict[int, int], server_port: int, conn: Conn) -> int | None:
+    """The index of the worker holding this connection now."""
+    inode = _inode(server_port, conn.client_port())
+    if inode is None:
+        return None
+    for index, pid in pids.items():
+        fd_dir = Path(f"/proc/{pid}/fd")
+        for fd in os.listdir(fd_dir):
+            try:
+                if os.readlink(fd_dir / fd) == f"socket:[{inode}]":
+                    return index
+            except OSError:
+                continue
+    return None
+
+
+def moved(workers: tw.Workers) -> dict[str, float]:
+    """mcp_shim_connections_moved_total by reason, both workers together."""
+    text = httpx.get(workers.metrics, timeout=5).text
+    counts: dict[str, float] = {}
+    for name, labels, value in parse_exposition(text):
+        if name == "mcp_shim_connections_moved_total":
+            counts[labels["reason"]] = counts.get(labels["reason"], 0.0) + value
+    return counts
+
+
+def spread(workers: tw.Workers, port: int, make: Any, legacy: bool, want: int) -> list[Conn]:
+    """Connections until both workers hold some (the kernel picks): at most 40."""
+    conns: list[Conn] = []
+    pids = workers.pids()
+    for _ in range(40):
+        conn = make()
+        conn.call(legacy)
+        conns.append(conn)
+        where = {holder(pids, port, c) for c in conns}
+        if len(conns) >= want and where == {0, 1}:
+            return conns
+    pytest.fail(f"40 connections all landed on one worker: {where}")
+
+
+@pytest.fixture(scope="module")
+def two(legacy_url: str, logs_dir: Path) -> Iterator[tw.Workers]:
+    log = logs_dir / "workers-balance.log"
+    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_METRICS_PORT": str(procs.free_port())}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        workers = tw._up(base, proc, log, 2)
+        workers.metrics = f"http://127.0.0.1:{env['MCP_SHIM_METRICS_PORT']}/metrics"
+        yield workers
+
+
+def test_a_light_load_gathers_on_one_worker_and_every_call_is_answered(
+    two: tw.Workers,
+) -> None:
+    port = int(two.base.rsplit(":", 1)[1])
+    before = moved(two).get("gather", 0.0)
+    # A legacy session, its calls on connections of their own.
+    opener = open_session(port)
+    legacy_headers = opener.headers
+    opener.close()
+
+    modern = spread(two, port, lambda: Conn(port, MODERN_HEADERS), False, 6)
+    legacy = spread(two, port, lambda: Conn(port, legacy_headers), True, 4)
+    pids = two.pids()
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            for conn in modern:
+                conn.call(False)
+            for conn in legacy:
+                conn.call(True)
+            where = [holder(pids, port, c) for c in modern + legacy]
+            if set(where) == {0} or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert set(where) == {0}, f"still spread after 15 s: {where}"
+        # Calls after the move still answered (the loop's last round checked them).
+        for conn in modern + legacy:
+            conn.call(conn in legacy)
+        assert moved(two).get("gather", 0.0) > before
+        assert moved(two).get("spill", 0.0) == 0.0
+    finally:
+        for conn in modern + legacy:
+            conn.close()
+    events = [line for line in tw.lines(two.log) if line["event"] == "connections_moved"]
+    assert events and events[0]["to"] == 0
+
+
+@pytest.fixture
+def stdio_two(logs_dir: Path) -> Iterator[tw.Workers]:
+    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+    port = procs.free_port()
+    log = logs_dir / f"workers-balance-stdio-{uuid.uuid4().hex[:6]}.log"
+    env = {
+        "MCP_SHIM_UPSTREAM_COMMAND": command,
+        "MCP_SHIM_PORT": str(port),
+        "MCP_SHIM_WORKERS": "2",
+        "MCP_SHIM_METRICS_PORT": str(procs.free_port()),
+    }
+    base = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "app.cli"]
+    with procs.running(argv, base + "/healthz", env=env, log_path=log) as proc:
+        workers = tw._up(base, proc, log, 2)
+        workers.metrics = f"http://127.0.0.1:{env['MCP_SHIM_METRICS_PORT']}/metrics"
+        yield workers
+
+
+def open_session(port: int) -> Conn:
+    conn = Conn(port, LEGACY_HEADERS)
+    status, _, response = conn.post(json.dumps(INITIALIZE).encode())
+    assert status == 200
+    conn.headers = {
+        **LEGACY_HEADERS,
+        "mcp-session-id": response.getheader("mcp-session-id") or "",
+        "mcp-protocol-version": "2025-06-18",
+    }
+    notified = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    conn.http.request("POST", "/mcp", body=notified, headers=conn.headers)
+    answer = conn.http.getresponse()
+    answer.read()
+    assert answer.status == 202
+    return conn
+
+
+def test_a_stdio_legacy_session_s_connection_stays_with_its_server(
+    stdio_two: tw.Workers,
+) -> None:
+    """Its server's pipes are worker 1's: the session's connection stays there
+    under a light load, while a modern connection beside it gathers on 0."""
+    port = int(stdio_two.base.rsplit(":", 1)[1])
+    pids = stdio_two.pids()
+    opened: list[Conn] = []
+    try:
+        for _ in range(30):  # the worker that takes the initialize runs the server
+            opened.append(open_session(port))
+            if holder(pids, port, opened[-1]) == 1:
+                break
+        legacy = opened[-1]
+        assert holder(pids, port, legacy) == 1, "30 sessions all opened on worker 0"
+        modern = spread(stdio_two, port, lambda: Conn(port, MODERN_HEADERS), False, 2)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            legacy.call(True)
+            for conn in modern:
+                conn.call(False)
+            assert holder(pids, port, legacy) == 1
+            if {holder(pids, port, c) for c in modern} == {0}:
+                break
+            time.sleep(0.2)
+        assert {holder(pids, port, c) for c in modern} == {0}
+        assert holder(pids, port, legacy) == 1
+        legacy.call(True)
+    finally:
+        for conn in opened:
+            conn.close()
