@@ -65,7 +65,8 @@ class GracefulServer(uvicorn.Server):
             if wired.settings.upstream_command is not None:
                 # A stdio session's requests go to the worker running its server.
                 wired.replicas.relay.handoff = self._handoff
-            if self._siblings is not None and self._siblings.board is not None:
+            moving = wired.settings.move_connections
+            if moving and self._siblings is not None and self._siblings.board is not None:
                 self._balancer = self._siblings.balancer(
                     self._handoff,
                     self.server_state.connections,

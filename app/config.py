@@ -63,6 +63,12 @@ class Settings(BaseSettings):
         description="gateway processes sharing MCP_SHIM_PORT; unset: the CPUs the container "
         "may use (affinity and cgroup CPU quota, whichever is smaller)",
     )
+    # Idle connections moved between workers as the load asks (app/balance.py).
+    move_connections: bool = Field(
+        default=True,
+        description="with several workers, gather a light load's connections on one worker "
+        "and spill a saturated worker's to an idle one",
+    )
     worker_port_base: int | None = Field(
         default=None,
         ge=0,

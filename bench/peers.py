@@ -8,6 +8,8 @@ Gateways (rows), each started by this script in front of its own copy of the
 same stdio server (the command is the same for all):
   shim-1        mcp-shim, MCP_SHIM_WORKERS=1, log level info (one line per call)
   shim-default  mcp-shim, MCP_SHIM_WORKERS unset (the CPU count), log level info
+  shim-fixed    the same with MCP_SHIM_MOVE_CONNECTIONS=false: connections stay on the
+                worker that accepted them (what moving them buys, in the same run)
   supergateway  supergateway 4.0.0 --outputTransport streamableHttp --stateful (npm)
   mcp-proxy-npm mcp-proxy 6.7.19 --server stream (npm)
   mcp-proxy-py  mcp-proxy 0.13.0 (PyPI, a venv of its own)
@@ -85,8 +87,15 @@ EVERYTHING_JS = (
     / "dist"
     / "index.js"
 )
-GATEWAYS = ["shim-1", "shim-default", "supergateway", "mcp-proxy-npm", "mcp-proxy-py"]
-SHIMS = ("shim-1", "shim-default")
+GATEWAYS = [
+    "shim-1",
+    "shim-default",
+    "shim-fixed",
+    "supergateway",
+    "mcp-proxy-npm",
+    "mcp-proxy-py",
+]
+SHIMS = ("shim-1", "shim-default", "shim-fixed")
 KINDS = ["legacy", "modern"]
 ERRORS = ("non2xx", "connect", "read", "write", "timeout")
 SERVERS = ["python", "everything", "http-python", "http-fast"]
@@ -299,6 +308,8 @@ def gateway_argv(gw: Gateway, port: int) -> tuple[list[str], dict[str, str]]:
         }
         if gateway == "shim-1":
             env["MCP_SHIM_WORKERS"] = "1"
+        if gateway == "shim-fixed":
+            env["MCP_SHIM_MOVE_CONNECTIONS"] = "false"
         return [sys.executable, "-m", "app.cli"], env
     if gateway == "supergateway":
         argv = [node, str(procs.require_peer(SUPERGATEWAY)), "--stdio", command]
@@ -321,6 +332,7 @@ def labels(gateway: str, workers: int) -> str:
     return {
         "shim-1": "mcp-shim, 1 worker",
         "shim-default": f"mcp-shim, default ({workers} workers)",
+        "shim-fixed": f"mcp-shim, {workers} workers, not moved",
         "supergateway": "supergateway 4.0.0 --stateful",
         "mcp-proxy-npm": "mcp-proxy 6.7.19 (npm)",
         "mcp-proxy-py": "mcp-proxy 0.13.0 (PyPI)",
@@ -629,6 +641,13 @@ def ratios(rows: list[Row], concurrencies: list[int]) -> str:
             for c in concurrencies:
                 d, o = cell(default, c), cell(one, c)
                 line.append(ratio(d and d[metric], o and o[metric]))
+            out.append(line)
+        fixed = by.get("shim-fixed")
+        for metric, name in figures if fixed else ():
+            line = [f"default / not moved, {name}"]
+            for c in concurrencies:
+                d, f = cell(default, c), cell(fixed, c)
+                line.append(ratio(d and d[metric], f and f[metric]))
             out.append(line)
         idle = ratio(default.rss_idle, one.rss_idle)
         out.append(["default / 1 worker, RSS idle", idle, *[""] * (len(concurrencies) - 1)])
