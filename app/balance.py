@@ -39,9 +39,11 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, TypeGuard
 
 import structlog
+
+from app.http_protocol import GuardedHttpToolsProtocol
 
 log = structlog.get_logger("mcp_shim.balance")
 
@@ -126,13 +128,8 @@ def read_schedstat(path: str = "/proc/thread-self/schedstat") -> int | None:
         return None
 
 
-@runtime_checkable
-class Mover(Protocol):
-    def movable(self, port: int, settled_before: float, sessions_anywhere: bool) -> bool: ...
-
-
 class Sender(Protocol):
-    def send_idle(self, owner: str, connection: object) -> bool: ...
+    def send_idle(self, owner: str, connection: object, data: bytes = b"") -> bool: ...
 
 
 class Balancer:
@@ -163,11 +160,16 @@ class Balancer:
         self._pending: dict[str, int] = {}
         self._logged = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        # This period's plan while connections are left to move at their next request.
+        self._wanted: Move | None = None
+        self._left = 0
+        self._loads: list[float | None] = []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = loop.call_later(PERIOD_S, self._run, loop)
 
     def stop(self) -> None:
+        self._want(None, 0)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -183,6 +185,7 @@ class Balancer:
     def tick(self, now: float | None = None) -> None:
         """Called every PERIOD_S on the worker's loop."""
         now = time.monotonic() if now is None else now
+        self._want(None, 0)
         ran = read_schedstat()
         if ran is None:
             return
@@ -193,23 +196,45 @@ class Balancer:
         # The mean of two periods: one noisy period does not move anything.
         busy, self._previous = (sample + self._previous) / 2, sample
         self._board.write(self._me, busy, now)
-        loads = self._board.read(now)
-        settled = now - SETTLE_S
-        anywhere = self._sessions_anywhere
-        candidates = [
-            c
-            for c in self._connections
-            if isinstance(c, Mover) and c.movable(self._port, settled, anywhere)
-        ]
-        move = plan(self._me, loads, len(candidates))
+        loads = self._loads = self._board.read(now)
+        eligible = [c for c in self._connections if self._eligible(c, now)]
+        move = plan(self._me, loads, len(eligible))
         if move is None or move.to not in self._siblings:
             return
         owner = self._siblings[move.to]
-        sent = sum(self._handoff.send_idle(owner, c) for c in candidates[: move.count])
-        if sent:
-            self._moved(move.reason, sent)
-            self._pending[move.reason] = self._pending.get(move.reason, 0) + sent
-            self._log(now, loads, move)
+        idle = [c for c in eligible if c.between_requests()][: move.count]
+        sent = sum(self._handoff.send_idle(owner, c) for c in idle)
+        self._count(move, sent, now)
+        # The others go at their next request's first bytes, until the next tick.
+        self._want(move, move.count - sent)
+
+    def take(self, connection: GuardedHttpToolsProtocol, data: bytes) -> bool:
+        """At the first read of a request: move this connection with `data`
+        while this period's plan wants more moved."""
+        move = self._wanted
+        if move is None or not self._eligible(connection, time.monotonic()):
+            return False
+        if not self._handoff.send_idle(self._siblings[move.to], connection, data):
+            return False
+        self._count(move, 1, time.monotonic())
+        self._want(move, self._left - 1)
+        return True
+
+    def _eligible(self, connection: object, now: float) -> TypeGuard[GuardedHttpToolsProtocol]:
+        return isinstance(connection, GuardedHttpToolsProtocol) and connection.movable(
+            self._port, now - SETTLE_S, self._sessions_anywhere
+        )
+
+    def _want(self, move: Move | None, left: int) -> None:
+        self._wanted, self._left = (move, left) if move is not None and left > 0 else (None, 0)
+        GuardedHttpToolsProtocol.mover = self if self._wanted is not None else None
+
+    def _count(self, move: Move, sent: int, now: float) -> None:
+        if not sent:
+            return
+        self._moved(move.reason, sent)
+        self._pending[move.reason] = self._pending.get(move.reason, 0) + sent
+        self._log(now, self._loads, move)
 
     def _log(self, now: float, loads: Sequence[float | None], move: Move) -> None:
         if now - self._logged < _LOG_EVERY_S:

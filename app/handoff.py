@@ -135,14 +135,19 @@ class Handoff:
     def reaches(self, owner: str) -> bool:
         return owner in self._outboxes
 
-    def send_idle(self, owner: str, connection: object) -> bool:
-        """Hand an idle keep-alive connection to `owner` (app/balance.py): True
-        when it is the owner's now, False when it stays here."""
+    def send_idle(self, owner: str, connection: object, data: bytes = b"") -> bool:
+        """Hand a keep-alive connection between requests to `owner` (app/balance.py),
+        with `data`, the first bytes of its next request if they came: True when
+        it is the owner's now, False when it stays here."""
         outbox = self._outboxes.get(owner)
-        if outbox is None or not isinstance(connection, GuardedHttpToolsProtocol):
+        if (
+            outbox is None
+            or len(data) > MAX_MESSAGE
+            or not isinstance(connection, GuardedHttpToolsProtocol)
+        ):
             return False
         fd = connection.detach_idle()
-        return fd is not None and self._pass(outbox, fd, b"", connection)
+        return fd is not None and self._pass(outbox, fd, data, connection)
 
     def send(self, owner: str, scope: Mapping[str, Any], request: bytes) -> bool:
         """Hand this request's connection to `owner` with `request`; True when it

@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import structlog
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -102,6 +102,13 @@ def _raw_response(status: int, rejection: Rejection) -> bytes:
     )
 
 
+class Taker(Protocol):
+    def take(self, connection: GuardedHttpToolsProtocol, data: bytes) -> bool:
+        """Hand `connection` to a sibling worker with `data`, the first bytes of
+        its next request; False: it stays here."""
+        ...
+
+
 # The scope extension under which an answer finds its ConnectionLink.
 LINK = "mcp_shim.connection"
 
@@ -136,6 +143,12 @@ class ConnectionLink:
         """Call `callback` once when the client disconnects (None: no longer)."""
         self._on_lost = callback
 
+    @property
+    def watched(self) -> bool:
+        """An answer still waits to hear of the client going away: its request's
+        task has not finished, even if its last byte is written."""
+        return self._on_lost is not None
+
     def connection_lost(self) -> None:
         self.lost = True
         callback, self._on_lost = self._on_lost, None
@@ -148,6 +161,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ConnectionLimits]
     events: ClassVar[RateLimitedLog]
+    # This worker's balancer while it wants connections moved (app/balance.py):
+    # asked at the first read of a request on a connection; None otherwise.
+    mover: ClassVar[Taker | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -231,6 +247,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._read_timer = None
 
     def data_received(self, data: bytes) -> None:
+        mover = self.mover
+        if mover is not None and self.between_requests() and mover.take(self, data):
+            return  # the connection and these bytes are a sibling worker's now
         super().data_received(data)
         # The first request's clock started at connection_made; a later one's
         # at the read that began it (the keep-alive timeout covers the wait).
@@ -359,21 +378,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return None
 
     def movable(self, port: int, settled_before: float, sessions_anywhere: bool) -> bool:
-        """Whether this connection may go to a sibling worker now (app/balance.py):
-        a client's (accepted on the shared `port`, not a sibling's relay on this
-        worker's own listener), between requests, nothing read, answered or
-        written under way, here since before `settled_before`, and its last
-        request pinned by no session (a legacy session's, unless any worker
-        serves them; an HTTP+SSE channel's)."""
-        cycle = self.cycle
+        """Whether this connection may go to a sibling worker (app/balance.py): a
+        client's (accepted on the shared `port`, not a sibling's relay on this
+        worker's own listener), here since before `settled_before`, open, and
+        its last request pinned by no session (a legacy session's, unless any
+        worker serves them; an HTTP+SSE channel's)."""
         if (
             self.server is None
             or self.server[1] != port
             or self._opened_at >= settled_before
-            or (cycle is not None and not cycle.response_complete)
-            or self.pipeline
-            or self._pending_read is not None
-            or self.flow.write_paused
             or self.transport.is_closing()
             or not isinstance(self.transport, write_coalescer.CoalescedTransport)
         ):
@@ -383,6 +396,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return False
         url = getattr(self, "url", b"")  # set by the first request's parse
         return b"session_id=" not in url
+
+    def between_requests(self) -> bool:
+        """Nothing of a request under way: none being read, answered (its task
+        finished), pipelined or left to write."""
+        cycle = self.cycle
+        if cycle is not None:
+            if not cycle.response_complete:
+                return False
+            link = cycle.scope.get("extensions", {}).get(LINK)
+            if isinstance(link, ConnectionLink) and link.watched:
+                return False
+        return not (self.pipeline or self._pending_read is not None or self.flow.write_paused)
 
     def detach_idle(self) -> int | None:
         """A duplicate of the idle socket, its reading paused, for a sibling worker;

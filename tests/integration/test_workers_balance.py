@@ -12,15 +12,20 @@ the client's socket is found in /proc/net/tcp by its ports, and its inode in
   answered in order, nothing refused or lost, and the move is counted.
 - A legacy session's connection over stdio stays with the worker running its
   server: it is never moved away from it.
+- In front of npm's server-everything over stdio, connections gathered on
+  worker 0 and then loaded until its loop is saturated spill to worker 1, and
+  every call on them is answered.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import multiprocessing
 import os
 import shlex
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,6 +37,7 @@ import pytest
 
 from app.metrics import parse_exposition
 from tests import procs
+from tests.integration import everything
 from tests.integration import test_workers as tw
 
 MODERN_HEADERS = {
@@ -62,12 +68,12 @@ def _request(ident: int, params: dict[str, Any]) -> bytes:
     return json.dumps(message).encode()
 
 
-def modern_call(text: str, ident: int) -> bytes:
+def modern_call(text: str, ident: int, arg: str = "text") -> bytes:
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
     }
-    params = {"name": "echo", "arguments": {"text": text}, "_meta": meta}
+    params = {"name": "echo", "arguments": {arg: text}, "_meta": meta}
     return json.dumps(
         {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
     ).encode()
@@ -91,10 +97,11 @@ def _message(response: http.client.HTTPResponse) -> dict[str, Any]:
 class Conn:
     """One client keep-alive connection; `call` asserts the echo came back whole."""
 
-    def __init__(self, port: int, headers: dict[str, str]) -> None:
+    def __init__(self, port: int, headers: dict[str, str], arg: str = "text") -> None:
         self.http = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.headers = dict(headers)
         self.calls = 0
+        self.arg = arg  # the echo tool's argument: server-everything's is "message"
 
     def post(self, body: bytes) -> tuple[int, dict[str, Any], http.client.HTTPResponse]:
         self.http.request("POST", "/mcp", body=body, headers=self.headers)
@@ -104,11 +111,11 @@ class Conn:
     def call(self, legacy: bool) -> None:
         self.calls += 1
         text = f"balance-{uuid.uuid4().hex[:8]}"
-        body = legacy_call(text, self.calls) if legacy else modern_call(text, self.calls)
+        body = legacy_call(text, self.calls) if legacy else modern_call(text, self.calls, self.arg)
         status, message, _ = self.post(body)
         assert status == 200, message
         assert message["id"] == self.calls
-        assert message["result"]["content"][0]["text"] == text, message
+        assert message["result"]["content"][0]["text"].endswith(text), message  # "Echo: ..."
 
     def client_port(self) -> int:
         assert self.http.sock is not None
@@ -218,11 +225,9 @@ def test_a_light_load_gathers_on_one_worker_and_every_call_is_answered(
     assert events and events[0]["to"] == 0
 
 
-@pytest.fixture
-def stdio_two(logs_dir: Path) -> Iterator[tw.Workers]:
-    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+def stdio_gateway(command: str, logs_dir: Path, name: str) -> Iterator[tw.Workers]:
     port = procs.free_port()
-    log = logs_dir / f"workers-balance-stdio-{uuid.uuid4().hex[:6]}.log"
+    log = logs_dir / f"workers-balance-{name}-{uuid.uuid4().hex[:6]}.log"
     env = {
         "MCP_SHIM_UPSTREAM_COMMAND": command,
         "MCP_SHIM_PORT": str(port),
@@ -235,6 +240,75 @@ def stdio_two(logs_dir: Path) -> Iterator[tw.Workers]:
         workers = tw._up(base, proc, log, 2)
         workers.metrics = f"http://127.0.0.1:{env['MCP_SHIM_METRICS_PORT']}/metrics"
         yield workers
+
+
+@pytest.fixture
+def stdio_two(logs_dir: Path) -> Iterator[tw.Workers]:
+    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+    yield from stdio_gateway(command, logs_dir, "stdio")
+
+
+@pytest.fixture
+def everything_two(logs_dir: Path) -> Iterator[tw.Workers]:
+    yield from stdio_gateway(everything.node_command(everything.EVERYTHING), logs_dir, "everything")
+
+
+def _load(url: str, stop: Any, threads: int) -> None:
+    """A load generator process: `threads` connections calling as fast as they can."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+
+    def loop() -> None:
+        conn = Conn(port, MODERN_HEADERS, "message")
+        while not stop.is_set():
+            conn.call(False)
+
+    workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    stop.wait()
+
+
+def test_a_saturated_worker_spills_connections_to_an_idle_one(everything_two: tw.Workers) -> None:
+    """Worker 0 saturated by load sent to its own listener (where nothing can
+    move it), while worker 1 idles: the clients' connections gathered on 0
+    before go to 1, at their next request."""
+    port = int(everything_two.base.rsplit(":", 1)[1])
+    pids = everything_two.pids()
+    conns = spread(everything_two, port, lambda: Conn(port, MODERN_HEADERS, "message"), False, 8)
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    loaders = [
+        context.Process(target=_load, args=(everything_two.internal()[0], stop, 6), daemon=True)
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 15
+        while {holder(pids, port, c) for c in conns} != {0} and time.monotonic() < deadline:
+            for conn in conns:
+                conn.call(False)
+            time.sleep(0.2)
+        assert {holder(pids, port, c) for c in conns} == {0}, "not gathered first"
+        for loader in loaders:
+            loader.start()
+        where: set[int | None] = set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and moved(everything_two).get("spill", 0.0) == 0:
+            for conn in conns:
+                conn.call(False)
+            time.sleep(0.05)
+        where = {holder(pids, port, c) for c in conns}  # while still loaded
+        assert moved(everything_two).get("spill", 0.0) > 0, "no spill under load"
+        assert where == {0, 1}
+        for conn in conns:  # answered wherever each is now
+            conn.call(False)
+    finally:
+        stop.set()
+        for loader in loaders:
+            loader.join(10)
+            if loader.is_alive():
+                loader.kill()
+        for conn in conns:
+            conn.close()
 
 
 def open_session(port: int) -> Conn:
