@@ -7,14 +7,16 @@ fewer events and coalesce fewer writes, and a gateway with two workers spent
 up to 1.3x one worker's CPU per call in front of a slow server (bench/README.md,
 "peers.py"). And a burst of connections can leave one worker saturated while
 another idles. Both are a question of load, which only the workers know, so
-they move idle keep-alive connections between them (app/handoff.py) by two
-rules:
+they move keep-alive connections between them (app/handoff.py), between two
+requests: at once when idle, else with the first bytes of the next request
+(a closed-loop client is almost never idle at the instant of a tick). Two
+rules, decided every PERIOD_S:
 
 - *gather*: when this worker and a lower-numbered one are together busy less
-  than GATHER_BELOW of one core, this worker's idle connections go to it, so a
+  than GATHER_BELOW of one core, this worker's connections go to it, so a
   light load ends up on one worker and the others sleep;
 - *spill*: when this worker's loop is busy at least SPILL_AT of the time and a
-  sibling's is at most ROOM_BELOW, a share of its idle connections goes to
+  sibling's is at most ROOM_BELOW, a share of its connections goes to
   that sibling.
 
 The gap between the two (a gathered load is well under SPILL_AT, a load that
@@ -24,10 +26,10 @@ waiting for a CPU (`/proc/thread-self/schedstat`): a loop that is not waiting
 in epoll. Each worker writes its own into a small shared table the supervisor
 creates (a memfd, one slot per worker) and reads its siblings' there.
 
-Only connections that no state pins move: idle between requests (nothing
-being read, answered or written) and, unless `sessions_anywhere` (a legacy
-session's plain calls are served by any worker, app/fronts/legacy/notes.py),
-whose last request named no session.
+Only connections that no state pins move: a client's (not a sibling's relay on
+this worker's own listener), here for SETTLE_S, and, unless
+`sessions_anywhere` (a legacy session's plain calls are served by any worker,
+app/fronts/legacy/notes.py), whose last request named no session.
 """
 
 from __future__ import annotations
