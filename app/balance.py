@@ -81,7 +81,8 @@ def plan(me: int, busy: Sequence[float | None], movable: int) -> Move | None:
         theirs = busy[other]
         if theirs is not None and own + theirs < GATHER_BELOW:
             return Move(other, movable, "gather")
-    if own < SPILL_AT:
+    # One connection's load cannot be shared: moving it only moves the saturation.
+    if own < SPILL_AT or movable < 2:
         return None
     siblings = [(b, i) for i, b in enumerate(busy) if i != me and b is not None and b <= ROOM_BELOW]
     if not siblings:

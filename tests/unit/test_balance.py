@@ -23,6 +23,7 @@ CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("the lower worker gone: nothing to gather on", 1, [None, 0.1], 6, None),
     ("saturated, sibling idle: a quarter spills", 0, [0.95, 0.1], 16, Move(1, 4, "spill")),
     ("saturated with few: at least one spills", 0, [1.0, 0.0], 3, Move(1, 1, "spill")),
+    ("saturated by one connection: it stays", 0, [1.0, 0.0], 1, None),
     ("saturated, sibling busy too: stay", 0, [0.95, 0.6], 16, None),
     ("busy but not saturated: stay", 0, [0.85, 0.0], 16, None),
     ("spills to the least busy of several", 1, [0.4, 0.95, 0.2], 8, Move(2, 2, "spill")),
