@@ -1,0 +1,106 @@
+"""What moving connections between workers buys: the default against
+MCP_SHIM_MOVE_CONNECTIONS=false, side by side, alternating rounds.
+
+    .venv/bin/python bench/moves.py [--upstream legacy|fast] [--concurrency 1,8,32]
+                                    [--seconds 3] [--rounds 6]
+
+Two gateways with 2 workers in front of the same upstream (the mcp 1.x
+fixture over Streamable HTTP, whose ~1.3 ms a call leaves the workers mostly
+idle, or bench/fast_upstream.py); wrk -t1 sends 2026-07-28 `tools/call echo`
+(bench/call.lua) to one, then the other, their order swapped every round.
+Per round and gateway: calls/s, gateway CPU per call (the process tree's
+utime + stime from /proc over wrk's calls), and the connections moved so far
+by reason (`mcp_shim_connections_moved_total`, from each gateway's metrics
+port). At the end, the median of the rounds per gateway and concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from app.metrics import parse_exposition  # noqa: E402
+from bench import common  # noqa: E402
+from bench.wrk import MODERN_CALL, MODERN_HEADERS  # noqa: E402
+from tests import procs  # noqa: E402
+
+GATEWAYS = {"moved": {}, "not moved": {"MCP_SHIM_MOVE_CONNECTIONS": "false"}}
+
+
+def wrk(url: str, body: Path, concurrency: int, seconds: int) -> dict[str, float]:
+    env = {
+        **os.environ,
+        "BENCH_BODY": str(body),
+        "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in MODERN_HEADERS.items()),
+    }
+    argv = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "-s", str(ROOT / "bench/call.lua")]
+    out = subprocess.run([*argv, url], env=env, capture_output=True, text=True, check=True)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("BENCH "))
+    return dict(orjson.loads(line[6:]))
+
+
+def moved(metrics: str) -> dict[str, float]:
+    counts: dict[str, float] = {}
+    for name, labels, value in parse_exposition(httpx.get(metrics, timeout=5).text):
+        if name == "mcp_shim_connections_moved_total":
+            counts[labels["reason"]] = counts.get(labels["reason"], 0.0) + value
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--upstream", choices=("legacy", "fast"), default="legacy")
+    parser.add_argument("--concurrency", default="32")
+    parser.add_argument("--seconds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    with contextlib.ExitStack() as stack:
+        body = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "call.json"
+        body.write_bytes(orjson.dumps(MODERN_CALL))
+        upstream, _ = stack.enter_context(common.upstream(args.upstream))
+        gateways = {}
+        for name, extra in GATEWAYS.items():
+            port = str(procs.free_port())
+            log = f"moves-{name.replace(' ', '-')}.log"
+            url, proc = stack.enter_context(
+                common.gateway(
+                    upstream, log, MCP_SHIM_WORKERS="2", MCP_SHIM_METRICS_PORT=port, **extra
+                )
+            )
+            gateways[name] = (url, proc.pid, f"http://127.0.0.1:{port}/metrics")
+        for c in (int(x) for x in args.concurrency.split(",")):
+            for r in range(args.rounds):
+                for name in list(GATEWAYS)[:: 1 if r % 2 == 0 else -1]:
+                    url, pid, metrics = gateways[name]
+                    before = common.cpu_seconds(*common.tree(pid))
+                    run = wrk(url, body, c, args.seconds)
+                    cpu = common.cpu_seconds(*common.tree(pid)) - before
+                    rps = run["requests"] / (run["duration_us"] / 1e6)
+                    cpu_us = cpu / max(run["requests"], 1) * 1e6
+                    figures.setdefault((name, c), []).append((rps, cpu_us))
+                    print(
+                        f"c{c:<3} round {r} {name:9} {rps:8,.0f} calls/s "
+                        f"{cpu_us:6.0f} us/call  moved so far {moved(metrics)}",
+                        flush=True,
+                    )
+    print("\nmedian of the rounds")
+    for (name, c), runs in figures.items():
+        rps = statistics.median(x[0] for x in runs)
+        cpu_us = statistics.median(x[1] for x in runs)
+        print(f"c{c:<3} {name:9} {rps:8,.0f} calls/s {cpu_us:6.0f} us/call")
+
+
+if __name__ == "__main__":
+    main()
