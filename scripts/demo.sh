@@ -142,23 +142,10 @@ curl -sS $GATEWAY/mcp \\
 Press Ctrl-C to stop both.
 EOF
 
-# Until Ctrl-C, or until either process ends on its own. Short waits on a
-# sleep rather than one `wait -n`: a SIGINT that lands in the instant before a
-# wait begins is run at the next turn, instead of staying pending until a
-# server ends (seen once per run in a loaded CI: Ctrl-C did nothing for 30 s).
+# Until Ctrl-C, or until either process ends on its own.
 set +e
-status=""
-while [[ -z $status ]]; do
-    sleep 0.2 &
-    wait "$!"
-    for pid in $LEGACY_PID $GATEWAY_PID; do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid"
-            status=$?
-            break
-        fi
-    done
-done
+wait -n
+status=$?
 set -e
 # Ctrl-C reaches every process of the terminal's foreground group, so the
 # servers may stop on it before this shell's INT trap runs; and a shell started
