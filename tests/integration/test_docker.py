@@ -768,6 +768,13 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _default_sigint() -> None:
+    # The shell a terminal starts: SIGINT at its default, whatever this test
+    # process inherited (a run started in the background of a non-interactive
+    # shell has SIGINT ignored, and a shell started so cannot trap it).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.peers
 @pytest.mark.parametrize(
     "ctrl_c",
@@ -801,7 +808,7 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_ignore_sigint if ctrl_c == "group" else None,
+        preexec_fn=_ignore_sigint if ctrl_c == "group" else _default_sigint,
     )
     try:
         printed = _read_until(proc, b"Press Ctrl-C", timeout=60).decode()
