@@ -1,9 +1,9 @@
-"""app/balance.py: where a worker's idle connections go. The plan as a table of
+"""app/balance.py: where a worker's connections go. The plan as a table of
 cases (gather onto a lower-numbered worker under a light load, spill off a
 saturated one to a sibling with room, stay otherwise, and never back and forth
-between the two rules); the shared load table over a real memfd as two
-processes see it; the loop's busy time from the kernel. Real workers moving
-real connections: tests/integration/test_workers_balance.py."""
+between the two rules); the shared load table over a real memfd, mapped twice
+as two workers map it; the loop's busy time from the kernel. Real workers
+moving real connections: tests/integration/test_workers_balance.py."""
 
 from __future__ import annotations
 
