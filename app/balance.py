@@ -35,9 +35,6 @@ app/fronts/legacy/notes.py), whose last request named no session.
 from __future__ import annotations
 
 import asyncio
-import mmap
-import os
-import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +43,7 @@ from typing import Final, Protocol, TypeGuard
 import structlog
 
 from app.http_protocol import GuardedHttpToolsProtocol
+from app.load_board import LoadBoard
 
 log = structlog.get_logger("mcp_shim.balance")
 
@@ -56,12 +54,9 @@ SPILL_AT: Final = 0.9
 ROOM_BELOW: Final = 0.5
 # Two workers busy together less than this gather on the lower-numbered one.
 GATHER_BELOW: Final = 0.6
-# A slot not written for this long belongs to a worker that is gone or starting.
-STALE_S: Final = 1.0
 # A connection that just arrived stays where it is for this long.
 SETTLE_S: Final = 1.0
 _LOG_EVERY_S: Final = 10.0
-_SLOT: Final = struct.Struct("=dd")  # busy fraction, CLOCK_MONOTONIC of the write
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,34 +85,6 @@ def plan(me: int, busy: Sequence[float | None], movable: int) -> Move | None:
     _, target = min(siblings)
     # A quarter at a time: the next period sees what it did before moving more.
     return Move(target, max(1, movable // 4), "spill")
-
-
-class LoadBoard:
-    """Each worker's busy fraction, in memory shared by the supervisor and workers."""
-
-    def __init__(self, fd: int, slots: int) -> None:
-        self._map = mmap.mmap(fd, slots * _SLOT.size)
-        self.slots = slots
-
-    @staticmethod
-    def create(slots: int) -> int:
-        """A new table's descriptor, for the supervisor to pass to the workers."""
-        fd = os.memfd_create("mcp-shim-load", 0)  # no MFD_CLOEXEC: workers inherit it
-        os.ftruncate(fd, slots * _SLOT.size)
-        return fd
-
-    def write(self, slot: int, busy: float, now: float) -> None:
-        _SLOT.pack_into(self._map, slot * _SLOT.size, busy, now)
-
-    def read(self, now: float) -> list[float | None]:
-        fresh: list[float | None] = []
-        for slot in range(self.slots):
-            busy, stamp = _SLOT.unpack_from(self._map, slot * _SLOT.size)
-            fresh.append(busy if 0 < stamp and now - stamp < STALE_S else None)
-        return fresh
-
-    def close(self) -> None:
-        self._map.close()
 
 
 def read_schedstat(path: str = "/proc/thread-self/schedstat") -> int | None:

@@ -366,16 +366,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             or self.transport.is_closing()
         ):
             return None
-        raw = self.transport.flush_queued()  # the previous answer's last bytes
-        sock = raw.get_extra_info("socket")
-        if sock is None or raw.get_write_buffer_size():
-            return None
-        raw.pause_reading()  # from here on the socket's bytes are the owner's
-        try:
-            return os.dup(sock.fileno())
-        except OSError:
-            raw.resume_reading()
-            return None
+        return self.detach_idle()
 
     def movable(self, port: int, settled_before: float, sessions_anywhere: bool) -> bool:
         """Whether this connection may go to a sibling worker (app/balance.py): a
@@ -410,14 +401,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         return not (self.pipeline or self._pending_read is not None or self.flow.write_paused)
 
     def detach_idle(self) -> int | None:
-        """A duplicate of the idle socket, its reading paused, for a sibling worker;
+        """A duplicate of the socket, its reading paused, for a sibling worker;
         None when it cannot be (something is left to write)."""
         assert isinstance(self.transport, write_coalescer.CoalescedTransport)
-        raw = self.transport.flush_queued()
+        raw = self.transport.flush_queued()  # the previous answer's last bytes
         sock = raw.get_extra_info("socket")
         if sock is None or raw.get_write_buffer_size():
             return None
-        raw.pause_reading()  # unread bytes stay in the socket for the sibling
+        raw.pause_reading()  # from here on the socket's bytes are the sibling's
         try:
             return os.dup(sock.fileno())
         except OSError:

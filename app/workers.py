@@ -61,8 +61,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from app import logs, state_key
-from app.balance import LoadBoard
 from app.config import Settings, SettingsError, load_settings
+from app.load_board import LoadBoard
 
 log = structlog.get_logger("mcp_shim.workers")
 

@@ -12,7 +12,8 @@ import os
 import pytest
 
 from app import balance
-from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, LoadBoard, Move, Siblings, plan
+from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, plan
+from app.load_board import STALE_S, LoadBoard
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("light load on worker 1 gathers on 0", 1, [0.1, 0.2], 6, Move(0, 6, "gather")),
@@ -53,7 +54,7 @@ def test_the_board_is_shared_and_forgets_silent_workers() -> None:
         worker0.write(0, 0.25, 100.0)
         worker1.write(1, 0.75, 100.2)
         assert worker1.read(100.3) == [0.25, 0.75]
-        assert worker0.read(100.0 + balance.STALE_S + 0.1) == [None, 0.75]
+        assert worker0.read(100.0 + STALE_S + 0.1) == [None, 0.75]
         worker0.close()
         worker1.close()
     finally:
