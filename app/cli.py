@@ -10,6 +10,7 @@ import os
 import resource
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from importlib import metadata
 
 import structlog
@@ -19,6 +20,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio, logs, metrics, probe, state_key, workers
+from app.accept_gate import AcceptGate
 from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError, load_settings
 from app.handoff import Handoff
@@ -54,14 +56,7 @@ class GracefulServer(uvicorn.Server):
         wired = getattr(self._app.state, "wiring", None)
         if self._handoff is not None and wired is not None and not self.should_exit:
             # Connections siblings hand over are served as this server's own.
-            self._handoff.start(
-                functools.partial(  # uvicorn's own create_protocol, as it builds it
-                    self.config.http_protocol_class,  # type: ignore[call-arg]
-                    config=self.config,
-                    server_state=self.server_state,
-                    app_state=self.lifespan.state,
-                )
-            )
+            self._handoff.start(self._create_protocol())
             if wired.settings.upstream_command is not None:
                 # A stdio session's requests go to the worker running its server.
                 wired.replicas.relay.handoff = self._handoff
@@ -73,9 +68,32 @@ class GracefulServer(uvicorn.Server):
                     port=wired.settings.port,
                     sessions_anywhere=wired.legacy_sessions.joins,
                     moved=wired.metrics.connections_moved,
+                    gate=self._accept_gate(sockets),
                 )
                 self._balancer.start(asyncio.get_running_loop())
         release_free_heap()
+
+    def _create_protocol(self) -> Callable[[], asyncio.Protocol]:
+        """uvicorn's own create_protocol, as it builds it in startup()."""
+        return functools.partial(
+            self.config.http_protocol_class,  # type: ignore[call-arg]
+            config=self.config,
+            server_state=self.server_state,
+            app_state=self.lifespan.state,
+        )
+
+    def _accept_gate(self, sockets: list[socket.socket] | None) -> AcceptGate | None:
+        """Worker 0 always accepts; the others stop while their load is gathered
+        on a lower-numbered worker. sockets[0] is the shared port (run_worker)."""
+        if not sockets or self._siblings is None or self._siblings.me == 0:
+            return None
+        loop = asyncio.get_running_loop()
+        create_protocol = self._create_protocol()
+
+        def open_server(sock: socket.socket) -> Awaitable[asyncio.AbstractServer]:
+            return loop.create_server(create_protocol, sock=sock, backlog=self.config.backlog)
+
+        return AcceptGate(self.servers, 0, sockets[0], open_server)  # type: ignore[arg-type]
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self._balancer is not None:

@@ -1,17 +1,23 @@
 """What moving connections between workers buys: the default against
-MCP_SHIM_MOVE_CONNECTIONS=false, side by side, alternating rounds.
+MCP_SHIM_MOVE_CONNECTIONS=false and against one worker, side by side,
+alternating rounds.
 
-    .venv/bin/python bench/moves.py [--upstream legacy|fast] [--concurrency 1,8,32]
+    .venv/bin/python bench/moves.py [--upstream legacy|fast] [--client modern|legacy]
+                                    [--rows moved,not-moved,one] [--concurrency 1,8,32]
                                     [--seconds 3] [--rounds 6]
 
-Two gateways with 2 workers in front of the same upstream (the mcp 1.x
-fixture over Streamable HTTP, whose ~1.3 ms a call leaves the workers mostly
-idle, or bench/fast_upstream.py); wrk -t1 sends 2026-07-28 `tools/call echo`
-(bench/call.lua) to one, then the other, their order swapped every round.
-Per round and gateway: calls/s, gateway CPU per call (the process tree's
-utime + stime from /proc over wrk's calls), and the connections moved so far
-by reason (`mcp_shim_connections_moved_total`, from each gateway's metrics
-port). At the end, the median of the rounds per gateway and concurrency.
+Gateways in front of the same upstream (the mcp 1.x fixture over Streamable
+HTTP, whose ~1.3 ms a call leaves the workers mostly idle, or
+bench/fast_upstream.py): `moved` (the default: 2 workers moving connections),
+`not-moved` (2 workers, MCP_SHIM_MOVE_CONNECTIONS=false) and `one` (1 worker).
+wrk -t1 sends `tools/call echo` (bench/call.lua) to each in turn, their order
+reversed every round: 2026-07-28 calls, or with `--client legacy` 2025-11-25
+calls on one session per gateway. Per round and gateway: calls/s, gateway
+CPU per call (the process tree's utime + stime from /proc over wrk's calls),
+and the connections moved so far by reason (`mcp_shim_connections_moved_total`,
+from each gateway's metrics port). At the end, the median of the rounds per
+gateway and concurrency, and each row's medians against the `one` row's when
+it ran: the same rounds, so a slow minute of the machine weighs on both.
 """
 
 from __future__ import annotations
@@ -32,17 +38,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.metrics import parse_exposition  # noqa: E402
 from bench import common  # noqa: E402
-from bench.wrk import MODERN_CALL, MODERN_HEADERS  # noqa: E402
+from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
 
-GATEWAYS = {"moved": {}, "not moved": {"MCP_SHIM_MOVE_CONNECTIONS": "false"}}
+GATEWAYS = {
+    "moved": {"MCP_SHIM_WORKERS": "2"},
+    "not-moved": {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_MOVE_CONNECTIONS": "false"},
+    "one": {"MCP_SHIM_WORKERS": "1"},
+}
 
 
-def wrk(url: str, body: Path, concurrency: int, seconds: int) -> dict[str, float]:
+def wrk(
+    url: str, body: Path, headers: dict[str, str], concurrency: int, seconds: int
+) -> dict[str, float]:
     env = {
         **os.environ,
         "BENCH_BODY": str(body),
-        "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in MODERN_HEADERS.items()),
+        "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in headers.items()),
     }
     argv = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds}s", "-s", str(ROOT / "bench/call.lua")]
     out = subprocess.run([*argv, url], env=env, capture_output=True, text=True, check=True)
@@ -64,28 +76,34 @@ def main() -> None:
     parser.add_argument("--concurrency", default="32")
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--client", choices=("modern", "legacy"), default="modern")
+    parser.add_argument("--rows", default="moved,not-moved", help=", ".join(GATEWAYS))
     args = parser.parse_args()
+    rows = args.rows.split(",")
+    if unknown := set(rows) - set(GATEWAYS):
+        parser.error(f"unknown rows {sorted(unknown)}; known: {', '.join(GATEWAYS)}")
+    legacy = args.client == "legacy"
     figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
     with contextlib.ExitStack() as stack:
         body = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "call.json"
-        body.write_bytes(orjson.dumps(MODERN_CALL))
+        body.write_bytes(orjson.dumps(LEGACY_CALL if legacy else MODERN_CALL))
         upstream, _ = stack.enter_context(common.upstream(args.upstream))
         gateways = {}
-        for name, extra in GATEWAYS.items():
+        for name in rows:
             port = str(procs.free_port())
-            log = f"moves-{name.replace(' ', '-')}.log"
             url, proc = stack.enter_context(
                 common.gateway(
-                    upstream, log, MCP_SHIM_WORKERS="2", MCP_SHIM_METRICS_PORT=port, **extra
+                    upstream, f"moves-{name}.log", MCP_SHIM_METRICS_PORT=port, **GATEWAYS[name]
                 )
             )
-            gateways[name] = (url, proc.pid, f"http://127.0.0.1:{port}/metrics")
+            headers = legacy_session(url) if legacy else MODERN_HEADERS
+            gateways[name] = (url, headers, proc.pid, f"http://127.0.0.1:{port}/metrics")
         for c in (int(x) for x in args.concurrency.split(",")):
             for r in range(args.rounds):
-                for name in list(GATEWAYS)[:: 1 if r % 2 == 0 else -1]:
-                    url, pid, metrics = gateways[name]
+                for name in rows[:: 1 if r % 2 == 0 else -1]:
+                    url, headers, pid, metrics = gateways[name]
                     before = common.cpu_seconds(*common.tree(pid))
-                    run = wrk(url, body, c, args.seconds)
+                    run = wrk(url, body, headers, c, args.seconds)
                     cpu = common.cpu_seconds(*common.tree(pid)) - before
                     rps = run["requests"] / (run["duration_us"] / 1e6)
                     cpu_us = cpu / max(run["requests"], 1) * 1e6
@@ -96,10 +114,15 @@ def main() -> None:
                         flush=True,
                     )
     print("\nmedian of the rounds")
-    for (name, c), runs in figures.items():
-        rps = statistics.median(x[0] for x in runs)
-        cpu_us = statistics.median(x[1] for x in runs)
-        print(f"c{c:<3} {name:9} {rps:8,.0f} calls/s {cpu_us:6.0f} us/call")
+    medians = {
+        key: (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs))
+        for key, runs in figures.items()
+    }
+    for (name, c), (rps, cpu_us) in medians.items():
+        line = f"c{c:<3} {name:9} {rps:8,.0f} calls/s {cpu_us:6.0f} us/call"
+        if name != "one" and (one := medians.get(("one", c))):
+            line += f"   vs one worker: {rps / one[0]:.2f}x calls/s, {cpu_us / one[1]:.2f}x CPU"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,18 @@ def two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
         yield workers
 
 
+@pytest.fixture(scope="module")
+def spread_two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
+    """Two workers that both accept whatever the load (MCP_SHIM_MOVE_CONNECTIONS=false):
+    by default an idle gateway's worker 1 leaves new connections to worker 0
+    (app/accept_gate.py), and a test of requests landing anywhere needs the
+    kernel to spread them."""
+    log = logs_dir / "workers-spread.log"
+    env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_MOVE_CONNECTIONS": "false"}
+    with procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc):
+        yield _up(base, proc, log, 2)
+
+
 def run_rounds(http: httpx.Client, targets: Iterator[str], mark: str) -> mw.Answer:
     args = {"rounds": 3, "keyed": True, "marker": mark}
     answer, keys = mw.answer_rounds(http, targets, "ask_in_rounds", args)
@@ -151,10 +163,11 @@ def test_retry_on_the_other_worker_is_relayed_to_the_owner(two: Workers, legacy_
 
 
 def test_retries_through_the_shared_port_land_anywhere_and_complete(
-    two: Workers, legacy_url: str
+    spread_two: Workers, legacy_url: str
 ) -> None:
     # The kernel picks the worker of each new connection: a fresh connection per
     # request, until a retry has landed on the worker not holding its exchange.
+    two = spread_two
     before = sum(forwarded(two.log).values())
     marks = []
     for _ in range(30):

@@ -1,24 +1,31 @@
 """app/balance.py: where a worker's connections go. The plan as a table of
 cases (gather onto a lower-numbered worker under a light load, spill off a
 saturated one to a sibling with room, stay otherwise, and never back and forth
-between the two rules); the shared load table over a real memfd, mapped twice
+between the two rules); whether a worker accepts new connections, as a table
+too, and app/accept_gate.py turning a real server's accepting off and on over
+a real listening socket; the shared load table over a real memfd, mapped twice
 as two workers map it; the loop's busy time from the kernel. Real workers
 moving real connections: tests/integration/test_workers_balance.py."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
+from collections.abc import Callable
 
 import pytest
+import uvloop
 
 from app import balance
-from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, plan
+from app.accept_gate import AcceptGate
+from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
 from app.load_board import STALE_S, LoadBoard
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("light load on worker 1 gathers on 0", 1, [0.1, 0.2], 6, Move(0, 6, "gather")),
     ("worker 0 never gathers upwards", 0, [0.1, 0.2], 6, None),
-    ("together too busy to gather", 1, [0.4, 0.3], 6, None),
+    ("together too busy to gather", 1, [0.5, 0.4], 6, None),
     ("nothing idle to move", 1, [0.1, 0.1], 0, None),
     ("own load unknown", 1, [0.1, None], 6, None),
     ("the lower worker gone: nothing to gather on", 1, [None, 0.1], 6, None),
@@ -28,7 +35,7 @@ CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("saturated, sibling busy too: stay", 0, [0.95, 0.6], 16, None),
     ("busy but not saturated: stay", 0, [0.85, 0.0], 16, None),
     ("spills to the least busy of several", 1, [0.4, 0.95, 0.2], 8, Move(2, 2, "spill")),
-    ("gathers on the lowest that has room", 2, [0.5, 0.1, 0.1], 4, Move(1, 4, "gather")),
+    ("gathers on the lowest that has room", 2, [0.75, 0.1, 0.1], 4, Move(1, 4, "gather")),
 ]
 
 
@@ -44,6 +51,134 @@ def test_a_gathered_load_does_not_spill_and_a_spilled_one_does_not_gather() -> N
     assert plan(0, [gathered, 0.0], 10) is None
     # A spill starts at SPILL_AT on one worker; together they stay above GATHER_BELOW.
     assert plan(1, [SPILL_AT - ROOM_BELOW, ROOM_BELOW], 10) is None
+
+
+ACCEPTING: list[tuple[str, int, list[float | None], bool, bool]] = [
+    ("worker 0 always accepts", 0, [0.0, 0.0], True, True),
+    ("worker 0 accepts even when it could not gather", 0, [0.0, 0.0], False, True),
+    ("a light load: stop, it gathers on worker 0", 1, [0.2, 0.1], True, False),
+    ("still light: stay off", 1, [0.3, 0.0], False, False),
+    ("worker 0 busy, not saturated: stay off", 1, [0.85, 0.0], False, False),
+    ("worker 0 saturated: on again", 1, [0.95, 0.0], False, True),
+    ("worker 0 gone or starting: on again", 1, [None, 0.0], False, True),
+    ("own load unknown, worker 0 busy: keep accepting", 1, [0.85, None], True, True),
+    ("too busy together to gather: keep accepting", 1, [0.5, 0.4], True, True),
+    ("off until every lower worker is saturated", 2, [0.95, 0.5, 0.0], False, False),
+    ("every lower worker saturated: on", 2, [0.95, 0.92, 0.0], False, True),
+]
+
+
+@pytest.mark.parametrize(("me", "busy", "accepting", "expected"), [c[1:] for c in ACCEPTING])
+def test_whether_a_worker_accepts(
+    me: int, busy: list[float | None], accepting: bool, expected: bool
+) -> None:
+    assert accepts(me, busy, accepting) is expected
+
+
+def test_accepting_has_the_plan_s_gap() -> None:
+    # What stops accepting (a load gathered on worker 0) does not start it again.
+    assert not accepts(1, [GATHER_BELOW - 0.01, 0.0], False)
+    assert accepts(1, [SPILL_AT, 0.0], False)
+
+
+async def _connect(port: int) -> socket.socket:
+    loop = asyncio.get_running_loop()
+    client = socket.socket()
+    client.setblocking(False)
+    await loop.sock_connect(client, ("127.0.0.1", port))
+    return client
+
+
+LOOPS = pytest.mark.parametrize(
+    "loop_factory", [uvloop.new_event_loop, asyncio.new_event_loop], ids=["uvloop", "asyncio"]
+)
+
+
+@LOOPS
+def test_the_gate_turns_a_real_server_s_accepting_off_and_on(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    # uvloop is what workers run (app/cli.py); its close() of a server given a
+    # socket closes the descriptor, which the gate's spare outlives.
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(_off_and_on())
+
+
+async def _off_and_on() -> None:
+    loop = asyncio.get_running_loop()
+    accepted: list[asyncio.BaseTransport] = []
+
+    class Serve(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.append(transport)
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    servers: list[asyncio.AbstractServer] = [await loop.create_server(Serve, sock=listener)]
+    opened: list[asyncio.AbstractServer] = []
+
+    async def open_server(sock: socket.socket) -> asyncio.AbstractServer:
+        server = await loop.create_server(Serve, sock=sock)
+        opened.append(server)
+        return server
+
+    gate = AcceptGate(servers, 0, listener, open_server)
+    clients = [await _connect(port)]
+    await asyncio.sleep(0.1)
+    assert len(accepted) == 1
+    gate.set(False)
+    assert not gate.accepting
+    # The kernel completes the handshake into the accept queue; nobody takes it.
+    clients.append(await _connect(port))
+    await asyncio.sleep(0.2)
+    assert len(accepted) == 1
+    gate.set(True)
+    await asyncio.sleep(0.2)
+    assert len(accepted) == 2  # the connection that waited is served
+    assert servers == opened  # uvicorn's list holds the live server, for its shutdown
+    gate.close()
+    gate.set(False)  # after close: nothing changes any more
+    assert gate.accepting
+    clients.append(await _connect(port))
+    await asyncio.sleep(0.1)
+    assert len(accepted) == 3
+    servers[0].close()
+    await servers[0].wait_closed()
+    for transport in accepted:
+        transport.close()
+    for client in clients:
+        client.close()
+
+
+@LOOPS
+def test_a_gate_turned_off_while_opening_closes_what_it_opened(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(_off_while_opening())
+
+
+async def _off_while_opening() -> None:
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0))
+    servers: list[asyncio.AbstractServer] = [
+        await loop.create_server(asyncio.Protocol, sock=listener)
+    ]
+    opened: list[asyncio.AbstractServer] = []
+
+    async def open_server(sock: socket.socket) -> asyncio.AbstractServer:
+        server = await loop.create_server(asyncio.Protocol, sock=sock)
+        opened.append(server)
+        return server
+
+    gate = AcceptGate(servers, 0, listener, open_server)
+    gate.set(False)
+    gate.set(True)  # opening...
+    gate.set(False)  # ...and off again before it is ready
+    await asyncio.sleep(0.1)
+    assert len(opened) == 1 and not opened[0].is_serving()
+    assert not servers[0].is_serving()
+    gate.close()
 
 
 def test_the_board_is_shared_and_forgets_silent_workers() -> None:
