@@ -3,9 +3,9 @@ sibling (app/balance.py) and on again once that sibling is saturated or gone.
 
 Gathering moves the keep-alive connections that exist. New ones would still be
 spread by the kernel over every worker accepting on the shared socket, and
-each would serve its first SETTLE_S here, on a second loop, before it moved: a
-client that opens its connections for a short run paid two loops' wakes for
-most of it. A worker whose load is gathered elsewhere stops accepting, and
+each would serve its first period or two here, on a second loop, before it
+moved: a client that opens its connections for a short run paid two loops'
+wakes for much of it. A worker whose load is gathered elsewhere stops accepting, and
 new connections go straight to the worker that carries the load.
 
 asyncio has no pause for a server. Off closes this worker's server for the

@@ -171,7 +171,8 @@ def moved(workers: tw.Workers) -> dict[str, float]:
 
 
 def spread(workers: tw.Workers, port: int, make: Any, legacy: bool, want: int) -> list[Conn]:
-    """Connections until both workers hold some (the kernel picks): at most 40."""
+    """`want` connections or more, until worker 1 holds some (the kernel picks,
+    and with worker 0 saturated may give worker 1 all): at most 40."""
     conns: list[Conn] = []
     pids = workers.pids()
     for _ in range(40):
@@ -179,9 +180,9 @@ def spread(workers: tw.Workers, port: int, make: Any, legacy: bool, want: int) -
         conn.call(legacy)
         conns.append(conn)
         where = {holder(pids, port, c) for c in conns}
-        if len(conns) >= want and where == {0, 1}:
+        if len(conns) >= want and 1 in where:
             return conns
-    pytest.fail(f"40 connections all landed on one worker: {where}")
+    pytest.fail(f"40 connections, none on worker 1: {where}")
 
 
 def _hammer(url: str, stop: Any, threads: int) -> None:

@@ -29,12 +29,14 @@ CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("nothing idle to move", 1, [0.1, 0.1], 0, None),
     ("own load unknown", 1, [0.1, None], 6, None),
     ("the lower worker gone: nothing to gather on", 1, [None, 0.1], 6, None),
-    ("saturated, sibling idle: a quarter spills", 0, [0.95, 0.1], 16, Move(1, 4, "spill")),
-    ("saturated with few: at least one spills", 0, [1.0, 0.0], 3, Move(1, 1, "spill")),
+    ("saturated, sibling idle: half spills", 0, [1.0, 0.0], 16, Move(1, 8, "spill")),
+    ("saturated, sibling half busy: a quarter", 0, [1.0, 0.5], 16, Move(1, 4, "spill")),
+    ("the share that evens them out", 0, [0.95, 0.1], 16, Move(1, 7, "spill")),
+    ("saturated with few: at least one spills", 0, [1.0, 0.0], 2, Move(1, 1, "spill")),
     ("saturated by one connection: it stays", 0, [1.0, 0.0], 1, None),
     ("saturated, sibling busy too: stay", 0, [0.95, 0.6], 16, None),
     ("busy but not saturated: stay", 0, [0.85, 0.0], 16, None),
-    ("spills to the least busy of several", 1, [0.4, 0.95, 0.2], 8, Move(2, 2, "spill")),
+    ("spills to the least busy of several", 1, [0.4, 0.95, 0.2], 8, Move(2, 3, "spill")),
     ("gathers on the lowest that has room", 2, [0.75, 0.1, 0.1], 4, Move(1, 4, "gather")),
 ]
 
