@@ -5,8 +5,8 @@ Gathering moves the keep-alive connections that exist. New ones would still be
 spread by the kernel over every worker accepting on the shared socket, and
 each would serve its first period or two here, on a second loop, before it
 moved: a client that opens its connections for a short run paid two loops'
-wakes for much of it. A worker whose load is gathered elsewhere stops accepting, and
-new connections go straight to the worker that carries the load.
+wakes for much of it. A worker whose load is gathered elsewhere stops
+accepting, and new connections go straight to the worker that carries it.
 
 asyncio has no pause for a server. Off closes this worker's server for the
 shared socket (uvloop closes that descriptor and detaches the socket object,
@@ -52,13 +52,13 @@ class AcceptGate:
         if self._closed or accepting == self.accepting:
             return
         self.accepting = accepting
+        log.info("accepting_changed", accepting=accepting)
         if self._opening is not None:
             return  # the server being opened is kept or closed by `accepting` when it is ready
         if accepting:
             self._opening = asyncio.get_running_loop().create_task(self._reopen())
         else:
             self._servers[self._index].close()
-        log.info("accepting_changed", accepting=accepting)
 
     async def _reopen(self) -> None:
         try:

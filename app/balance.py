@@ -25,8 +25,13 @@ The gap between the two (a gathered load is well under SPILL_AT, a load that
 spills is over GATHER_BELOW) keeps a connection from going back and forth.
 "Busy" is the fraction of wall time the worker's loop thread was running or
 waiting for a CPU (`/proc/thread-self/schedstat`): a loop that is not waiting
-in epoll. Each worker writes its own into a small shared table the supervisor
-creates (a memfd, one slot per worker) and reads its siblings' there.
+in epoll. Over stdio it is the busier of that and the worker's busiest server
+process (its share of a core, `/proc/<pid>/stat`): a worker's calls of one
+kind share one process (app/upstream/pool.py), so in front of a server that
+takes a core per process the second worker's process is what doubles the
+calls/s, and gathering on one worker's loop would have halved them. Each
+worker writes its own into a small shared table the supervisor creates (a
+memfd, one slot per worker) and reads its siblings' there.
 
 Only connections that no state pins move: a client's (not a sibling's relay on
 this worker's own listener), here for SETTLE_S, and, unless
@@ -37,6 +42,7 @@ app/fronts/legacy/notes.py), whose last request named no session.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -125,6 +131,45 @@ def read_schedstat(path: str = "/proc/thread-self/schedstat") -> int | None:
         return None
 
 
+_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
+
+
+def process_ticks(pid: int) -> int | None:
+    """CPU time of process `pid` (user and system, all its threads) in clock
+    ticks; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            # After the command name, which may hold spaces and parentheses.
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ServerLoad:
+    """How busy the busiest of this worker's stdio server processes was."""
+
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self._pids = pids
+        self._last: dict[int, int] = {}
+
+    def share(self, seconds: float) -> float:
+        """Its share of one core over the last `seconds` (since the last reading);
+        a process started since then counts from the next one."""
+        now: dict[int, int] = {}
+        busiest = 0.0
+        for pid in self._pids():
+            ticks = process_ticks(pid)
+            if ticks is None:
+                continue
+            now[pid] = ticks
+            before = self._last.get(pid)
+            if before is not None and seconds > 0:
+                busiest = max(busiest, (ticks - before) / _TICKS_PER_S / seconds)
+        self._last = now
+        return min(1.0, busiest)
+
+
 class Sender(Protocol):
     def send_idle(self, owner: str, connection: object, data: bytes = b"") -> bool: ...
 
@@ -144,9 +189,11 @@ class Balancer:
         sessions_anywhere: bool,
         moved: Callable[[str, int], None],
         gate: AcceptGate | None = None,
+        servers: ServerLoad | None = None,
     ) -> None:
         self._board = board
         self._gate = gate
+        self._servers = servers
         self._port = port
         self._me = me
         self._siblings = siblings
@@ -194,6 +241,8 @@ class Balancer:
         if last is None or now <= last[0]:
             return
         sample = min(1.0, (ran - last[1]) / 1e9 / (now - last[0]))
+        if self._servers is not None:
+            sample = max(sample, self._servers.share(now - last[0]))
         # The mean of two periods: one noisy period does not move anything.
         busy, self._previous = (sample + self._previous) / 2, sample
         self._board.write(self._me, busy, now)
@@ -280,8 +329,10 @@ class Siblings:
         sessions_anywhere: bool,
         moved: Callable[[str, int], None],
         gate: AcceptGate | None = None,
+        server_pids: Callable[[], list[int]] | None = None,
     ) -> Balancer:
         assert self.board is not None
+        servers = ServerLoad(server_pids) if server_pids is not None else None
         return Balancer(
             self.board,
             self.me,
@@ -292,4 +343,5 @@ class Siblings:
             sessions_anywhere=sessions_anywhere,
             moved=moved,
             gate=gate,
+            servers=servers,
         )

@@ -27,6 +27,7 @@ from app.handoff import Handoff
 from app.http_protocol import ConnectionLimits, protocol_class
 from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
+from app.upstream.base import server_pids
 
 
 class GracefulServer(uvicorn.Server):
@@ -69,6 +70,7 @@ class GracefulServer(uvicorn.Server):
                     sessions_anywhere=wired.legacy_sessions.joins,
                     moved=wired.metrics.connections_moved,
                     gate=self._accept_gate(sockets),
+                    server_pids=server_pids(wired.upstream.transport),
                 )
                 self._balancer.start(asyncio.get_running_loop())
         release_free_heap()

@@ -7,8 +7,10 @@ alternating rounds.
                                     [--seconds 3] [--rounds 6]
 
 Gateways in front of the same upstream (the mcp 1.x fixture over Streamable
-HTTP, whose ~1.3 ms a call leaves the workers mostly idle, or
-bench/fast_upstream.py): `moved` (the default: 2 workers moving connections),
+HTTP, whose ~1.3 ms a call leaves the workers mostly idle,
+bench/fast_upstream.py, or `python-stdio`: the mcp 1.x fixture as each
+gateway's stdio server, a process per worker and per legacy session, whose
+CPU is left out of the gateway's): `moved` (the default: 2 workers moving connections),
 `not-moved` (2 workers, MCP_SHIM_MOVE_CONNECTIONS=false) and `one` (1 worker).
 wrk -t1 sends `tools/call echo` (bench/call.lua) to each in turn, their order
 reversed every round: 2026-07-28 calls, or with `--client legacy` 2025-11-25
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -40,6 +43,10 @@ from app.metrics import parse_exposition  # noqa: E402
 from bench import common  # noqa: E402
 from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
+
+STDIO = "python-stdio"
+STDIO_ARGV = [str(procs.LEGACY_PY), str(procs.FIXTURE), "--stdio"]
+STDIO_MARKER = str(procs.FIXTURE).encode()
 
 GATEWAYS = {
     "moved": {"MCP_SHIM_WORKERS": "2"},
@@ -62,6 +69,19 @@ def wrk(
     return dict(orjson.loads(line[6:]))
 
 
+def gateway_tree(pid: int) -> list[int]:
+    """The gateway's processes: its tree but the stdio servers it runs."""
+    mine = []
+    for p in common.tree(pid):
+        try:
+            command = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if STDIO_MARKER not in command:
+            mine.append(p)
+    return mine
+
+
 def moved(metrics: str) -> dict[str, float]:
     counts: dict[str, float] = {}
     for name, labels, value in parse_exposition(httpx.get(metrics, timeout=5).text):
@@ -72,7 +92,7 @@ def moved(metrics: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--upstream", choices=("legacy", "fast"), default="legacy")
+    parser.add_argument("--upstream", choices=("legacy", "fast", STDIO), default="legacy")
     parser.add_argument("--concurrency", default="32")
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=6)
@@ -87,13 +107,22 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         body = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "call.json"
         body.write_bytes(orjson.dumps(LEGACY_CALL if legacy else MODERN_CALL))
-        upstream, _ = stack.enter_context(common.upstream(args.upstream))
+        upstream: str | None = None
+        extra: dict[str, str] = {}
+        if args.upstream == STDIO:
+            extra["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(STDIO_ARGV)
+        else:
+            upstream, _ = stack.enter_context(common.upstream(args.upstream))
         gateways = {}
         for name in rows:
             port = str(procs.free_port())
             url, proc = stack.enter_context(
                 common.gateway(
-                    upstream, f"moves-{name}.log", MCP_SHIM_METRICS_PORT=port, **GATEWAYS[name]
+                    upstream,
+                    f"moves-{name}.log",
+                    MCP_SHIM_METRICS_PORT=port,
+                    **GATEWAYS[name],
+                    **extra,
                 )
             )
             headers = legacy_session(url) if legacy else MODERN_HEADERS
@@ -102,9 +131,9 @@ def main() -> None:
             for r in range(args.rounds):
                 for name in rows[:: 1 if r % 2 == 0 else -1]:
                     url, headers, pid, metrics = gateways[name]
-                    before = common.cpu_seconds(*common.tree(pid))
+                    before = common.cpu_seconds(*gateway_tree(pid))
                     run = wrk(url, body, headers, c, args.seconds)
-                    cpu = common.cpu_seconds(*common.tree(pid)) - before
+                    cpu = common.cpu_seconds(*gateway_tree(pid)) - before
                     rps = run["requests"] / (run["duration_us"] / 1e6)
                     cpu_us = cpu / max(run["requests"], 1) * 1e6
                     figures.setdefault((name, c), []).append((rps, cpu_us))

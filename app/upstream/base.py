@@ -59,6 +59,20 @@ class Session(Protocol):
 
 
 @runtime_checkable
+class RunsProcesses(Protocol):
+    """A transport whose sessions are server processes on this host (stdio)."""
+
+    def server_pids(self) -> list[int]:
+        """The server processes running now."""
+
+
+def server_pids(transport: object) -> Callable[[], list[int]] | None:
+    """What lists `transport`'s server processes, when its sessions are
+    processes here; None: they live elsewhere (an HTTP upstream)."""
+    return transport.server_pids if isinstance(transport, RunsProcesses) else None
+
+
+@runtime_checkable
 class Reclaimable(Protocol):
     """A session its transport may stop on its own to make room (a stdio process)."""
 

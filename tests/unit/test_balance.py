@@ -4,7 +4,8 @@ saturated one to a sibling with room, stay otherwise, and never back and forth
 between the two rules); whether a worker accepts new connections, as a table
 too, and app/accept_gate.py turning a real server's accepting off and on over
 a real listening socket; the shared load table over a real memfd, mapped twice
-as two workers map it; the loop's busy time from the kernel. Real workers
+as two workers map it; the loop's busy time from the kernel, and a stdio
+server process's share of a core from real processes. Real workers
 moving real connections: tests/integration/test_workers_balance.py."""
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 
 import pytest
@@ -207,6 +211,31 @@ def test_the_loop_s_busy_time_grows_with_work_and_is_none_without_the_file(
     after = balance.read_schedstat()
     assert after is not None and after > before
     assert balance.read_schedstat(str(tmp_path) + "/missing") is None
+
+
+def test_a_stdio_server_s_load_is_its_share_of_a_core() -> None:
+    # Real processes: one spinning, one asleep; the busiest is what counts.
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    sleep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pids = [sleep.pid]
+        load = balance.ServerLoad(lambda: pids)
+        assert load.share(0.5) == 0.0  # the first reading has nothing to compare
+        time.sleep(0.5)
+        assert load.share(0.5) < 0.1
+        pids.append(spin.pid)
+        load.share(0.5)  # the spinning one counts from its first reading
+        time.sleep(0.5)
+        assert 0.3 < load.share(0.5) <= 1.0
+        spin.kill()
+        spin.wait()
+        assert balance.process_ticks(spin.pid) is None  # gone: left out
+        time.sleep(0.3)
+        assert load.share(0.3) < 0.1
+    finally:
+        for proc in (spin, sleep):
+            proc.kill()
+            proc.wait()
 
 
 def test_siblings_come_from_the_command_line() -> None:

@@ -494,6 +494,10 @@ class StdioTransport:
         self._unreaped = {proc for proc in self._unreaped if proc.returncode is None}
         return [proc.pid for proc in self._unreaped]
 
+    def server_pids(self) -> list[int]:
+        """The server processes running now (app/balance.py weighs their load)."""
+        return [session.pid for session in self._live]
+
     @property
     def processes(self) -> int:
         """Processes running or starting (the bound counts both)."""
