@@ -216,27 +216,34 @@ def accepting(workers: tw.Workers) -> list[bool]:
 
 
 @contextlib.contextmanager
+def loading(target: Any, url: str) -> Iterator[None]:
+    """Two load generator processes running `target` against `url` (fork: no
+    import in the child) until the block ends."""
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    loaders = [context.Process(target=target, args=(url, stop, 6), daemon=True) for _ in range(2)]
+    for loader in loaders:
+        loader.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for loader in loaders:
+            loader.join(10)
+            if loader.is_alive():
+                loader.kill()
+
+
+@contextlib.contextmanager
 def worker0_saturated(workers: tw.Workers) -> Iterator[None]:
     """Worker 0's loop kept busy through its own listener until worker 1
     accepts again."""
-    context = multiprocessing.get_context("fork")
-    stop = context.Event()
-    url = workers.internal()[0]
-    hammers = [context.Process(target=_hammer, args=(url, stop, 6), daemon=True) for _ in range(2)]
     seen = len(accepting(workers))
-    for hammer in hammers:
-        hammer.start()
-    try:
+    with loading(_hammer, workers.internal()[0]):
         mw.wait_until(
             lambda: True in accepting(workers)[seen:], timeout=20, what="worker 1 accepting"
         )
         yield
-    finally:
-        stop.set()
-        for hammer in hammers:
-            hammer.join(10)
-            if hammer.is_alive():
-                hammer.kill()
 
 
 def idle_gathered(workers: tw.Workers) -> None:
@@ -358,46 +365,30 @@ def _load(url: str, stop: Any, threads: int) -> None:
 
 def test_a_saturated_worker_spills_connections_to_an_idle_one(everything_two: tw.Workers) -> None:
     """Worker 0 saturated by load sent to its own listener (where nothing can
-    move it), while worker 1 idles: the clients' connections gathered on 0
-    before go to 1, at their next request."""
+    move it), while worker 1 idles: the clients' connections, all on worker 0
+    (worker 1 accepts nothing while the gateway is idle), spill to worker 1 at
+    their next request."""
     port = int(everything_two.base.rsplit(":", 1)[1])
     pids = everything_two.pids()
     idle_gathered(everything_two)
     conns = [Conn(port, MODERN_HEADERS, "message") for _ in range(8)]
     for conn in conns:
         conn.call(False)
-    context = multiprocessing.get_context("fork")
-    stop = context.Event()
-    loaders = [
-        context.Process(target=_load, args=(everything_two.internal()[0], stop, 6), daemon=True)
-        for _ in range(2)
-    ]
     try:
-        deadline = time.monotonic() + 15
-        while {holder(pids, port, c) for c in conns} != {0} and time.monotonic() < deadline:
-            for conn in conns:
+        # Worker 1 does not accept while the gateway is idle: all on worker 0.
+        assert {holder(pids, port, c) for c in conns} == {0}, "not all on worker 0 first"
+        with loading(_load, everything_two.internal()[0]):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and moved(everything_two).get("spill", 0.0) == 0:
+                for conn in conns:
+                    conn.call(False)
+                time.sleep(0.05)
+            where = {holder(pids, port, c) for c in conns}  # while still loaded
+            assert moved(everything_two).get("spill", 0.0) > 0, "no spill under load"
+            assert where == {0, 1}
+            for conn in conns:  # answered wherever each is now
                 conn.call(False)
-            time.sleep(0.2)
-        assert {holder(pids, port, c) for c in conns} == {0}, "not gathered first"
-        for loader in loaders:
-            loader.start()
-        where: set[int | None] = set()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and moved(everything_two).get("spill", 0.0) == 0:
-            for conn in conns:
-                conn.call(False)
-            time.sleep(0.05)
-        where = {holder(pids, port, c) for c in conns}  # while still loaded
-        assert moved(everything_two).get("spill", 0.0) > 0, "no spill under load"
-        assert where == {0, 1}
-        for conn in conns:  # answered wherever each is now
-            conn.call(False)
     finally:
-        stop.set()
-        for loader in loaders:
-            loader.join(10)
-            if loader.is_alive():
-                loader.kill()
         for conn in conns:
             conn.close()
 
