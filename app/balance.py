@@ -26,7 +26,7 @@ spills is over GATHER_BELOW) keeps a connection from going back and forth.
 "Busy" is the fraction of wall time the worker's loop thread was running or
 waiting for a CPU (`/proc/thread-self/schedstat`): a loop that is not waiting
 in epoll. Over stdio it is the busier of that and the worker's busiest server
-process (its share of a core, `/proc/<pid>/stat`): a worker's calls of one
+process (its main thread's, `/proc/<pid>/schedstat`): a worker's calls of one
 kind share one process (app/upstream/pool.py), so in front of a server that
 takes a core per process the second worker's process is what doubles the
 calls/s, and gathering on one worker's loop would have halved them. Each
@@ -42,7 +42,6 @@ app/fronts/legacy/notes.py), whose last request named no session.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -131,41 +130,31 @@ def read_schedstat(path: str = "/proc/thread-self/schedstat") -> int | None:
         return None
 
 
-_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
-
-
-def process_ticks(pid: int) -> int | None:
-    """CPU time of process `pid` (user and system, all its threads) in clock
-    ticks; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            # After the command name, which may hold spaces and parentheses.
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 class ServerLoad:
-    """How busy the busiest of this worker's stdio server processes was."""
+    """How busy the busiest of this worker's stdio server processes was: the
+    share of wall time its main thread ran or waited for a CPU, as for the
+    loop (`read_schedstat`). The main thread is where a server's work is (a
+    Python SDK server's event loop, node's JavaScript); its CPU time alone
+    would stay under a core on a machine whose cores the server shares with
+    its clients, while it keeps every call waiting."""
 
     def __init__(self, pids: Callable[[], list[int]]) -> None:
         self._pids = pids
         self._last: dict[int, int] = {}
 
     def share(self, seconds: float) -> float:
-        """Its share of one core over the last `seconds` (since the last reading);
-        a process started since then counts from the next one."""
+        """Over the last `seconds` (since the last reading); a process started
+        since then counts from the next one."""
         now: dict[int, int] = {}
         busiest = 0.0
         for pid in self._pids():
-            ticks = process_ticks(pid)
-            if ticks is None:
+            ran = read_schedstat(f"/proc/{pid}/schedstat")
+            if ran is None:
                 continue
-            now[pid] = ticks
+            now[pid] = ran
             before = self._last.get(pid)
             if before is not None and seconds > 0:
-                busiest = max(busiest, (ticks - before) / _TICKS_PER_S / seconds)
+                busiest = max(busiest, (ran - before) / 1e9 / seconds)
         self._last = now
         return min(1.0, busiest)
 

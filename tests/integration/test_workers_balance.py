@@ -19,6 +19,9 @@ the client's socket is found in /proc/net/tcp by its ports, and its inode in
 - In front of npm's server-everything over stdio, connections gathered on
   worker 0 and then loaded until its loop is saturated spill to worker 1, and
   every call on them is answered.
+- In front of the mcp 1.x fixture over stdio, modern calls on worker 0 that
+  keep its one server process busy spill too, and worker 1 starts a server
+  process of its own for them.
 """
 
 from __future__ import annotations
@@ -185,6 +188,11 @@ def spread(workers: tw.Workers, port: int, make: Any, legacy: bool, want: int) -
     pytest.fail(f"40 connections, none on worker 1: {where}")
 
 
+def _load_fixture(url: str, stop: Any, threads: int) -> None:
+    """`_load` against the mcp 1.x fixture, whose echo takes `text`."""
+    _load(url, stop, threads, "text")
+
+
 def _hammer(url: str, stop: Any, threads: int) -> None:
     """A load generator process: `threads` connections asking `url`'s /healthz
     as fast as they can; the gateway answers it itself, so the load is its
@@ -348,12 +356,13 @@ def everything_two(logs_dir: Path) -> Iterator[tw.Workers]:
     yield from stdio_gateway(everything.node_command(everything.EVERYTHING), logs_dir, "everything")
 
 
-def _load(url: str, stop: Any, threads: int) -> None:
-    """A load generator process: `threads` connections calling as fast as they can."""
+def _load(url: str, stop: Any, threads: int, arg: str = "message") -> None:
+    """A load generator process: `threads` connections calling echo (its
+    argument `arg`) as fast as they can."""
     port = int(url.rsplit(":", 1)[1].split("/")[0])
 
     def loop() -> None:
-        conn = Conn(port, MODERN_HEADERS, "message")
+        conn = Conn(port, MODERN_HEADERS, arg)
         while not stop.is_set():
             conn.call(False)
 
@@ -391,6 +400,48 @@ def test_a_saturated_worker_spills_connections_to_an_idle_one(everything_two: tw
     finally:
         for conn in conns:
             conn.close()
+
+
+def servers_of(worker_pid: int) -> list[int]:
+    """The stdio server processes a worker runs (its children running the fixture)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == worker_pid and bytes(procs.FIXTURE) in command:
+            found.append(int(entry))
+    return found
+
+
+def test_a_stdio_server_process_taking_a_core_spreads_its_calls(stdio_two: tw.Workers) -> None:
+    """A worker's modern calls share its one server process (of one kind of
+    call): once that process takes a core, the worker counts as saturated
+    though its loop is not, connections spill, and worker 1 runs a server
+    process of its own for them."""
+    port = int(stdio_two.base.rsplit(":", 1)[1])
+    pids = stdio_two.pids()
+    idle_gathered(stdio_two)
+    conn = Conn(port, MODERN_HEADERS)
+    try:
+        conn.call(False)
+        assert holder(pids, port, conn) == 0
+        assert servers_of(pids[1]) == []
+        # Clients on the shared port, all accepted by worker 0 (worker 1 does not
+        # accept while the gateway is idle), as many calls as they can.
+        with loading(_load_fixture, stdio_two.base):
+            mw.wait_until(
+                lambda: moved(stdio_two).get("spill", 0.0) > 0, timeout=30, what="a spill"
+            )
+            mw.wait_until(lambda: bool(servers_of(pids[1])), timeout=30, what="worker 1's server")
+        assert len(servers_of(pids[0])) == 1  # one process for all of worker 0's calls
+        conn.call(False)  # answered wherever it is now
+    finally:
+        conn.close()
 
 
 def open_session(port: int) -> Conn:

@@ -5,7 +5,7 @@ between the two rules); whether a worker accepts new connections, as a table
 too, and app/accept_gate.py turning a real server's accepting off and on over
 a real listening socket; the shared load table over a real memfd, mapped twice
 as two workers map it; the loop's busy time from the kernel, and a stdio
-server process's share of a core from real processes. Real workers
+server process's from real processes. Real workers
 moving real connections: tests/integration/test_workers_balance.py."""
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def test_the_loop_s_busy_time_grows_with_work_and_is_none_without_the_file(
     assert balance.read_schedstat(str(tmp_path) + "/missing") is None
 
 
-def test_a_stdio_server_s_load_is_its_share_of_a_core() -> None:
+def test_a_stdio_server_s_load_is_how_busy_its_main_thread_was() -> None:
     # Real processes: one spinning, one asleep; the busiest is what counts.
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     sleep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -226,11 +226,10 @@ def test_a_stdio_server_s_load_is_its_share_of_a_core() -> None:
         pids.append(spin.pid)
         load.share(0.5)  # the spinning one counts from its first reading
         time.sleep(0.5)
-        assert 0.3 < load.share(0.5) <= 1.0
+        assert 0.8 < load.share(0.5) <= 1.0  # ran or waited to run all along
         spin.kill()
         spin.wait()
-        assert balance.process_ticks(spin.pid) is None  # gone: left out
-        time.sleep(0.3)
+        time.sleep(0.3)  # gone: left out
         assert load.share(0.3) < 0.1
     finally:
         for proc in (spin, sleep):
