@@ -26,7 +26,7 @@ spills is over GATHER_BELOW) keeps a connection from going back and forth.
 "Busy" is the fraction of wall time the worker's loop thread was running or
 waiting for a CPU (`/proc/thread-self/schedstat`): a loop that is not waiting
 in epoll. Over stdio it is the busier of that and the worker's busiest server
-process (its main thread's, `/proc/<pid>/schedstat`): a worker's calls of one
+process (its threads', `/proc/<pid>/task/*/schedstat`): a worker's calls of one
 kind share one process (app/upstream/pool.py), so in front of a server that
 takes a core per process the second worker's process is what doubles the
 calls/s, and gathering on one worker's loop would have halved them. Each
@@ -42,6 +42,7 @@ app/fronts/legacy/notes.py), whose last request named no session.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -130,13 +131,27 @@ def read_schedstat(path: str = "/proc/thread-self/schedstat") -> int | None:
         return None
 
 
+def process_schedstat(pid: int) -> int | None:
+    """Nanoseconds the threads of process `pid` have run or waited to run, the
+    living ones summed; None when it is gone."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total = 0
+    for task in tasks:
+        # A thread that ended since the listing counts nothing.
+        total += read_schedstat(f"/proc/{pid}/task/{task}/schedstat") or 0
+    return total
+
+
 class ServerLoad:
     """How busy the busiest of this worker's stdio server processes was: the
-    share of wall time its main thread ran or waited for a CPU, as for the
-    loop (`read_schedstat`). The main thread is where a server's work is (a
-    Python SDK server's event loop, node's JavaScript); its CPU time alone
-    would stay under a core on a machine whose cores the server shares with
-    its clients, while it keeps every call waiting."""
+    share of wall time its threads together ran or waited for a CPU, as for
+    the loop (`read_schedstat`), at most one. Its CPU time alone would stay
+    under a core on a machine whose cores the server shares with its clients,
+    while it keeps every call waiting; its main thread alone misses a Python
+    SDK server's work, which reads stdin in other threads."""
 
     def __init__(self, pids: Callable[[], list[int]]) -> None:
         self._pids = pids
@@ -148,7 +163,7 @@ class ServerLoad:
         now: dict[int, int] = {}
         busiest = 0.0
         for pid in self._pids():
-            ran = read_schedstat(f"/proc/{pid}/schedstat")
+            ran = process_schedstat(pid)
             if ran is None:
                 continue
             now[pid] = ran
