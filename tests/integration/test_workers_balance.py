@@ -45,7 +45,7 @@ import pytest
 
 from app.metrics import parse_exposition
 from tests import procs
-from tests.integration import everything
+from tests.integration import everything, test_stdio
 from tests.integration import mrtr_wire as mw
 from tests.integration import test_workers as tw
 
@@ -405,16 +405,12 @@ def test_a_saturated_worker_spills_connections_to_an_idle_one(everything_two: tw
 def servers_of(worker_pid: int) -> list[int]:
     """The stdio server processes a worker runs (its children running the fixture)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in test_stdio.children(worker_pid):
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if bytes(procs.FIXTURE) in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == worker_pid and bytes(procs.FIXTURE) in command:
-            found.append(int(entry))
     return found
 
 

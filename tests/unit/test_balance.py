@@ -110,25 +110,38 @@ def test_the_gate_turns_a_real_server_s_accepting_off_and_on(
         runner.run(_off_and_on())
 
 
+class _Serving:
+    """A real listening socket served by one asyncio server, as uvicorn's list
+    holds it, and the servers the gate opens on it (recorded)."""
+
+    def __init__(self, protocol: Callable[[], asyncio.Protocol]) -> None:
+        self.protocol = protocol
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.servers: list[asyncio.AbstractServer] = []
+        self.opened: list[asyncio.AbstractServer] = []
+
+    async def gate(self) -> AcceptGate:
+        loop = asyncio.get_running_loop()
+        self.servers.append(await loop.create_server(self.protocol, sock=self.listener))
+        return AcceptGate(self.servers, 0, self.listener, self.open_server)
+
+    async def open_server(self, sock: socket.socket) -> asyncio.AbstractServer:
+        server = await asyncio.get_running_loop().create_server(self.protocol, sock=sock)
+        self.opened.append(server)
+        return server
+
+
 async def _off_and_on() -> None:
-    loop = asyncio.get_running_loop()
     accepted: list[asyncio.BaseTransport] = []
 
     class Serve(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             accepted.append(transport)
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    servers: list[asyncio.AbstractServer] = [await loop.create_server(Serve, sock=listener)]
-    opened: list[asyncio.AbstractServer] = []
-
-    async def open_server(sock: socket.socket) -> asyncio.AbstractServer:
-        server = await loop.create_server(Serve, sock=sock)
-        opened.append(server)
-        return server
-
-    gate = AcceptGate(servers, 0, listener, open_server)
+    serving = _Serving(Serve)
+    port, servers, opened = serving.port, serving.servers, serving.opened
+    gate = await serving.gate()
     clients = [await _connect(port)]
     await asyncio.sleep(0.1)
     assert len(accepted) == 1
@@ -165,19 +178,9 @@ def test_a_gate_turned_off_while_opening_closes_what_it_opened(
 
 
 async def _off_while_opening() -> None:
-    loop = asyncio.get_running_loop()
-    listener = socket.create_server(("127.0.0.1", 0))
-    servers: list[asyncio.AbstractServer] = [
-        await loop.create_server(asyncio.Protocol, sock=listener)
-    ]
-    opened: list[asyncio.AbstractServer] = []
-
-    async def open_server(sock: socket.socket) -> asyncio.AbstractServer:
-        server = await loop.create_server(asyncio.Protocol, sock=sock)
-        opened.append(server)
-        return server
-
-    gate = AcceptGate(servers, 0, listener, open_server)
+    serving = _Serving(asyncio.Protocol)
+    gate = await serving.gate()
+    servers, opened = serving.servers, serving.opened
     gate.set(False)
     gate.set(True)  # opening...
     gate.set(False)  # ...and off again before it is ready
