@@ -3,7 +3,7 @@ MCP_SHIM_MOVE_CONNECTIONS=false and against one worker, side by side,
 alternating rounds.
 
     .venv/bin/python bench/moves.py [--upstream legacy|fast] [--client modern|legacy]
-                                    [--rows moved,not-moved,one] [--concurrency 1,8,32]
+                                    [--rows moved,not-moved,one,one-again] [--concurrency 1,8,32]
                                     [--seconds 3] [--rounds 6]
 
 Gateways in front of the same upstream (the mcp 1.x fixture over Streamable
@@ -11,7 +11,9 @@ HTTP, whose ~1.3 ms a call leaves the workers mostly idle,
 bench/fast_upstream.py, or `python-stdio`: the mcp 1.x fixture as each
 gateway's stdio server, a process per worker and per legacy session, whose
 CPU is left out of the gateway's): `moved` (the default: 2 workers moving connections),
-`not-moved` (2 workers, MCP_SHIM_MOVE_CONNECTIONS=false) and `one` (1 worker).
+`not-moved` (2 workers, MCP_SHIM_MOVE_CONNECTIONS=false), `one` (1 worker)
+and `one-again` (a second, identical 1-worker gateway: the control, whose
+ratio to `one` is what the machine's noise alone makes of two equal rows).
 wrk -t1 sends `tools/call echo` (bench/call.lua) to each in turn, their order
 reversed every round: 2026-07-28 calls, or with `--client legacy` 2025-11-25
 calls on one session per gateway. Per round and gateway: calls/s, gateway
@@ -19,7 +21,9 @@ CPU per call (the process tree's utime + stime from /proc over wrk's calls),
 and the connections moved so far by reason (`mcp_shim_connections_moved_total`,
 from each gateway's metrics port). At the end, the median of the rounds per
 gateway and concurrency, and each row's medians against the `one` row's when
-it ran: the same rounds, so a slow minute of the machine weighs on both.
+it ran: the same rounds, so a slow minute of the machine weighs on both; and
+the median and range of the rounds' own ratios (each row against the one
+worker's run of the same round).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ GATEWAYS = {
     "moved": {"MCP_SHIM_WORKERS": "2"},
     "not-moved": {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_MOVE_CONNECTIONS": "false"},
     "one": {"MCP_SHIM_WORKERS": "1"},
+    "one-again": {"MCP_SHIM_WORKERS": "1"},
 }
 
 
@@ -151,7 +156,20 @@ def main() -> None:
         line = f"c{c:<3} {name:9} {rps:8,.0f} calls/s {cpu_us:6.0f} us/call"
         if name != "one" and (one := medians.get(("one", c))):
             line += f"   vs one worker: {rps / one[0]:.2f}x calls/s, {cpu_us / one[1]:.2f}x CPU"
+            line += paired(figures[(name, c)], figures[("one", c)])
         print(line)
+
+
+def paired(row: list[tuple[float, float]], one: list[tuple[float, float]]) -> str:
+    """The row's figures over the one worker's of the same round (run next to
+    each other), their median and range: a slow minute of the machine moves
+    both of a pair, where it moves the medians of the rounds apart."""
+    shown = []
+    for i, name in enumerate(("calls/s", "CPU")):
+        ratios = sorted(r[i] / o[i] for r, o in zip(row, one, strict=True))
+        mid = statistics.median(ratios)
+        shown.append(f"{mid:.2f}x {name} ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+    return "; per round: " + ", ".join(shown)
 
 
 if __name__ == "__main__":

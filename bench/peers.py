@@ -8,6 +8,8 @@ Gateways (rows), each started by this script in front of its own copy of the
 same stdio server (the command is the same for all):
   shim-1        mcp-shim, MCP_SHIM_WORKERS=1, log level info (one line per call)
   shim-default  mcp-shim, MCP_SHIM_WORKERS unset (the CPU count), log level info
+  shim-1-again  a second shim-1, the control: what the machine's noise alone makes of
+                the ratio of two identical rows in the same run
   shim-fixed    the same with MCP_SHIM_MOVE_CONNECTIONS=false: connections stay on the
                 worker that accepted them (what moving them buys, in the same run)
   supergateway  supergateway 4.0.0 --outputTransport streamableHttp --stateful (npm)
@@ -90,12 +92,13 @@ EVERYTHING_JS = (
 GATEWAYS = [
     "shim-1",
     "shim-default",
+    "shim-1-again",
     "shim-fixed",
     "supergateway",
     "mcp-proxy-npm",
     "mcp-proxy-py",
 ]
-SHIMS = ("shim-1", "shim-default", "shim-fixed")
+SHIMS = ("shim-1", "shim-default", "shim-1-again", "shim-fixed")
 KINDS = ["legacy", "modern"]
 ERRORS = ("non2xx", "connect", "read", "write", "timeout")
 SERVERS = ["python", "everything", "http-python", "http-fast"]
@@ -306,7 +309,7 @@ def gateway_argv(gw: Gateway, port: int) -> tuple[list[str], dict[str, str]]:
             "MCP_SHIM_HOST": "127.0.0.1",
             "MCP_SHIM_LOG_LEVEL": "info",
         }
-        if gateway == "shim-1":
+        if gateway in ("shim-1", "shim-1-again"):
             env["MCP_SHIM_WORKERS"] = "1"
         if gateway == "shim-fixed":
             env["MCP_SHIM_MOVE_CONNECTIONS"] = "false"
@@ -331,6 +334,7 @@ def workers(root: int, marker: str) -> int:
 def labels(gateway: str, workers: int) -> str:
     return {
         "shim-1": "mcp-shim, 1 worker",
+        "shim-1-again": "mcp-shim, 1 worker again",
         "shim-default": f"mcp-shim, default ({workers} workers)",
         "shim-fixed": f"mcp-shim, {workers} workers, not moved",
         "supergateway": "supergateway 4.0.0 --stateful",
@@ -636,19 +640,20 @@ def ratios(rows: list[Row], concurrencies: list[int]) -> str:
     one, default = by.get("shim-1"), by.get("shim-default")
     figures = (("rps", "calls/s"), ("cpu_us", "gw CPU/call"), ("p99_ms", "p99"))
     if one and default:
-        for metric, name in figures:
-            line = [f"default / 1 worker, {name}"]
-            for c in concurrencies:
-                d, o = cell(default, c), cell(one, c)
-                line.append(ratio(d and d[metric], o and o[metric]))
-            out.append(line)
-        fixed = by.get("shim-fixed")
-        for metric, name in figures if fixed else ():
-            line = [f"default / not moved, {name}"]
-            for c in concurrencies:
-                d, f = cell(default, c), cell(fixed, c)
-                line.append(ratio(d and d[metric], f and f[metric]))
-            out.append(line)
+        # The control, a second 1-worker row, next to the default's: how far two
+        # identical rows drift apart in this run.
+        pairs = (
+            ("default / 1 worker", default, one),
+            ("1 worker again / 1 worker", by.get("shim-1-again"), one),
+            ("default / not moved", default, by.get("shim-fixed")),
+        )
+        for label, row, base in pairs:
+            for metric, name in figures if row and base else ():
+                line = [f"{label}, {name}"]
+                for c in concurrencies:
+                    a, b = cell(row, c), cell(base, c)
+                    line.append(ratio(a and a[metric], b and b[metric]))
+                out.append(line)
         idle = ratio(default.rss_idle, one.rss_idle)
         out.append(["default / 1 worker, RSS idle", idle, *[""] * (len(concurrencies) - 1)])
     peers = [r for r in rows if r.gateway not in SHIMS]
