@@ -24,7 +24,7 @@ from app.accept_gate import AcceptGate
 from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError, load_settings
 from app.handoff import Handoff
-from app.http_protocol import ConnectionLimits, protocol_class
+from app.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
 from app.upstream.base import server_pids
@@ -75,10 +75,13 @@ class GracefulServer(uvicorn.Server):
                 self._balancer.start(asyncio.get_running_loop())
         release_free_heap()
 
-    def _create_protocol(self) -> Callable[[], asyncio.Protocol]:
-        """uvicorn's own create_protocol, as it builds it in startup()."""
+    def _create_protocol(self) -> Callable[[], GuardedHttpToolsProtocol]:
+        """uvicorn's own create_protocol, as it builds it in startup(): the
+        class is always ours (serve())."""
+        protocol = self.config.http_protocol_class
+        assert isinstance(protocol, type) and issubclass(protocol, GuardedHttpToolsProtocol)
         return functools.partial(
-            self.config.http_protocol_class,  # type: ignore[call-arg]
+            protocol,
             config=self.config,
             server_state=self.server_state,
             app_state=self.lifespan.state,

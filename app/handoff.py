@@ -70,13 +70,13 @@ class Handoff:
         self._outboxes = {url: socket.socket(fileno=fd) for url, fd in outboxes.items()}
         for box in self._outboxes.values():
             box.setblocking(False)
-        self._factory: Callable[[], asyncio.Protocol] | None = None
+        self._factory: Callable[[], GuardedHttpToolsProtocol] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._adopting: set[asyncio.Task[None]] = set()
 
     # -- receiving --------------------------------------------------------------
 
-    def start(self, factory: Callable[[], asyncio.Protocol]) -> None:
+    def start(self, factory: Callable[[], GuardedHttpToolsProtocol]) -> None:
         """Serve what siblings hand over with the server's own protocol."""
         self._factory = factory
         self._loop = asyncio.get_running_loop()
@@ -117,18 +117,18 @@ class Handoff:
 
     async def _serve(self, sock: socket.socket, request: bytes) -> None:
         assert self._loop is not None and self._factory is not None
+        factory = self._factory
+
+        def adopting() -> GuardedHttpToolsProtocol:
+            protocol = factory()
+            protocol.adopt(request)  # parsed in connection_made, before any read
+            return protocol
+
         try:
-            transport, protocol = await self._loop.connect_accepted_socket(self._factory, sock)
+            await self._loop.connect_accepted_socket(adopting, sock)
         except OSError as exc:
             log.warning("handoff_adopt_failed", error=exc.strerror)
             sock.close()
-            return
-        if transport.is_closing():  # refused (MCP_SHIM_MAX_CONNECTIONS)
-            return
-        if request:
-            protocol.data_received(request)
-        elif isinstance(protocol, GuardedHttpToolsProtocol):
-            protocol.adopted_idle()  # moved between requests (app/balance.py)
 
     # -- sending ------------------------------------------------------------------
 

@@ -175,6 +175,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._pending_read: Callable[[], None] | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._link: ConnectionLink | None = None
+        # A sibling's connection handed over (app/handoff.py): the bytes of its
+        # request that sibling read, for connection_made; None: accepted here.
+        self._adopted: bytes | None = None
 
     # -- connection bound ----------------------------------------------------
 
@@ -200,6 +203,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.close()
             return
         self._arm_read(self._headers_timed_out, self.limits.read_timeout_s)
+        adopted, self._adopted = self._adopted, None
+        if adopted:
+            self.data_received(adopted)
+        elif adopted is not None:
+            self.adopted_idle()
 
     def _evictable(self) -> bool:
         # Not answering anything: between requests, or still receiving one
@@ -414,6 +422,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         except OSError:
             raw.resume_reading()
             return None
+
+    def adopt(self, data: bytes) -> None:
+        """Before connection_made: this is a sibling's connection handed over,
+        with `data`, the bytes of its request the sibling read (empty: it came
+        between requests). connection_made parses them before the socket is
+        first read: the rest of that request may already be waiting there,
+        and uvloop reads the socket as soon as connection_made returns, before
+        the code that adopted the socket runs again. Parsed after that read,
+        a request's body came before its headers: 400, a client's call lost."""
+        self._adopted = data
 
     def adopted_idle(self) -> None:
         """A sibling's idle keep-alive connection, adopted: its next request may be
