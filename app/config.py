@@ -228,6 +228,13 @@ class Settings(BaseSettings):
         description="a stdio server silent this long with calls in flight is pinged; one that "
         "does not answer the ping within as long is stopped",
     )
+    stdio_cancel: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="notifications/cancelled to a stdio server for a call its caller abandoned "
+        "(optional in the legacy revisions): auto sends it until a server process exits after "
+        "one with no later request answered, as the Python SDK 1.x's can (python-sdk issue "
+        "2610), and from then on no more; always; never",
+    )
     cache_ttl_ms: int = Field(default=60_000, ge=0)
     cache_scope: Literal["public", "private"] = "private"
     # subscriptions/listen (app/subscriptions).

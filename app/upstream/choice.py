@@ -83,6 +83,7 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
             slot_wait_s=settings.connect_timeout_s,
             request_timeout_s=settings.request_timeout_s,
             liveness_s=settings.stdio_liveness_s,
+            cancel=settings.stdio_cancel,
             contain=True,
         )
         # Every stdio session is a process, and the transport bounds processes

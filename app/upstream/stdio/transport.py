@@ -63,7 +63,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.pool import credential_hash
-from app.upstream.routing import Exchange, Router, initialize_result
+from app.upstream.routing import Exchange, Router, id_key, initialize_result
 from app.upstream.stdio.containment import Cgroup, OrphanReaper, ServerCgroups
 
 log = structlog.get_logger("mcp_shim.stdio")
@@ -164,6 +164,10 @@ class StdioSession:
         self.failure_counted = False  # in the transport's backoff
         self.not_json = 0  # stdout lines that were not JSON-RPC
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        # Since the last notifications/cancelled written, the ids of the requests
+        # written after it; None once one of them was answered (the process
+        # survived it) or before any cancellation.
+        self._unconfirmed: set[tuple[str, Any]] | None = None
         self._ping_ids = itertools.count(1)
         loop = asyncio.get_running_loop()
         # The lines of one loop iteration go to the server's stdin as one write at
@@ -199,10 +203,20 @@ class StdioSession:
         except BaseException:
             self._routes.forget(exchange)
             raise
+        if self._unconfirmed is not None:
+            self._unconfirmed.add(id_key(message.get("id")))
         return exchange
 
     async def notify(self, message: Message) -> None:
+        cancelling = message.get("method") == "notifications/cancelled"
+        if cancelling and not self._transport.cancels:
+            # Withheld (MCP_SHIM_STDIO_CANCEL): the call ends here all the same,
+            # and the server's answer, when it comes, is dropped.
+            self._routes.cancelled(message)
+            return
         await self._write(message, str(message.get("method")))
+        if cancelling:
+            self._unconfirmed = set()
         self._routes.cancelled(message)
 
     async def respond(self, message: Message) -> None:
@@ -298,6 +312,9 @@ class StdioSession:
                     self._dispatch(message)
 
     def _dispatch(self, message: Message) -> None:
+        unconfirmed = self._unconfirmed
+        if unconfirmed and "method" not in message and id_key(message.get("id")) in unconfirmed:
+            self._unconfirmed = None  # it read on after the cancellation
         if self._routes.dispatch(message) and self.initialized and not self.proven:
             self.proven = True
             self._transport.proven()
@@ -416,11 +433,16 @@ class StdioSession:
             "exit_code": code,
             "lived_s": round(time.monotonic() - self.started_at, 2),
         }
+        after_cancel = not expected and self._unconfirmed is not None
         if expected:
             log.info("upstream_process_ended", **fields)
         else:
+            if after_cancel:
+                fields["after_cancellation"] = True
             log.warning("upstream_process_exited", **fields, stderr_tail=list(self.stderr_tail))
         self._transport.exited(self, expected=expected)
+        if after_cancel:
+            self._transport.exited_after_cancel(self)
         if self.cgroup is not None:
             await self.cgroup.remove()
         return code
@@ -444,11 +466,13 @@ class StdioTransport:
         max_per_credential: int | None = None,
         stdin_grace_s: float = 2.0,
         term_grace_s: float = 2.0,
+        cancel: str = "auto",
         contain: bool = False,
     ) -> None:
-        """`contain`: the gateway's own transport (not a test's in a shared process):
-        a cgroup per server where one is writable, and the gateway a subreaper
-        that reaps and, at shutdown, ends what its servers leave behind."""
+        """`cancel`: MCP_SHIM_STDIO_CANCEL (auto, always, never). `contain`: the
+        gateway's own transport (not a test's in a shared process): a cgroup per
+        server where one is writable, and the gateway a subreaper that reaps
+        and, at shutdown, ends what its servers leave behind."""
         self._argv = list(argv)
         self._env = dict(env)
         self.max_processes = max_processes
@@ -459,6 +483,15 @@ class StdioTransport:
         self._liveness_s = liveness_s
         self._stdin_grace_s = stdin_grace_s
         self._term_grace_s = term_grace_s
+        self._cancel = cancel
+        # Whether a call its caller abandoned is cancelled on its server. Optional
+        # in the legacy revisions (2025-11-25 basic/utilities/cancellation), and
+        # some servers die of it: the Python SDK 1.x's session can end on a
+        # cancellation that races its answer, and its process then exits at
+        # the next line it reads (python-sdk issue 2610), failing every other
+        # caller's call on it. Under "auto", the first process that exits after
+        # a cancellation, with no later request answered, ends them.
+        self.cancels = cancel != "never"
         self._live: set[StdioSession] = set()
         self._starting = 0
         # Processes running or starting, per credential hash.
@@ -699,6 +732,22 @@ class StdioTransport:
             self._reaper.reap()  # what it left behind may be dead already
         if not expected:
             self._failed(session)
+
+    def exited_after_cancel(self, session: StdioSession) -> None:
+        """`session`'s process exited after a cancellation it was sent, having
+        answered no request written after it."""
+        if self._cancel != "auto" or not self.cancels:
+            return
+        self.cancels = False
+        log.warning(
+            "upstream_cancellation_stopped",
+            pid=session.pid,
+            reason="a server process exited after a notifications/cancelled, answering "
+            "nothing sent after it",
+            consequence="calls their callers abandon now run to their end on the server, "
+            "and their answers are dropped",
+            setting="MCP_SHIM_STDIO_CANCEL",
+        )
 
     # -- stopping -----------------------------------------------------------------
 
