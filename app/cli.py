@@ -25,9 +25,10 @@ from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError, load_settings
 from app.handoff import Handoff
 from app.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
+from app.load_board import CANCELS_WITHHELD
 from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
-from app.upstream.base import server_pids
+from app.upstream.base import server_pids, share_cancel_stop
 
 
 class GracefulServer(uvicorn.Server):
@@ -61,6 +62,9 @@ class GracefulServer(uvicorn.Server):
             if wired.settings.upstream_command is not None:
                 # A stdio session's requests go to the worker running its server.
                 wired.replicas.relay.handoff = self._handoff
+            if self._siblings is not None and self._siblings.board is not None:
+                flag = self._siblings.board.flag(CANCELS_WITHHELD)
+                share_cancel_stop(wired.upstream.transport, flag)
             moving = wired.settings.move_connections
             if moving and self._siblings is not None and self._siblings.board is not None:
                 self._balancer = self._siblings.balancer(

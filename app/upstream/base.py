@@ -66,6 +66,30 @@ class RunsProcesses(Protocol):
         """The server processes running now."""
 
 
+class SharedFlag(Protocol):
+    """One flag every worker of the gateway sees (app/load_board.py)."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+
+@runtime_checkable
+class WithholdsCancels(Protocol):
+    """A transport that may stop sending cancellations (stdio: MCP_SHIM_STDIO_CANCEL)."""
+
+    def share_cancel_stop(self, flag: SharedFlag) -> None:
+        """Stop when `flag` is set, and set it on stopping: so every worker stops
+        once one worker's server died of a cancellation."""
+
+
+def share_cancel_stop(transport: object, flag: SharedFlag) -> None:
+    """Let `transport`, when it may stop sending cancellations, stop with the
+    other workers' (`WithholdsCancels`); nothing for one that always sends them."""
+    if isinstance(transport, WithholdsCancels):
+        transport.share_cancel_stop(flag)
+
+
 def server_pids(transport: object) -> Callable[[], list[int]] | None:
     """What lists `transport`'s server processes, when its sessions are
     processes here; None: they live elsewhere (an HTTP upstream)."""

@@ -192,7 +192,7 @@ class SessionPool:
         self._share = min(max_per_credential or max_sessions, max_sessions)
         self._idle_s = idle_s
         self._sessions: dict[SessionKey, PooledSession] = {}
-        self._opening: dict[SessionKey, asyncio.Future[PooledSession]] = {}
+        self._opening: dict[SessionKey, asyncio.Task[PooledSession]] = {}
         self._reaper: asyncio.Task[None] | None = None
         # Sessions alive or being opened, in all and per credential hash.
         self._count = 0
@@ -257,11 +257,17 @@ class SessionPool:
         neither eviction nor the idle reaper closes it under a call."""
         pooled = self._sessions.get(key)
         if pooled is None:
-            pending = self._opening.get(key)
-            if pending is not None:
-                pooled = await asyncio.shield(pending)
-            else:
-                pooled = await self._open_once(key, capabilities, authorization)
+            opening = self._opening.get(key)
+            if opening is None:
+                # A task of its own, which every caller of the key awaits: a
+                # caller that goes away (its task cancelled) leaves the open to
+                # the others, never cancels it under them.
+                opening = asyncio.get_running_loop().create_task(
+                    self._open_once(key, capabilities, authorization)
+                )
+                opening.add_done_callback(_retrieved)
+                self._opening[key] = opening
+            pooled = await asyncio.shield(opening)
         pooled.in_flight += 1
         pooled.last_used = time.monotonic()
         return pooled
@@ -282,18 +288,10 @@ class SessionPool:
     async def _open_once(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
-        future: asyncio.Future[PooledSession] = asyncio.get_running_loop().create_future()
-        self._opening[key] = future
         try:
-            pooled = await self._open(key, capabilities, authorization)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
+            return await self._open(key, capabilities, authorization)
         finally:
             self._opening.pop(key, None)
-        future.set_result(pooled)
-        return pooled
 
     async def _open(
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
@@ -542,8 +540,20 @@ class SessionPool:
         for task in list(self._background):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 2.0)
+        openings = list(self._opening.values())
+        for opening in openings:  # none may land after this
+            opening.cancel()
+        if openings:
+            await asyncio.wait(openings)
         for pooled in list(self._sessions.values()) + list(self._retired):
             await self.discard(pooled)
+
+
+def _retrieved(task: asyncio.Task[PooledSession]) -> None:
+    # Each caller awaiting the open re-raises its error itself; when none is
+    # left, nothing should be logged as "never retrieved".
+    if not task.cancelled():
+        task.exception()
 
 
 __all__ = ["PooledSession", "SessionExpired", "SessionKey", "SessionPool", "credential_hash"]

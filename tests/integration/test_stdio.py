@@ -13,9 +13,11 @@ stdio_servers.py) and raw 2026-07-28 requests. Processes are counted from
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -348,6 +350,34 @@ def fixture_over_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
     with stdio_gateway(command, log) as (base, _):
         yield base
+
+
+def test_a_caller_gone_while_the_server_starts_leaves_the_start_to_the_next(
+    tmp_path: Path, http: httpx.Client
+) -> None:
+    """The first call starts the server process; its caller disconnects before the
+    process has answered initialize, while a second caller of the same session
+    key waits for it. The start was the first caller's task, cancelled with it,
+    and the second got the CancelledError: a plain-text 500."""
+    command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
+    with stdio_gateway(command, tmp_path / "gateway.log") as (base, _):
+        message = wire.body("tools/call", {"name": "echo", "arguments": {"text": "first"}})
+        body = json.dumps(message).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in wire.headers_for(message).items())
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as first, ThreadPoolExecutor(1) as pool:
+            first.sendall(
+                f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(body)}\r\n"
+                f"{head}\r\n".encode()
+                + body
+            )
+            time.sleep(0.05)
+            second = pool.submit(call, http, base, "echo", {"text": "second"})
+            time.sleep(0.05)
+            first.close()  # gone while its server process starts (a Python one: ~0.5 s)
+            answer = second.result(60)
+        assert answer.status == 200, answer.messages
+        assert text_of(answer) == "second"
 
 
 def test_a_server_request_for_a_capability_the_caller_lacks(

@@ -13,6 +13,8 @@ when a caller goes at once, against real processes of that server:
 - "auto" (the default) sends cancellations until a process exits after one
   with nothing written after it answered; from then on it withholds them, and
   a new process takes any number of abandoned calls and serves on;
+- one worker's stop stops every worker's (a flag in the table the supervisor
+  shares with them), so a gateway loses one process to it, not one a worker;
 - a process that answered after a cancellation and exits later for another
   reason does not stop them;
 - "never" never sends one, "always" keeps sending them.
@@ -34,6 +36,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from app.load_board import CANCELS_WITHHELD, LoadBoard
 from app.upstream.errors import UpstreamError
 from app.upstream.stdio.transport import StdioSession, StdioTransport, child_environment
 from tests import procs
@@ -145,6 +148,31 @@ async def test_auto_stops_cancelling_once_a_process_dies_of_it() -> None:
         await settle(second)
         result = await answer(second, echo("after", text="still here"))
         assert result["result"]["content"][0]["text"] == "still here"
+
+
+async def test_one_worker_s_stop_stops_its_siblings() -> None:
+    # Two workers' transports sharing the supervisor's table (app/load_board.py).
+    fd = LoadBoard.create(2)
+    boards = [LoadBoard(fd, 2), LoadBoard(os.dup(fd), 2)]
+    try:
+        async with fixture_transport("auto") as dying, fixture_transport("auto") as sibling:
+            dying.share_cancel_stop(boards[0].flag(CANCELS_WITHHELD))
+            sibling.share_cancel_stop(boards[1].flag(CANCELS_WITHHELD))
+            theirs, _ = await sibling.open_session(INITIALIZE, {})
+            assert sibling.cancels
+            first, _ = await dying.open_session(INITIALIZE, {})
+            await abandon(first, PAIRS, "a")
+            await asyncio.wait_for(asyncio.shield(first.exited), 10)
+            assert not sibling.cancels
+            # Its own process, cancelled nothing, serves on.
+            assert await abandon(theirs, PAIRS, "s") == PAIRS
+            await settle(theirs)
+            result = await answer(theirs, echo("after", text="still here"))
+            assert result["result"]["content"][0]["text"] == "still here"
+    finally:
+        for board in boards:
+            board.close()
+        os.close(fd)
 
 
 async def test_a_process_that_answered_after_a_cancellation_does_not_stop_them() -> None:

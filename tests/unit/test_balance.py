@@ -24,7 +24,7 @@ import uvloop
 from app import balance
 from app.accept_gate import AcceptGate
 from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
-from app.load_board import STALE_S, LoadBoard
+from app.load_board import CANCELS_WITHHELD, STALE_S, LoadBoard
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("light load on worker 1 gathers on 0", 1, [0.1, 0.2], 6, Move(0, 6, "gather")),
@@ -201,6 +201,25 @@ def test_the_board_is_shared_and_forgets_silent_workers() -> None:
         assert worker0.read(100.0 + STALE_S + 0.1) == [None, 0.75]
         worker0.close()
         worker1.close()
+    finally:
+        os.close(fd)
+
+
+def test_a_flag_one_worker_raises_every_worker_sees_until_its_table_closes() -> None:
+    fd = LoadBoard.create(2)
+    try:
+        worker0, worker1 = LoadBoard(fd, 2), LoadBoard(os.dup(fd), 2)
+        seen = worker1.flag(CANCELS_WITHHELD)
+        assert not seen.is_set()
+        worker0.write(1, 0.5, 100.0)  # the slots and the flags do not overlap
+        worker0.flag(CANCELS_WITHHELD).set()
+        assert seen.is_set() and worker1.read(100.0) == [None, 0.5]
+        worker1.write(1, 0.75, 100.0)
+        assert seen.is_set()
+        worker1.close()
+        assert not seen.is_set()  # a stopping worker's: reads as lowered, never raises
+        seen.set()
+        worker0.close()
     finally:
         os.close(fd)
 

@@ -216,3 +216,23 @@ async def test_legacy_clients_own_sessions_take_no_room_in_the_pool() -> None:
     assert isinstance(await take(pool, None), PooledSession)
     await pool.close_owned(owned[0])
     assert pool.open_sessions == 1
+
+
+async def test_a_caller_gone_while_its_session_opens_leaves_it_to_the_others() -> None:
+    # The first caller of a key opened the session in its own task: a client
+    # that disconnected then (its task cancelled) cancelled the open, and every
+    # caller waiting on it got the CancelledError, a plain 500 (seen in front
+    # of a stdio server whose process was starting).
+    transport = SlowTransport()
+    pool = SessionPool(transport, max_sessions=2, idle_s=300)
+    first = asyncio.create_task(take(pool, None))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(take(pool, None))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    pooled = await asyncio.wait_for(second, 5)
+    assert first.cancelled()
+    assert len(transport.opened) == 1 and pooled.session is transport.opened[0]
+    # The session is the pool's; the gone caller holds no lease on it.
+    assert pooled.in_flight == 1 and pool.open_sessions == 1
+    await pool.aclose()

@@ -53,7 +53,7 @@ from typing import Any
 import structlog
 
 from app import jsonio, write_coalescer
-from app.upstream.base import Message
+from app.upstream.base import Message, SharedFlag
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
@@ -490,8 +490,10 @@ class StdioTransport:
         # cancellation that races its answer, and its process then exits at
         # the next line it reads (python-sdk issue 2610), failing every other
         # caller's call on it. Under "auto", the first process that exits after
-        # a cancellation, with no later request answered, ends them.
-        self.cancels = cancel != "never"
+        # a cancellation, with no later request answered, ends them: in every
+        # worker, through `_cancel_stop` when the workers share one.
+        self._cancels = cancel != "never"
+        self._cancel_stop: SharedFlag | None = None
         self._live: set[StdioSession] = set()
         self._starting = 0
         # Processes running or starting, per credential hash.
@@ -733,12 +735,25 @@ class StdioTransport:
         if not expected:
             self._failed(session)
 
+    @property
+    def cancels(self) -> bool:
+        """Whether a call its caller abandoned gets notifications/cancelled."""
+        if self._cancels and self._cancel_stop is not None and self._cancel_stop.is_set():
+            self._cancels = False  # another worker's server died of one
+        return self._cancels
+
+    def share_cancel_stop(self, flag: SharedFlag) -> None:
+        if self._cancel == "auto":
+            self._cancel_stop = flag
+
     def exited_after_cancel(self, session: StdioSession) -> None:
         """`session`'s process exited after a cancellation it was sent, having
         answered no request written after it."""
         if self._cancel != "auto" or not self.cancels:
             return
-        self.cancels = False
+        self._cancels = False
+        if self._cancel_stop is not None:
+            self._cancel_stop.set()
         log.warning(
             "upstream_cancellation_stopped",
             pid=session.pid,
