@@ -3,14 +3,15 @@ user and kernel CPU, and context switches, per call, one worker against the
 default.
 
     .venv/bin/python bench/preempt.py [--concurrency 8] [--rounds 3] [--seconds 3]
-        [--workers 1,2]
+        [--workers 1,2] [--nice 19]
 
 In front of bench/fast_upstream.py (about 10 us a call), wrk (bench/call.lua,
 2026-07-28 `tools/call echo`) drives each gateway for a warm-up second, then
 `--seconds` measured: the gateway's workers' utime and stime (/proc/<pid>/stat)
 and their threads' voluntary and involuntary context switches
-(/proc/<pid>/task/*/status), each divided by the calls wrk counted in that
-window. The rows alternate, round by round; the medians of the rounds close.
+(/proc/<pid>/task/*/status), each divided by the calls of that window (wrk's
+rate over its whole run times the window: wrk counts no window of its own).
+The rows alternate, round by round; the medians of the rounds close.
 
 An involuntary switch is the scheduler taking the CPU from a worker that
 could run on: on a machine whose cores the load generator and the upstream
@@ -54,20 +55,19 @@ def switches(pids: list[int]) -> tuple[int, int]:
     return voluntary, involuntary
 
 
-NICE = 0  # --nice: the load generator's and the upstream's
-
-
-def wrk(url: str, concurrency: int, seconds: float, env: dict[str, str]) -> subprocess.Popen[str]:
+def wrk(
+    url: str, concurrency: int, seconds: float, env: dict[str, str], nice: int
+) -> subprocess.Popen[str]:
     argv = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds:g}s", "-s", "bench/call.lua", url]
-    if NICE:
-        argv = ["nice", "-n", str(NICE), *argv]
+    if nice:
+        argv = ["nice", "-n", str(nice), *argv]
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
 
 
 def measure(
     url: str, pids: list[int], args: argparse.Namespace, env: dict[str, str]
 ) -> dict[str, float]:
-    run = wrk(url, args.concurrency, 1 + args.seconds + 1, env)
+    run = wrk(url, args.concurrency, 1 + args.seconds + 1, env, args.nice)
     time.sleep(1)
     user0, sys0 = cpu_split(*pids)
     vol0, invol0 = switches(pids)
@@ -106,8 +106,6 @@ def main() -> None:
         "the CPU from them rather than they from the workers",
     )
     args = parser.parse_args()
-    global NICE
-    NICE = args.nice
     counts = args.workers.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         body = Path(tmp) / "body.json"
@@ -116,14 +114,14 @@ def main() -> None:
         env = {"PATH": "/usr/bin:/bin", "BENCH_BODY": str(body), "BENCH_HEADERS": headers}
         rows: dict[str, list[dict[str, float]]] = {count: [] for count in counts}
         with fast_upstream() as (upstream_url, upstream_proc):
-            if NICE:
-                os.setpriority(os.PRIO_PROCESS, upstream_proc.pid, NICE)
+            if args.nice:
+                os.setpriority(os.PRIO_PROCESS, upstream_proc.pid, args.nice)
             for round_ in range(args.rounds):
                 for count in counts if round_ % 2 == 0 else reversed(counts):
                     log = f"preempt-{count}.log"
                     with gateway(upstream_url, log, MCP_SHIM_WORKERS=count) as (url, proc):
                         # A second of load first: sessions open, workers settle.
-                        wrk(url, args.concurrency, 1, env).communicate()
+                        wrk(url, args.concurrency, 1, env, args.nice).communicate()
                         pids = [p for p in tree(proc.pid) if p != proc.pid] or [proc.pid]
                         figures = measure(url, pids, args, env)
                     rows[count].append(figures)

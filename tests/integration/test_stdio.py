@@ -13,11 +13,9 @@ stdio_servers.py) and raw 2026-07-28 requests. Processes are counted from
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shlex
 import signal
-import socket
 import sys
 import threading
 import time
@@ -43,6 +41,7 @@ from tests.integration.everything import (
     text_of,
     wait_for,
 )
+from tests.integration.test_slow_clients import raw_request
 from tests.procs import run_modern_client
 
 pytestmark = pytest.mark.peers
@@ -362,15 +361,8 @@ def test_a_caller_gone_while_the_server_starts_leaves_the_start_to_the_next(
     command = shlex.join([str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"])
     with stdio_gateway(command, tmp_path / "gateway.log") as (base, _):
         message = wire.body("tools/call", {"name": "echo", "arguments": {"text": "first"}})
-        body = json.dumps(message).encode()
-        head = "".join(f"{k}: {v}\r\n" for k, v in wire.headers_for(message).items())
         port = int(base.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port)) as first, ThreadPoolExecutor(1) as pool:
-            first.sendall(
-                f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(body)}\r\n"
-                f"{head}\r\n".encode()
-                + body
-            )
+        with raw_request(port, message) as first, ThreadPoolExecutor(1) as pool:
             time.sleep(0.05)
             second = pool.submit(call, http, base, "echo", {"text": "second"})
             time.sleep(0.05)

@@ -48,7 +48,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -466,7 +466,7 @@ class StdioTransport:
         max_per_credential: int | None = None,
         stdin_grace_s: float = 2.0,
         term_grace_s: float = 2.0,
-        cancel: str = "auto",
+        cancel: Literal["auto", "always", "never"] = "auto",
         contain: bool = False,
     ) -> None:
         """`cancel`: MCP_SHIM_STDIO_CANCEL (auto, always, never). `contain`: the
