@@ -1,13 +1,14 @@
 """Where the gateway's time goes: py-spy over mcp-shim under wrk load.
 
-    .venv/bin/python bench/profile.py [--upstream fast|legacy|everything] [--legacy]
+    .venv/bin/python bench/profile.py [--upstream fast|legacy|everything|python-stdio] [--legacy]
         [--concurrency 8] [--seconds 20] [--rate 200] [--shim-env NAME=VALUE ...] [--gc]
 
 Starts the upstream (bench/fast_upstream.py, or the mcp 1.x fixture) and one
 gateway in front of it, runs wrk (bench/call.lua, 2026-07-28 `tools/call`) and
 samples the gateway with `py-spy record --format raw` for the same seconds.
 `--upstream everything` serves npm's server-everything over stdio instead (the
-gateway runs it; its CPU is the upstream's); `--legacy` sends the calls as a
+gateway runs it; its CPU is the upstream's), `--upstream python-stdio` the mcp
+1.x fixture over stdio; `--legacy` sends the calls as a
 2025-11-25 client does, on one session opened through the gateway.
 Prints wrk's figures, the gateway's CPU per call, and the samples' shares:
 own time by package (the frame on top of the stack), and the inclusive share
@@ -103,7 +104,9 @@ def shares(raw: Path) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--upstream", choices=["fast", "legacy", "everything"], default="fast")
+    parser.add_argument(
+        "--upstream", choices=["fast", "legacy", "everything", "python-stdio"], default="fast"
+    )
     parser.add_argument(
         "--legacy", action="store_true", help="2025-11-25 calls on a session through the gateway"
     )
@@ -150,9 +153,10 @@ def main() -> None:
     kind = "-direct" if args.direct else "-hop" if args.hop else "-legacy" if args.legacy else ""
     tag = f"{args.upstream}-c{args.concurrency}{kind}{args.tag}"
     body = out / "modern-call.json"
-    stdio = args.upstream == "everything"
+    stdio = args.upstream in ("everything", "python-stdio")
+    everything = args.upstream == "everything"
     modern_call = json.loads(json.dumps(MODERN_CALL))
-    if stdio:  # server-everything's echo takes a message
+    if everything:  # server-everything's echo takes a message
         modern_call["params"]["arguments"] = {"message": "hi"}
     body.write_bytes(json.dumps(modern_call).encode())
     gc_report = out / f"gc-{tag}.json"
@@ -172,8 +176,12 @@ def main() -> None:
     }
     if stdio:
         del env["MCP_SHIM_UPSTREAM_URL"]
-        node = str(procs.require_peer(procs.NODE))
-        env["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join([node, str(EVERYTHING_JS)])
+        if everything:
+            node = str(procs.require_peer(procs.NODE))
+            command = [node, str(EVERYTHING_JS)]
+        else:
+            command = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"]
+        env["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(command)
     shim_argv = [sys.executable, "-m", "app.cli"]
     if args.gc:
         shim_argv = [sys.executable, str(ROOT / "bench" / "gc_probe.py")]
@@ -208,7 +216,7 @@ def main() -> None:
             url = upstream if args.direct else url
             legacy = out / "legacy-call.json"
             call = json.loads(json.dumps(LEGACY_CALL))
-            if stdio:  # server-everything's echo takes a message
+            if everything:  # server-everything's echo takes a message
                 call["params"]["arguments"] = {"message": "hi"}
             # Compact, as call.lua numbers the requests only in `"id":1,`.
             legacy.write_bytes(json.dumps(call, separators=(",", ":")).encode())

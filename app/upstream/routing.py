@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -86,8 +87,21 @@ class _Stop:
     """The request was cancelled: its messages end with no response."""
 
 
+class _Silent:
+    """The server sent nothing for the exchange within its timeout."""
+
+
+_SILENT = _Silent()
+
+
 class Exchange:
-    """Messages for one request (ending with its response), or the listen stream."""
+    """Messages for one request (ending with its response), or the listen stream.
+
+    `timeout_s` bounds each wait of the reader for the next message, as an
+    `asyncio.timeout` around each read did, for less: one timer per exchange,
+    armed when the read begins and moved on only when it fires
+    (`_check_silence`). The timeout around every read was 3% of a legacy call's
+    CPU over stdio (bench/README.md, "Sixth session")."""
 
     def __init__(
         self, router: Router, what: str, timeout_s: float | None, request_id: Any = None
@@ -97,8 +111,12 @@ class Exchange:
         self._timeout_s = timeout_s
         self.request_id = request_id
         self.progress_token: Any = None
-        self.queue: asyncio.Queue[Message | _End | _Stop] = asyncio.Queue()
+        self.queue: asyncio.Queue[Message | _End | _Stop | _Silent] = asyncio.Queue()
         self.last_event_id: str | None = None
+        # time.monotonic() when the reader began to wait for a message; None:
+        # it is not waiting (busy with the last one, or not reading yet).
+        self._waiting_since: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._messages = self._read()
 
     def __aiter__(self) -> AsyncIterator[Message]:
@@ -115,23 +133,55 @@ class Exchange:
     def stop(self) -> None:
         self.queue.put_nowait(_Stop())
 
+    def _check_silence(self) -> None:
+        timeout_s = self._timeout_s
+        assert timeout_s is not None  # armed only with one
+        loop = asyncio.get_running_loop()
+        since = self._waiting_since
+        if since is None or not self.queue.empty():
+            # The reader is busy, or has a message to take: not the server's silence.
+            self._timer = loop.call_later(timeout_s, self._check_silence)
+            return
+        waited_s = time.monotonic() - since
+        if waited_s < timeout_s:
+            self._timer = loop.call_later(timeout_s - waited_s, self._check_silence)
+            return
+        self._timer = None
+        self.queue.put_nowait(_SILENT)
+
     async def _read(self) -> AsyncIterator[Message]:
-        while True:
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    item = await self.queue.get()
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    f"{self._router.source} sent nothing for {self.what} "
-                    f"within {self._timeout_s:g}s"
-                ) from None
-            if isinstance(item, _End):
-                raise item.error
-            if isinstance(item, _Stop):
-                return
-            yield item
-            if self.request_id is not None and "method" not in item:
-                return  # the response: nothing else belongs to this request
+        queue = self.queue
+        timeout_s = self._timeout_s
+        timed = timeout_s is not None
+        if timeout_s is not None:
+            self._timer = asyncio.get_running_loop().call_later(timeout_s, self._check_silence)
+        try:
+            while True:
+                if not queue.empty():
+                    item = queue.get_nowait()
+                elif timed:
+                    self._waiting_since = time.monotonic()
+                    try:
+                        item = await queue.get()
+                    finally:
+                        self._waiting_since = None
+                else:
+                    item = await queue.get()
+                if isinstance(item, _Silent):
+                    raise UpstreamTimeout(
+                        f"{self._router.source} sent nothing for {self.what} within {timeout_s:g}s"
+                    )
+                if isinstance(item, _End):
+                    raise item.error
+                if isinstance(item, _Stop):
+                    return
+                yield item
+                if self.request_id is not None and "method" not in item:
+                    return  # the response: nothing else belongs to this request
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     async def aclose(self, drain: bool = False) -> None:
         self._router.forget(self)
