@@ -152,14 +152,13 @@ class Exchange:
     async def _read(self) -> AsyncIterator[Message]:
         queue = self.queue
         timeout_s = self._timeout_s
-        timed = timeout_s is not None
         if timeout_s is not None:
             self._timer = asyncio.get_running_loop().call_later(timeout_s, self._check_silence)
         try:
             while True:
                 if not queue.empty():
                     item = queue.get_nowait()
-                elif timed:
+                elif timeout_s is not None:
                     self._waiting_since = time.monotonic()
                     try:
                         item = await queue.get()

@@ -76,20 +76,22 @@ async def test_messages_closer_than_the_timeout_keep_a_long_exchange_going() -> 
 
 
 async def test_a_reader_busy_with_a_message_is_not_timed_out_for_it() -> None:
-    """The reader takes the first message and is busy for 2.5 timeouts (as when
-    its client reads slowly); the answer comes 2.25 timeouts after the first
-    message, while the reader is still busy. What counts is how long the
-    reader waited, which is never."""
+    """The reader waits for the first message (half a timeout), then is busy
+    with it for 2.5 timeouts (as when its client reads slowly); the answer
+    comes 2.25 timeouts after the first message, while the reader is still
+    busy. What counts is how long the reader waited: half a timeout, then
+    none."""
     router = _router()
     exchange = router.open(_call(1), TIMEOUT_S)
-    exchange.put(_progress(0))
     loop = asyncio.get_running_loop()
-    loop.call_later(TIMEOUT_S * 2.25, router.dispatch, _answer(1))
+    loop.call_later(TIMEOUT_S * 0.5, exchange.put, _progress(0))
+    loop.call_later(TIMEOUT_S * 2.75, router.dispatch, _answer(1))
     got = []
-    async for message in exchange:
-        got.append(message)
-        if len(got) == 1:
-            await asyncio.sleep(TIMEOUT_S * 2.5)
+    async with asyncio.timeout(NEVER_S):
+        async for message in exchange:
+            got.append(message)
+            if len(got) == 1:
+                await asyncio.sleep(TIMEOUT_S * 2.5)
     assert got == [_progress(0), _answer(1)]
     await exchange.aclose()
 
