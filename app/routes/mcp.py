@@ -72,7 +72,7 @@ class McpRoutes:
             sse_ok, json_ok = accepts(headers.get("accept", ""))
             return await wiring.legacy.post(
                 claim,
-                request.headers,
+                headers,
                 sse_ok=sse_ok,
                 json_ok=json_ok,
                 gateway_url=edge.gateway_url(request, headers),

@@ -21,9 +21,10 @@ transport.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +95,50 @@ class _Silent:
 _SILENT = _Silent()
 
 
+class _Mailbox:
+    """An exchange's unread messages, for its one reader. What an
+    `asyncio.Queue` per call cost beyond this (its getter and putter deques,
+    its `join` event, a wake-up per put) was for several readers and a bound,
+    which an exchange has neither of (bench/instructions.py)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Message | _End | _Stop | _Silent] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item: Message | _End | _Stop | _Silent) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def get_nowait(self) -> Message | _End | _Stop | _Silent:
+        """The oldest item; IndexError when there is none (ask `empty()` first)."""
+        return self._items.popleft()
+
+    async def get(self) -> Message | _End | _Stop | _Silent:
+        while not self._items:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class Exchange:
     """Messages for one request (ending with its response), or the listen stream.
+
+    Its own async iterator (not an async generator, which costs the loop's
+    first-iteration hook and a weak reference per call), read by one task.
 
     `timeout_s` bounds each wait of the reader for the next message, as an
     `asyncio.timeout` around each read did, for less: one timer per exchange,
@@ -111,16 +154,17 @@ class Exchange:
         self._timeout_s = timeout_s
         self.request_id = request_id
         self.progress_token: Any = None
-        self.queue: asyncio.Queue[Message | _End | _Stop | _Silent] = asyncio.Queue()
+        self.queue = _Mailbox()
         self.last_event_id: str | None = None
         # time.monotonic() when the reader began to wait for a message; None:
         # it is not waiting (busy with the last one, or not reading yet).
         self._waiting_since: float | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._messages = self._read()
+        self._started = False
+        self._over = False  # the response was read, or the read ended otherwise
 
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._messages
+    def __aiter__(self) -> Exchange:
+        return self
 
     def put(self, message: Message) -> None:
         if "method" in message and "id" not in message and self.queue.qsize() > QUEUE_SOFT_BOUND:
@@ -149,43 +193,51 @@ class Exchange:
         self._timer = None
         self.queue.put_nowait(_SILENT)
 
-    async def _read(self) -> AsyncIterator[Message]:
+    def _finish(self) -> None:
+        self._over = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def __anext__(self) -> Message:
+        if self._over:
+            raise StopAsyncIteration
         queue = self.queue
         timeout_s = self._timeout_s
-        if timeout_s is not None:
-            self._timer = asyncio.get_running_loop().call_later(timeout_s, self._check_silence)
+        if not self._started:
+            self._started = True
+            if timeout_s is not None:
+                self._timer = asyncio.get_running_loop().call_later(timeout_s, self._check_silence)
         try:
-            while True:
-                if not queue.empty():
-                    item = queue.get_nowait()
-                elif timeout_s is not None:
-                    self._waiting_since = time.monotonic()
-                    try:
-                        item = await queue.get()
-                    finally:
-                        self._waiting_since = None
-                else:
+            if not queue.empty():
+                item = queue.get_nowait()
+            elif timeout_s is not None:
+                self._waiting_since = time.monotonic()
+                try:
                     item = await queue.get()
-                if isinstance(item, _Silent):
-                    raise UpstreamTimeout(
-                        f"{self._router.source} sent nothing for {self.what} within {timeout_s:g}s"
-                    )
-                if isinstance(item, _End):
-                    raise item.error
-                if isinstance(item, _Stop):
-                    return
-                yield item
-                if self.request_id is not None and "method" not in item:
-                    return  # the response: nothing else belongs to this request
-        finally:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+                finally:
+                    self._waiting_since = None
+            else:
+                item = await queue.get()
+        except BaseException:
+            self._finish()  # the reader was cancelled: it reads no more
+            raise
+        if isinstance(item, dict):
+            if self.request_id is not None and "method" not in item:
+                self._finish()  # the response: nothing else belongs to this request
+            return item
+        self._finish()
+        if isinstance(item, _Silent):
+            raise UpstreamTimeout(
+                f"{self._router.source} sent nothing for {self.what} within {timeout_s:g}s"
+            )
+        if isinstance(item, _End):
+            raise item.error
+        raise StopAsyncIteration  # _Stop
 
     async def aclose(self, drain: bool = False) -> None:
         self._router.forget(self)
-        with contextlib.suppress(Exception):
-            await self._messages.aclose()  # type: ignore[attr-defined]
+        self._finish()
 
 
 class Router:

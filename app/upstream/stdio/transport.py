@@ -255,11 +255,15 @@ class StdioSession:
         assert stdin is not None
         try:
             # Whole lines, queued in order: concurrent writers never interleave.
-            self._writes.write(stdin.transport, jsonio.dumps(message) + b"\n")
+            transport = stdin.transport
+            self._writes.write(transport, jsonio.dumps(message) + b"\n")
             # A server that stops reading its stdin stops answering too (a line
-            # queued here meets the pipe's flow control at the next write).
-            async with asyncio.timeout(self._liveness_s):
-                await stdin.drain()
+            # queued here meets the pipe's flow control at the next write). With
+            # nothing buffered in the pipe's transport its writing is not paused
+            # (it resumes below the low-water mark): no wait, and no timer to arm.
+            if transport.get_write_buffer_size() or transport.is_closing():
+                async with asyncio.timeout(self._liveness_s):
+                    await stdin.drain()
         except TimeoutError:
             self.stop(f"it stopped reading its stdin (sending {what})")
             raise self.gone or StdioProcessExited("stdio upstream stopped") from None
