@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import orjson
@@ -53,40 +52,15 @@ EVERYTHING_JS = EVERYTHING_JS / "dist" / "index.js"
 _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
 
 
-def _upstream_env(kind: str, stack: list[subprocess.Popen[bytes]]) -> dict[str, str]:
+def _upstream_env(kind: str, stack: ExitStack) -> dict[str, str]:
     if kind == "python-stdio":
         command = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"]
         return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(command)}
     if kind == "everything":
         command = [str(procs.require_peer(procs.NODE)), str(EVERYTHING_JS)]
         return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(command)}
-    port = procs.free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "fast_upstream.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    stack.append(proc)
-    procs.wait_until_up(url, proc)
+    url, _ = stack.enter_context(common.fast_upstream())
     return {"MCP_SHIM_UPSTREAM_URL": url}
-
-
-def _wait_up(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 300.0) -> None:
-    """Under valgrind the gateway starts in tens of seconds, not one."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the gateway exited early ({proc.returncode}): see its log")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/healthz")
-            conn.getresponse().read()
-            conn.close()
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"the gateway did not answer /healthz within {timeout_s:.0f} s")
 
 
 class Client:
@@ -137,15 +111,8 @@ def _control(pid: int, *options: str) -> None:
 def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[str]]:
     """Instructions of `args.calls` calls through the gateway of `tree`, and
     the costliest functions' lines of callgrind_annotate."""
-    stack: list[subprocess.Popen[bytes]] = []
     port = procs.free_port()
     dump = out / f"callgrind.{tree.name or 'tree'}.{port}.out"
-    env = {
-        **os.environ,
-        **common.gateway_env(None, port),
-        **_upstream_env(args.upstream, stack),
-        "PYTHONHASHSEED": "0",
-    }
     run = f"import sys; sys.path.insert(0, {str(tree)!r}); from app.cli import main; main()"
     argv = [
         "valgrind",
@@ -156,10 +123,22 @@ def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[
         "-c",
         run,
     ]
-    log = open(out / f"instructions-{port}.log", "wb")
-    gateway = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=tree)
-    try:
-        _wait_up(port, gateway)
+    with ExitStack() as stack:
+        env = {
+            **common.gateway_env(None, port),
+            **_upstream_env(args.upstream, stack),
+            "PYTHONHASHSEED": "0",
+        }
+        gateway = stack.enter_context(
+            procs.running(
+                argv,
+                f"http://127.0.0.1:{port}/healthz",
+                env=env,
+                log_path=out / f"instructions-{port}.log",
+                # Under valgrind the gateway starts in tens of seconds, not one.
+                ready_timeout_s=300.0,
+            )
+        )
         client = Client(port, args.modern, args.upstream == "everything")
         for i in range(args.warmup):
             client.call(i + 1)
@@ -169,17 +148,6 @@ def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[
             client.call(args.warmup + i + 1)
         _control(gateway.pid, "-i", "off")
         _control(gateway.pid, "-d")
-    finally:
-        gateway.terminate()
-        try:
-            gateway.wait(60)
-        except subprocess.TimeoutExpired:
-            gateway.kill()
-            gateway.wait()
-        log.close()
-        for proc in stack:
-            proc.terminate()
-            proc.wait(10)
     dumps = sorted(out.glob(dump.name + "*"), key=lambda p: p.stat().st_mtime)
     # callgrind_control -d writes <file>.1 (the window); the exit writes <file> (empty: off).
     window = [p for p in dumps if p.name != dump.name] or dumps

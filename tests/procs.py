@@ -80,13 +80,14 @@ def running(
     probe_url: str,
     env: Mapping[str, str] | None = None,
     log_path: Path | None = None,
+    ready_timeout_s: float = 30.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     out = open(log_path, "wb") if log_path is not None else subprocess.DEVNULL
     proc = subprocess.Popen(
         argv, env={**os.environ, **(env or {})}, stdout=out, stderr=out, cwd=ROOT
     )
     try:
-        wait_until_up(probe_url, proc)
+        wait_until_up(probe_url, proc, ready_timeout_s)
         yield proc
     finally:
         proc.terminate()
