@@ -303,9 +303,7 @@ class HttpSseFront:
     async def _relay_call(
         self, channel: Channel, session: LegacySession, request: front.LegacyRequest
     ) -> None:
-        calls = self._legacy.for_client(
-            self._legacy.call(session, request, resumable=False), request.id
-        )
+        calls = self._legacy.call(session, request, resumable=False)
         async with contextlib.aclosing(calls) as events:
             async for out in events:
                 if not out.keepalive:

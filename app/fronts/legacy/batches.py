@@ -20,9 +20,7 @@ async def collect(
 ) -> Message:
     """One batch member's response, for a client that takes no event stream: what the
     upstream asks on the way cannot reach it, so the gateway answers that itself."""
-    events_in = calls.for_client(
-        calls.call(session, request, resumable=False, streamed=False), request.id
-    )
+    events_in = calls.call(session, request, resumable=False, streamed=False)
     async with contextlib.aclosing(events_in) as events:
         async for out in events:
             if out.final:
@@ -39,7 +37,7 @@ async def merged(
 
     async def pump(request: front.LegacyRequest) -> None:
         # A member that fails still answers, or the stream would wait for it forever.
-        events_in = calls.for_client(calls.call(session, request, resumable=False), request.id)
+        events_in = calls.call(session, request, resumable=False)
         answered = False
         async with contextlib.aclosing(events_in) as events:
             async for out in events:

@@ -36,6 +36,7 @@ from app.upstream.errors import (
     UpstreamHttpError,
 )
 from translators import translate
+from translators.registry import Version
 
 log = structlog.get_logger("mcp_shim.legacy")
 
@@ -110,44 +111,21 @@ class LegacyCalls:
         cancel.set()
         return True
 
-    async def call(
+    def call(
         self,
         session: LegacySession,
         request: front.LegacyRequest,
         *,
         resumable: bool,
         streamed: bool = True,
+        gateway_url: str | None = None,
     ) -> AsyncGenerator[Outgoing, None]:
-        """The upstream's answer to one request, as the client's messages (`_call`),
-        counted in /metrics when it ends (`mcp_shim_calls_total`, era legacy)."""
+        """The upstream's answer to one request, as its client receives it
+        (`_call`, through `_client_events`), counted in /metrics when it ends
+        (`mcp_shim_calls_total`, era legacy)."""
         calls = self._call(session, request, resumable=resumable, streamed=streamed)
-        if self._metrics is None:
-            async with contextlib.aclosing(calls) as events:
-                async for out in events:
-                    yield out
-            return
-        started = time.perf_counter()
-        outcome, status = "client_disconnected", 200
-        try:
-            async with contextlib.aclosing(calls) as events:
-                async for out in events:
-                    if out.final or out.keepalive:
-                        # The answer, or a stream ended without one (cancelled,
-                        # or resumed on the GET stream).
-                        error = out.message.get("error")
-                        code = error.get("code") if isinstance(error, dict) else None
-                        outcome = f"error {code}" if code is not None else "ok"
-                        status = out.status
-                    yield out
-        finally:
-            self._metrics.call_done(
-                request.method,
-                session.client_version,
-                outcome,
-                status,
-                time.perf_counter() - started,
-                None,
-            )
+        metered = None if self._metrics is None else (request.method, session.client_version)
+        return self._client_events(calls, request.id, gateway_url, metered)
 
     async def _call(
         self,
@@ -248,36 +226,70 @@ class LegacyCalls:
         finally:
             await turn.__aexit__()
 
-    async def for_client(
+    def for_client(
         self,
         events: AsyncGenerator[Outgoing, None],
         request_id: RequestId | None,
         gateway_url: str | None = None,
     ) -> AsyncGenerator[Outgoing, None]:
+        """`events` as a legacy client may receive them (`_client_events`); a
+        call's come so from `call` already."""
+        return self._client_events(events, request_id, gateway_url, None)
+
+    async def _client_events(
+        self,
+        events: AsyncGenerator[Outgoing, None],
+        request_id: RequestId | None,
+        gateway_url: str | None,
+        metered: tuple[str, Version] | None,
+    ) -> AsyncGenerator[Outgoing, None]:
         """`events` as a legacy client may receive them: an error always with an id
         (`front.error_message`), and a failure that escapes them as a last message
         (an upstream 401/403 relayed; a defect of ours -32603 with 500 and one
         `call_failed` line with its stack), never a plain-text 500 or a stream
-        cut short. `events` is closed here, releasing what it took."""
-        async with contextlib.aclosing(events) as steps:
-            try:
-                async for out in steps:
-                    if "error" in out.message and "id" not in out.message:
-                        out = dataclasses.replace(
-                            out, message={**out.message, "id": front.UNREAD_ID}
-                        )
-                    yield out
-                return
-            except UpstreamAuthChallenge as exc:
-                refusal, headers = auth_refusal(exc, request_id, gateway_url, self.auth_relay)
-                failure = Outgoing(
-                    front.error_message(refusal), True, refusal.http_status, headers=headers
-                )
-            except Exception:
-                log.exception("call_failed", era="legacy")
-                internal = internal_error(request_id)
-                failure = Outgoing(front.error_message(internal), True, internal.http_status)
-        yield failure
+        cut short. `events` is closed here, releasing what it took. `metered`: the
+        call's method and client version, counted in /metrics when it ends, by
+        how it ended (one generator for both: each layer of them costs a call)."""
+        started = time.perf_counter()
+        # Until the answer (or a stream ended without one: cancelled, or resumed
+        # on the GET stream) says otherwise, the client went away first.
+        outcome, status = "client_disconnected", 200
+        try:
+            async with contextlib.aclosing(events) as steps:
+                try:
+                    async for out in steps:
+                        if "error" in out.message and "id" not in out.message:
+                            out = dataclasses.replace(
+                                out, message={**out.message, "id": front.UNREAD_ID}
+                            )
+                        if out.final or out.keepalive:
+                            outcome, status = _ending(out)
+                        yield out
+                    return
+                except UpstreamAuthChallenge as exc:
+                    refusal, headers = auth_refusal(exc, request_id, gateway_url, self.auth_relay)
+                    failure = Outgoing(
+                        front.error_message(refusal), True, refusal.http_status, headers=headers
+                    )
+                except Exception:
+                    log.exception("call_failed", era="legacy")
+                    internal = internal_error(request_id)
+                    failure = Outgoing(front.error_message(internal), True, internal.http_status)
+            outcome, status = _ending(failure)
+            yield failure
+        finally:
+            if metered is not None and self._metrics is not None:
+                method, version = metered
+                duration_s = time.perf_counter() - started
+                self._metrics.call_done(method, version, outcome, status, duration_s, None)
+
+
+def _ending(out: Outgoing) -> tuple[str, int]:
+    """How a call's last event ends it, as /metrics counts it: "ok", or "error
+    <code>", and its HTTP status."""
+    error = out.message.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return (f"error {code}" if code is not None else "ok"), out.status
 
 
 async def expire(sessions: LegacySessions, session: LegacySession) -> None:

@@ -150,13 +150,11 @@ class LegacyFront:
         if isinstance(message, front.LegacyResponse):
             return await self._respond(session, message)
         return self._answer(
-            self.call(session, message, resumable=sse_ok, streamed=sse_ok),
+            self.call(session, message, resumable=sse_ok, streamed=sse_ok, gateway_url=gateway_url),
             message.method,
             session,
             sse_ok,
             json_ok,
-            request_id=message.id,
-            gateway_url=gateway_url,
         )
 
     def relayed(
@@ -248,12 +246,10 @@ class LegacyFront:
         session: LegacySession,
         sse_ok: bool,
         json_ok: bool,
-        *,
-        request_id: RequestId | None = None,
-        gateway_url: str | None = None,
     ) -> CallAnswer:
+        """`events`, as a legacy client receives them (`call`, `for_client`),
+        answered, and the `call` line logged when the answer is done."""
         started = time.perf_counter()
-        events = self.for_client(events, request_id, gateway_url)
 
         def done(status: int, ending: str | None) -> None:
             # The line structlog's chain would render, without the chain (app/logs.py).
@@ -285,9 +281,12 @@ class LegacyFront:
         *,
         resumable: bool,
         streamed: bool = True,
+        gateway_url: str | None = None,
     ) -> AsyncGenerator[Outgoing, None]:
-        """The upstream's answer to one request, as the client's messages (`LegacyCalls.call`)."""
-        return self._calls.call(session, request, resumable=resumable, streamed=streamed)
+        """The upstream's answer to one request, as the client receives it (`LegacyCalls.call`)."""
+        return self._calls.call(
+            session, request, resumable=resumable, streamed=streamed, gateway_url=gateway_url
+        )
 
     # -- GET /mcp: the session's server stream -------------------------------
 
@@ -321,12 +320,11 @@ class LegacyFront:
             return refuse(refusal)
         last_event_id = headers.get(front.LAST_EVENT_ID_HEADER)
         return self._answer(
-            self.server_stream(session, last_event_id),
+            self.for_client(self.server_stream(session, last_event_id), None, gateway_url),
             "GET",
             session,
             True,
             True,
-            gateway_url=gateway_url,
         )
 
     def server_stream(
@@ -386,9 +384,8 @@ class LegacyFront:
             return Response(status_code=202)
         log.info("legacy_batch", size=len(items), requests=len(requests))
         if sse_ok:
-            return self._answer(
-                batches.merged(self._calls, session, requests), "batch", session, True, False
-            )
+            merged = self.for_client(batches.merged(self._calls, session, requests), None)
+            return self._answer(merged, "batch", session, True, False)
         answers = await asyncio.gather(
             *(batches.collect(self._calls, session, r) for r in requests)
         )
