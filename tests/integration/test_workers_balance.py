@@ -249,7 +249,7 @@ def worker0_saturated(workers: tw.Workers) -> Iterator[None]:
     seen = len(accepting(workers))
     with loading(_hammer, workers.internal()[0]):
         mw.wait_until(
-            lambda: True in accepting(workers)[seen:], timeout=20, what="worker 1 accepting"
+            lambda: True in accepting(workers)[seen:], timeout=40, what="worker 1 accepting"
         )
         yield
 
@@ -360,9 +360,16 @@ def _load(url: str, stop: Any, threads: int, arg: str = "message") -> None:
     """A load generator process: `threads` connections calling echo (its
     argument `arg`) as fast as they can."""
     port = int(url.rsplit(":", 1)[1].split("/")[0])
+    # Every connection answered once before any thread loads: all of them are
+    # accepted while the gateway is still light (by worker 0 alone), not some
+    # by worker 1 once the first ones' load has opened its accepting (a slow
+    # machine starts its threads late enough for that).
+    connected = threading.Barrier(threads)
 
     def loop() -> None:
         conn = Conn(port, MODERN_HEADERS, arg)
+        conn.call(False)
+        connected.wait()
         while not stop.is_set():
             conn.call(False)
 

@@ -238,8 +238,14 @@ def test_the_loop_s_busy_time_grows_with_work_and_is_none_without_the_file(
 def test_a_stdio_server_s_load_is_how_busy_its_main_thread_was() -> None:
     # Real processes: one spinning, one asleep; the busiest is what counts.
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    sleep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleep = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('asleep', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
     try:
+        # Read once it sleeps: an interpreter's start-up is a CPU burst of its
+        # own (0.06 s on a slow machine, more than a tenth of the window below).
+        assert sleep.stdout is not None and sleep.stdout.readline() == b"asleep\n"
         pids = [sleep.pid]
         load = balance.ServerLoad(lambda: pids)
         assert load.share(0.5) == 0.0  # the first reading has nothing to compare
@@ -257,6 +263,8 @@ def test_a_stdio_server_s_load_is_how_busy_its_main_thread_was() -> None:
         for proc in (spin, sleep):
             proc.kill()
             proc.wait()
+        if sleep.stdout is not None:
+            sleep.stdout.close()
 
 
 def test_siblings_come_from_the_command_line() -> None:
