@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/instructions.py [--upstream python-stdio|everything|fast]
         [--modern] [--calls 400] [--warmup 100] [--tree DIR ...]
+    .venv/bin/python bench/instructions.py --bare      # uvicorn alone, for scale
 
 CPU time per call on this VM moves by 10-30% between runs of the same tree
 (steal, frequency, the other core's load), more than most single changes to
@@ -43,22 +44,33 @@ import orjson
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import common  # noqa: E402
+import peers  # noqa: E402
 from common import ROOT, procs  # noqa: E402
 
-EVERYTHING_JS = (
-    procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything"
-)
-EVERYTHING_JS = EVERYTHING_JS / "dist" / "index.js"
 _TOTALS = re.compile(rb"^totals:\s+(\d+)", re.MULTILINE)
+_STDIO = {"python-stdio": "python", "everything": "everything"}  # bench/peers.py's servers
+
+# --bare: uvicorn alone, on the gateway's uvloop and httptools, answering every
+# POST with a fixed JSON-RPC result: the least an ASGI server of this stack
+# does per request, to read the gateway's figure against.
+_BARE = """
+import os, uvicorn
+ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}'
+async def app(scope, receive, send):
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": ANSWER})
+uvicorn.run(app, host="127.0.0.1", port=int(os.environ["MCP_SHIM_PORT"]), loop="uvloop",
+            http="httptools", lifespan="off", access_log=False, log_level="warning")
+"""
 
 
 def _upstream_env(kind: str, stack: ExitStack) -> dict[str, str]:
-    if kind == "python-stdio":
-        command = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"]
-        return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(command)}
-    if kind == "everything":
-        command = [str(procs.require_peer(procs.NODE)), str(EVERYTHING_JS)]
-        return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(command)}
+    if kind in _STDIO:
+        return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(peers.servers()[_STDIO[kind]].argv)}
     url, _ = stack.enter_context(common.fast_upstream())
     return {"MCP_SHIM_UPSTREAM_URL": url}
 
@@ -114,6 +126,8 @@ def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[
     port = procs.free_port()
     dump = out / f"callgrind.{tree.name or 'tree'}.{port}.out"
     run = f"import sys; sys.path.insert(0, {str(tree)!r}); from app.cli import main; main()"
+    if args.bare:
+        run = _BARE
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -124,22 +138,20 @@ def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[
         run,
     ]
     with ExitStack() as stack:
-        env = {
-            **common.gateway_env(None, port),
-            **_upstream_env(args.upstream, stack),
-            "PYTHONHASHSEED": "0",
-        }
+        env = {**common.gateway_env(None, port), "PYTHONHASHSEED": "0"}
+        if not args.bare:
+            env.update(_upstream_env(args.upstream, stack))
         gateway = stack.enter_context(
             procs.running(
                 argv,
-                f"http://127.0.0.1:{port}/healthz",
+                f"http://127.0.0.1:{port}/{'mcp' if args.bare else 'healthz'}",
                 env=env,
                 log_path=out / f"instructions-{port}.log",
                 # Under valgrind the gateway starts in tens of seconds, not one.
                 ready_timeout_s=300.0,
             )
         )
-        client = Client(port, args.modern, args.upstream == "everything")
+        client = Client(port, args.modern or args.bare, args.upstream == "everything")
         for i in range(args.warmup):
             client.call(i + 1)
         _control(gateway.pid, "-z")  # zeroed, then counted for the calls alone
@@ -173,6 +185,9 @@ def main() -> None:
     parser.add_argument(
         "--modern", action="store_true", help="2026-07-28 calls (default: a legacy session)"
     )
+    parser.add_argument(
+        "--bare", action="store_true", help="uvicorn alone, a fixed answer: no gateway"
+    )
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--tree", action="append", type=Path, help="a source tree (repeatable)")
@@ -185,7 +200,8 @@ def main() -> None:
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     out = Path(tempfile.mkdtemp(prefix="instructions-", dir=common.results_dir()))
     kind = "modern" if args.modern else "legacy"
-    print(f"{args.upstream}, {kind} client, c1, {args.calls} calls after {args.warmup}")
+    what = "bare uvicorn, no gateway" if args.bare else f"{args.upstream}, {kind} client"
+    print(f"{what}, c1, {args.calls} calls after {args.warmup}")
     print(f"callgrind's files and the gateway's log: {out}")
     figures: dict[Path, list[float]] = {t: [] for t in trees}
     for r in range(args.rounds):

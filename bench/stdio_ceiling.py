@@ -64,13 +64,7 @@ class _Server(asyncio.SubprocessProtocol):
 
 
 def _call(i: int, arguments: dict[str, str]) -> bytes:
-    message = {
-        "jsonrpc": "2.0",
-        "id": i,
-        "method": "tools/call",
-        "params": {"name": "echo", "arguments": arguments},
-    }
-    return orjson.dumps(message) + b"\n"
+    return common.legacy_call(i, arguments=arguments) + b"\n"
 
 
 async def one_pass(server: peers.Server, concurrency: int, seconds: float) -> dict[str, float]:

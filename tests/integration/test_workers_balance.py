@@ -369,7 +369,7 @@ def _load(url: str, stop: Any, threads: int, arg: str = "message") -> None:
     def loop() -> None:
         conn = Conn(port, MODERN_HEADERS, arg)
         conn.call(False)
-        connected.wait()
+        connected.wait(30)  # one whose first call failed never comes: the rest stop
         while not stop.is_set():
             conn.call(False)
 

@@ -262,7 +262,7 @@ class LegacyCalls:
                             out = dataclasses.replace(
                                 out, message={**out.message, "id": front.UNREAD_ID}
                             )
-                        if out.final or out.keepalive:
+                        if metered is not None and (out.final or out.keepalive):
                             outcome, status = _ending(out)
                         yield out
                     return
