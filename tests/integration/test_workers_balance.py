@@ -442,7 +442,14 @@ def test_a_stdio_server_process_taking_a_core_spreads_its_calls(stdio_two: tw.Wo
             )
             mw.wait_until(lambda: bool(servers_of(pids[1])), timeout=30, what="worker 1's server")
         assert len(servers_of(pids[0])) == 1  # one process for all of worker 0's calls
-        conn.call(False)  # answered wherever it is now
+        try:
+            conn.call(False)  # answered wherever it is now
+        except AssertionError as exc:
+            # The mcp 1.x server can exit when the load ends with calls in flight
+            # (python-sdk issue 2416, bench/README.md): that call fails with
+            # -32603, and the next one starts a new process.
+            assert "stdio upstream process exited" in str(exc), exc
+            conn.call(False)
     finally:
         conn.close()
 
