@@ -139,6 +139,7 @@ def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[
     ]
     with ExitStack() as stack:
         env = {**common.gateway_env(None, port), "PYTHONHASHSEED": "0"}
+        env.update(item.split("=", 1) for item in args.env)
         if not args.bare:
             env.update(_upstream_env(args.upstream, stack))
         gateway = stack.enter_context(
@@ -187,6 +188,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--bare", action="store_true", help="uvicorn alone, a fixed answer: no gateway"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one more variable of the gateway's environment (repeatable), e.g. a feature's cost",
     )
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)

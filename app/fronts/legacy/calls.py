@@ -141,37 +141,42 @@ class LegacyCalls:
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
         async with self._sessions.lease(session), self._turn(session, request.id):
-            try:
-                exchange = await session.upstream.session.request(outbound)
-            except UpstreamAuthChallenge:
-                raise
-            except SessionExpired:
-                await expire(self._sessions, session)
-                refusal = session_not_found(request.id)
-                yield Outgoing(refusal.to_message(), True, refusal.http_status)
-                return
-            except UpstreamError as exc:
-                failure = upstream_failure(exc, request.id)
-                yield Outgoing(failure.to_message(), True, failure.http_status)
+            exchange = await self._open(session, request.id, outbound)
+            if isinstance(exchange, Outgoing):
+                yield exchange  # refused: never sent
                 return
             session.remember_request(request.id, request.method)
             progress = _Progress()
             cancel = _Cancel()
             call_key = (session.id, request.id)
             self._cancels[call_key] = cancel
-            raced: AsyncGenerator[Message | None, None] | None = None
-            stopper = read_stopper(exchange)
-            if stopper is not None:
-                # Its queue takes a stop, which ends the read in this task: no
-                # task per call racing the read against the cancellation.
-                cancel.on_set = stopper
-                relayed: AsyncIterator[Message | None] = aiter(exchange)
-            else:
-                relayed = raced = reads(aiter(exchange), stop=cancel)
+            relayed, raced = _reading(exchange, cancel)
             try:
-                steps = _relay(session, request, exchange, relayed, cancel, progress, streamed)
-                async with contextlib.aclosing(steps) as outs:
-                    async for out in outs:
+                # What the upstream sends for the call, in the client's revision,
+                # up to and with its answer; the loop ends without one when the
+                # stream ends or the call is cancelled. Here, not in a generator
+                # of its own: each layer is resumed at every suspension.
+                async for message in relayed:
+                    if message is None:
+                        continue  # no quiet period was asked for: never yielded
+                    if cancel.is_set() and "method" in message:
+                        break  # what the exchange held when the call was cancelled
+                    if "method" not in message:
+                        # The session is this client's alone: its ids are the upstream's.
+                        if message.get("id") != request.id:
+                            continue
+                        if cancel.is_set():
+                            break  # an upstream's answer to the cancelled call: not relayed
+                        progress.answered = True
+                        session.open_requests.pop(request.id, None)
+                        yield Outgoing(
+                            messages.response(session, request.method, message),
+                            final=True,
+                            event_id=exchange.last_event_id,
+                        )
+                        break
+                    out = await _from_server(session, message, exchange, progress, streamed)
+                    if out is not None:
                         yield out
                 ending = _unanswered(
                     session, request, exchange, cancel, progress, resumable, streamed
@@ -195,6 +200,23 @@ class LegacyCalls:
                 # A legacy client's disconnect is not a cancellation (2025-11-25
                 # streamable-http): it sends notifications/cancelled itself.
                 await exchange.aclose(drain=progress.answered)
+
+    async def _open(
+        self, session: LegacySession, request_id: RequestId, outbound: Message
+    ) -> Exchange | Outgoing:
+        """The call's exchange with the upstream, or the client's answer when the
+        request could not be sent."""
+        try:
+            return await session.upstream.session.request(outbound)
+        except UpstreamAuthChallenge:
+            raise
+        except SessionExpired:
+            await expire(self._sessions, session)
+            refusal = session_not_found(request_id)
+            return Outgoing(refusal.to_message(), True, refusal.http_status)
+        except UpstreamError as exc:
+            failure = upstream_failure(exc, request_id)
+            return Outgoing(failure.to_message(), True, failure.http_status)
 
     def _turn(
         self, session: LegacySession, request_id: RequestId
@@ -320,45 +342,41 @@ class _Progress:
     sent_event_id: str | None = None
 
 
-async def _relay(
+def _reading(
+    exchange: Exchange, cancel: _Cancel
+) -> tuple[AsyncIterator[Message | None], AsyncGenerator[Message | None, None] | None]:
+    """The exchange's messages, their read ended by the call's cancellation; and
+    the generator racing the two, to be closed, when one was needed."""
+    stopper = read_stopper(exchange)
+    if stopper is not None:
+        # Its queue takes a stop, which ends the read in this task: no task per
+        # call racing the read against the cancellation.
+        cancel.on_set = stopper
+        return aiter(exchange), None
+    raced = reads(aiter(exchange), stop=cancel)
+    return raced, raced
+
+
+async def _from_server(
     session: LegacySession,
-    request: front.LegacyRequest,
+    message: Message,
     exchange: Exchange,
-    relayed: AsyncIterator[Message | None],
-    cancel: asyncio.Event,
     progress: _Progress,
     streamed: bool,
-) -> AsyncGenerator[Outgoing, None]:
-    """What the upstream sends for one call, in the client's revision, up to and
-    with its answer; ends without one when the stream ends or the call is cancelled."""
-    async for message in relayed:
-        if message is None:
-            continue  # no quiet period was asked for: never yielded
-        if cancel.is_set() and "method" in message:
-            return  # what the exchange held when the call was cancelled: not relayed
-        if "method" not in message:
-            # The session is this client's alone: its ids are the upstream's.
-            if message.get("id") != request.id:
-                continue
-            if cancel.is_set():
-                return  # an upstream's answer to the cancelled call: not relayed
-            progress.answered = True
-            session.open_requests.pop(request.id, None)
-            yield Outgoing(
-                messages.response(session, request.method, message),
-                final=True,
-                event_id=exchange.last_event_id,
-            )
-            return
-        if "id" in message and not streamed:
-            await messages.refuse_server_request(
-                session, message, "the client takes no text/event-stream answer"
-            )
-            continue
-        out = await messages.to_client(session, message)
-        if out is not None:
-            progress.sent_event_id = exchange.last_event_id
-            yield Outgoing(out, event_id=progress.sent_event_id)
+) -> Outgoing | None:
+    """A server's request or notification during a call, for the client (None:
+    nothing for it). Without an event stream nothing can reach the client, so the
+    gateway answers a request itself (never left waiting)."""
+    if "id" in message and not streamed:
+        await messages.refuse_server_request(
+            session, message, "the client takes no text/event-stream answer"
+        )
+        return None
+    out = await messages.to_client(session, message)
+    if out is None:
+        return None
+    progress.sent_event_id = exchange.last_event_id
+    return Outgoing(out, event_id=progress.sent_event_id)
 
 
 def _unanswered(

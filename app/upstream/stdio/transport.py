@@ -126,6 +126,110 @@ def _killpg(pid: int, sig: signal.Signals) -> None:
 StdioExchange = Exchange
 
 
+class ServerPipes(asyncio.subprocess.SubprocessStreamProtocol):
+    """A server process's pipes as asyncio keeps them (stdin a StreamWriter,
+    stderr a StreamReader, the exit for `Process.wait()`), except stdout: its
+    lines are split in the pipe's own callback and handed to the session there,
+    in the loop iteration that read them. Through a StreamReader, each line
+    woke a reading task, which ran one iteration later and only then handed
+    the answer on, to wake its caller one iteration later still: an iteration
+    (an `epoll_wait`, a task step, a future) more per answer.
+
+    What arrives before the session is attached (a banner at start-up) is held
+    until it is. A line longer than MAX_LINE_BYTES is not gathered: the session
+    is told, and what follows is dropped. `stdout_ended` resolves once stdout
+    is at its end, or unreadable, after every line before it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=MAX_LINE_BYTES, loop=loop)
+        self.stdout_ended: asyncio.Future[None] = loop.create_future()
+        # Why stdout is read no further, once it is not.
+        self.unreadable: str | None = None
+        self._session: StdioSession | None = None
+        self._partial = bytearray()
+        self._held = bytearray()
+
+    def attach(self, session: StdioSession) -> None:
+        self._session = session
+        if self.unreadable is not None:
+            session.stdout_unreadable(self.unreadable)
+        elif self._held:
+            held = bytes(self._held)
+            self._held.clear()
+            self._read(held)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:  # type: ignore[override]
+        if fd != 1:
+            super().pipe_data_received(fd, data)
+        elif self.unreadable is not None:
+            return
+        elif self._session is None:
+            self._held += data
+            if len(self._held) > MAX_LINE_BYTES:
+                self._stop_reading(f"it wrote a line longer than {MAX_LINE_BYTES} bytes")
+        else:
+            self._read(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        super().pipe_connection_lost(fd, exc)
+        if fd != 1 or self.stdout_ended.done():
+            return
+        if self._partial and self.unreadable is None and self._session is not None:
+            # A last line without its end is handed on whole, as readline() did.
+            last = bytes(self._partial)
+            self._partial.clear()
+            self._read(last + b"\n")
+        self.stdout_ended.set_result(None)
+
+    def _read(self, data: bytes) -> None:
+        session = self._session
+        assert session is not None
+        try:
+            self._lines(session, data)
+        except Exception:
+            # The server's bytes are parsed where their faults are caught: this is
+            # a fault of ours, which must not leave the process half read.
+            log.exception("upstream_stdout_failed", pid=session.pid)
+            self._stop_reading("the gateway failed to read its stdout")
+
+    def _lines(self, session: StdioSession, data: bytes) -> None:
+        partial = self._partial
+        end = data.find(b"\n")
+        start = 0
+        if partial and end >= 0:
+            partial += data[:end]
+            line = bytes(partial)
+            partial.clear()
+            if len(line) > MAX_LINE_BYTES:
+                self._stop_reading(f"it wrote a line longer than {MAX_LINE_BYTES} bytes")
+                return
+            session.stdout_line(line)
+            start = end + 1
+            end = data.find(b"\n", start)
+        while end >= 0:
+            if end - start > MAX_LINE_BYTES:
+                self._stop_reading(f"it wrote a line longer than {MAX_LINE_BYTES} bytes")
+                return
+            session.stdout_line(data[start:end])
+            start = end + 1
+            end = data.find(b"\n", start)
+        if start < len(data):
+            partial += data[start:]
+            if len(partial) > MAX_LINE_BYTES:
+                self._stop_reading(f"it wrote a line longer than {MAX_LINE_BYTES} bytes")
+
+    def _stop_reading(self, reason: str) -> None:
+        if self.unreadable is not None:
+            return
+        self.unreadable = reason
+        self._partial.clear()
+        self._held.clear()
+        if self._session is not None:
+            self._session.stdout_unreadable(reason)
+        if not self.stdout_ended.done():
+            self.stdout_ended.set_result(None)
+
+
 class StdioSession:
     """One server process: one legacy session."""
 
@@ -135,6 +239,7 @@ class StdioSession:
         self,
         transport: StdioTransport,
         proc: asyncio.subprocess.Process,
+        pipes: ServerPipes,
         *,
         request_timeout_s: float,
         liveness_s: float,
@@ -142,6 +247,7 @@ class StdioSession:
     ) -> None:
         self._transport = transport
         self.proc = proc
+        self._pipes = pipes
         self.pid = proc.pid
         self.credentials = credentials  # whose share of the processes it counts in
         # A legacy client's own session (SessionPool.open_owned): its client holds
@@ -181,6 +287,7 @@ class StdioSession:
             for coro in (self._read_stdout(), self._read_stderr(), self._watch())
         ]
         self.exited = loop.create_task(self._wait_exit(), context=contextvars.Context())
+        pipes.attach(self)  # last: what it holds is dispatched now
 
     # -- the seam -----------------------------------------------------------------
 
@@ -275,45 +382,44 @@ class StdioSession:
     # -- reading ------------------------------------------------------------------
 
     async def _read_stdout(self) -> None:
-        stdout = self.proc.stdout
-        assert stdout is not None
-        while True:
-            try:
-                line = await stdout.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                self.stop(f"it wrote a line longer than {MAX_LINE_BYTES} bytes")
-                return
-            except (ConnectionError, OSError):
-                line = b""
-            if not line:
-                # Usually the process is ending: let its exit code tell what happened.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(0.5):
-                        await self.proc.wait()
-                if self.proc.returncode is None and self.gone is None and not self.closing:
-                    # The spec lets a server end the session by closing its output.
-                    self.stop("it closed its stdout", graceful=True)
-                return
-            self._last_output = time.monotonic()
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                parsed = jsonio.loads(line)
-            except (jsonio.JSONDecodeError, UnicodeDecodeError):
-                # Skipped (some servers print banners there); logged sparingly.
-                self.not_json += 1
-                if self.not_json <= 5 or self.not_json % 1000 == 0:
-                    log.info(
-                        "upstream_stdout_not_json",
-                        pid=self.pid,
-                        length=len(line),
-                        count=self.not_json,
-                    )
-                continue
-            for message in parsed if isinstance(parsed, list) else [parsed]:
-                if isinstance(message, dict):
-                    self._dispatch(message)
+        """Until stdout ends: its lines come through `stdout_line`, from the pipe's
+        own callback (ServerPipes)."""
+        await self._pipes.stdout_ended
+        if self._pipes.unreadable is not None:
+            return  # stopped for it
+        # Usually the process is ending: let its exit code tell what happened.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await self.proc.wait()
+        if self.proc.returncode is None and self.gone is None and not self.closing:
+            # The spec lets a server end the session by closing its output.
+            self.stop("it closed its stdout", graceful=True)
+
+    def stdout_unreadable(self, reason: str) -> None:
+        self.stop(reason)
+
+    def stdout_line(self, line: bytes) -> None:
+        """One line of stdout, without its end, in the callback that read it."""
+        self._last_output = time.monotonic()
+        line = line.strip()
+        if not line:
+            return
+        try:
+            parsed = jsonio.loads(line)
+        except (jsonio.JSONDecodeError, UnicodeDecodeError):
+            # Skipped (some servers print banners there); logged sparingly.
+            self.not_json += 1
+            if self.not_json <= 5 or self.not_json % 1000 == 0:
+                log.info(
+                    "upstream_stdout_not_json",
+                    pid=self.pid,
+                    length=len(line),
+                    count=self.not_json,
+                )
+            return
+        for message in parsed if isinstance(parsed, list) else [parsed]:
+            if isinstance(message, dict):
+                self._dispatch(message)
 
     def _dispatch(self, message: Message) -> None:
         unconfirmed = self._unconfirmed
@@ -648,7 +754,9 @@ class StdioTransport:
         cgroup = self._cgroups.create() if self._cgroups is not None else None
         self._spawning += 1
         try:
-            proc = await asyncio.create_subprocess_exec(
+            loop = asyncio.get_running_loop()
+            process, pipes = await loop.subprocess_exec(
+                functools.partial(ServerPipes, loop),
                 *self._argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -658,8 +766,8 @@ class StdioTransport:
                 preexec_fn=functools.partial(
                     _prepare_child, cgroup.procs_fd if cgroup is not None else None
                 ),
-                limit=MAX_LINE_BYTES,
             )
+            proc = asyncio.subprocess.Process(process, pipes, loop)
             if self._reaper is not None:
                 self._unreaped.add(proc)
         except OSError as exc:
@@ -677,6 +785,7 @@ class StdioTransport:
         session = StdioSession(
             self,
             proc,
+            pipes,
             request_timeout_s=self._request_timeout_s,
             liveness_s=self._liveness_s,
             credentials=credentials,
