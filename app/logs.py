@@ -80,16 +80,23 @@ def _bound_value(value: Any, limit: int) -> Any:
     return _bound(_json_text(value), limit)
 
 
+# Values a line carries as they are, by their exact type: `type()` and a set
+# look-up cost less than `isinstance` against each type, field by field.
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
 def bound_fields(_logger: object, _name: str, event: MutableMapping[str, Any]) -> Any:
     """Cut every field to MAX_FIELD_CHARS, in one place for every line: strings
     directly, lists and mappings by the length of their JSON (whatever a call site
     passes, a line stays bounded)."""
     for key, value in event.items():
-        if isinstance(value, str):
-            limit = MAX_STACK_CHARS if key in ("exception", "event") else MAX_FIELD_CHARS
-            if len(value) > limit:
+        kind = type(value)
+        if kind is str or (kind not in _PLAIN and isinstance(value, str)):
+            # Most strings are short: the field's limit only once one is long.
+            if len(value) > MAX_FIELD_CHARS:
+                limit = MAX_STACK_CHARS if key in ("exception", "event") else MAX_FIELD_CHARS
                 event[key] = _bound(value, limit)
-        elif value is not None and not isinstance(value, bool | int | float):
+        elif kind not in _PLAIN:
             event[key] = _bound_value(value, MAX_FIELD_CHARS)
     return event
 

@@ -87,7 +87,11 @@ class RequestIdMiddleware:
 
 def _sending_request_id(scope: Scope, send: Send) -> Send:
     """The request's id, in its scope's state; `send` adding its header to the answer."""
-    raw = next((v for k, v in scope["headers"] if k == b"x-request-id"), b"")
+    raw = b""
+    for name, value in scope["headers"]:  # a loop: no generator per request
+        if name == b"x-request-id":
+            raw = value
+            break
     request_id = _request_id(raw.decode("latin-1"))
     scope.setdefault("state", {})["request_id"] = request_id
     header = (b"x-request-id", request_id.encode())

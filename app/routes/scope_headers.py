@@ -44,4 +44,6 @@ class ScopeHeaders(Mapping[str, str]):
 
     def getlist(self, key: str) -> list[str]:
         wanted = key.lower()
+        if wanted not in self._first:
+            return []  # the common case (traceparent, tracestate): no scan
         return [value for name, value in self._items if name == wanted]
