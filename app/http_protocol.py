@@ -32,12 +32,19 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import structlog
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from app import jsonio, write_coalescer
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
@@ -111,6 +118,9 @@ class Taker(Protocol):
 
 # The scope extension under which an answer finds its ConnectionLink.
 LINK = "mcp_shim.connection"
+# Headers that frame the answer, which uvicorn's `send` interprets: an answer
+# carrying one is not written whole (ConnectionLink.write_whole).
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 
 
 class ConnectionLink:
@@ -121,18 +131,64 @@ class ConnectionLink:
     under `extensions[LINK]`; absent under another server, where the answer
     falls back to ASGI's ways."""
 
-    # Not the cycle: the cycle holds the scope that holds this link, and a
-    # reference back would leave every request's cycle and scope to the
-    # cyclic garbage collector (its passes were the p99, bench/README.md).
-    __slots__ = ("_flow", "_on_lost", "body_complete", "lost")
+    __slots__ = ("_cycle", "_flow", "_on_lost", "answer_headers", "body_complete", "lost")
 
-    def __init__(self, flow: Any) -> None:
+    def __init__(self, flow: Any, cycle: RequestResponseCycle | None = None) -> None:
         self._flow = flow
+        # The cycle weakly: it holds the scope that holds this link, and a strong
+        # reference back would leave every request's cycle and scope to the
+        # cyclic garbage collector (its passes were the p99, bench/README.md).
+        self._cycle = None if cycle is None else weakref.ref(cycle)
         self._on_lost: Callable[[], None] | None = None
         # The client went away while this request was being answered.
         self.lost = False
         # The request's whole body has arrived: reading it cannot wait.
         self.body_complete = False
+        # Set by the application that lets `write_whole` answer (app/server.py):
+        # the headers every answer of the request carries, which its `send`
+        # wrapper would add. None: every answer goes through ASGI `send`.
+        self.answer_headers: tuple[tuple[bytes, bytes], ...] | None = None
+
+    def write_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """The status line, the server's headers, `headers`, `answer_headers`,
+        the content length and `body`, in one write: what uvicorn's `send`
+        writes for an `http.response.start` and its one `http.response.body`,
+        without the two ASGI sends, their wrappers, and their checks of a state
+        known here (6% of a legacy call's instructions, bench/README.md).
+        False, and nothing written, when the answer must go through `send`: not
+        armed, already begun, the client gone, the transport paused, the
+        connection to be closed after it, access logging on, or a header that
+        `send` treats itself (framing) or refuses."""
+        extra, ref = self.answer_headers, self._cycle
+        if extra is None or ref is None:
+            return False
+        cycle = ref()
+        if (
+            cycle is None
+            or cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or not cycle.keep_alive
+            or cycle.access_log
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return False
+        content = [STATUS_LINE[status]]
+        for raw_name, value in (*cycle.default_headers, *headers, *extra):
+            name = raw_name.lower()
+            if name in _FRAMING or HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+                return False
+            content += (name, b": ", value, b"\r\n")
+        content += (b"content-length: %d\r\n\r\n" % len(body), body)
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        cycle.chunked_encoding = False
+        cycle.response_complete = True
+        cycle.transport.write(b"".join(content))
+        cycle.message_event.set()  # what a `receive()` waiting for the end awaits
+        # The protocol's turn: the next pipelined request, or the keep-alive timer.
+        cycle.on_response()
+        return True
 
     @property
     def write_paused(self) -> bool:
@@ -277,7 +333,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:  # this request's cycle
             extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-            self._link = extensions[LINK] = ConnectionLink(self.flow)
+            self._link = extensions[LINK] = ConnectionLink(self.flow, cycle)
         else:
             self._link = None
 

@@ -19,6 +19,7 @@ from app import metrics, wiring
 from app.auth import WELL_KNOWN
 from app.config import Settings
 from app.fronts.http_sse.front import MESSAGES_PATH
+from app.http_protocol import LINK, ConnectionLink
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection
 from app.replicas import MAX_NOTE_BYTES, NOTE_PATH
@@ -85,8 +86,11 @@ class RequestIdMiddleware:
         await self.app(scope, receive, _sending_request_id(scope, send))
 
 
-def _sending_request_id(scope: Scope, send: Send) -> Send:
-    """The request's id, in its scope's state; `send` adding its header to the answer."""
+def _sending_request_id(scope: Scope, send: Send, *, whole_writes: bool = False) -> Send:
+    """The request's id, in its scope's state; `send` adding its header to the answer.
+    `whole_writes`: this wrapper is the answer's only one, so the protocol may
+    write an answer whole, bypassing it (ConnectionLink.write_whole), with the
+    same header."""
     raw = b""
     for name, value in scope["headers"]:  # a loop: no generator per request
         if name == b"x-request-id":
@@ -95,6 +99,11 @@ def _sending_request_id(scope: Scope, send: Send) -> Send:
     request_id = _request_id(raw.decode("latin-1"))
     scope.setdefault("state", {})["request_id"] = request_id
     header = (b"x-request-id", request_id.encode())
+    if whole_writes:
+        extensions = scope.get("extensions")
+        link = extensions.get(LINK) if extensions else None
+        if isinstance(link, ConnectionLink):
+            link.answer_headers = (header,)
 
     async def send_with_id(message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -134,7 +143,7 @@ class GatewayApp(FastAPI):
             and scope["path"] == "/mcp"
         ):
             scope["app"] = self  # `request.app`, as Starlette sets it
-            send = _sending_request_id(scope, send)
+            send = _sending_request_id(scope, send, whole_writes=True)
             response = await route(Request(scope, receive))
             await response(scope, receive, send)
             return

@@ -13,9 +13,11 @@ stdio_servers.py) and raw 2026-07-28 requests. Processes are counted from
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -192,6 +195,82 @@ def test_concurrent_calls_of_any_size_each_get_their_own_answer(
             pool.map(lambda m: text_of(call(client, base, "echo", {"message": m})), messages)
         )
     assert answers == [f"Echo: {m}" for m in messages]
+
+
+def _raw_post(port: int, message: dict[str, Any], headers: dict[str, str]) -> bytes:
+    payload = json.dumps(message).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (
+        f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{head}"
+        f"content-length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+
+
+def _read_answers(sock: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
+    """`count` HTTP/1.1 answers read off `sock`, each framed by its content-length."""
+    sock.settimeout(30)
+    data, answers = b"", []
+    while len(answers) < count:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            status_line, *lines = data[:end].decode("latin-1").split("\r\n")
+            fields = {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines)}
+            size = int(fields["content-length"])
+            if len(data) >= end + 4 + size:
+                answers.append(
+                    (int(status_line.split()[1]), fields, data[end + 4 : end + 4 + size])
+                )
+                data = data[end + 4 + size :]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {len(answers)} of {count} answers"
+        data += chunk
+    return answers
+
+
+def test_pipelined_requests_are_answered_in_order_and_the_connection_serves_on(
+    everything: tuple[str, int, Path], http: httpx.Client
+) -> None:
+    # RFC 9112 section 9.3.2: a server MUST send its responses to pipelined
+    # requests in the order the requests were received. A small JSON answer is
+    # written whole by the protocol (ConnectionLink.write_whole), past uvicorn's
+    # `send`, which is where uvicorn ends a request's turn: the next one on the
+    # connection must still be served, for a modern client and a legacy one.
+    base = everything[0]
+    port = int(base.rsplit(":", 1)[1])
+    first = {"content-type": "application/json", "accept": wire.ACCEPT_BOTH}
+    opened = wire.post(http, base + "/mcp", wire.legacy_initialize(), first)
+    session = {"mcp-session-id": opened.headers["mcp-session-id"]}
+    in_session = {**first, **session, "mcp-protocol-version": "2025-11-25"}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert wire.post(http, base + "/mcp", initialized, in_session).status_code == 202
+    json_only = {"accept": "application/json"}
+
+    def modern(n: int) -> bytes:
+        message = wire.body(
+            "tools/call", {"name": "echo", "arguments": {"message": f"m{n}"}}, rid=n
+        )
+        return _raw_post(port, message, wire.headers_for(message, **json_only))
+
+    def legacy(n: int) -> bytes:
+        message = {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": f"l{n}"}},
+        }
+        return _raw_post(port, message, {**in_session, **json_only})
+
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(modern(1) + legacy(2) + modern(3) + legacy(4))
+        answers = _read_answers(sock, 4)
+        sock.sendall(legacy(5))  # after the pipelined ones, on the same connection
+        answers += _read_answers(sock, 1)
+    texts = [json.loads(body)["result"]["content"][0]["text"] for _, _, body in answers]
+    assert texts == ["Echo: m1", "Echo: l2", "Echo: m3", "Echo: l4", "Echo: l5"]
+    assert [status for status, _, _ in answers] == [200] * 5
+    assert len({fields["x-request-id"] for _, fields, _ in answers}) == 5
 
 
 def test_a_server_killed_mid_call(tmp_path: Path, http: httpx.Client) -> None:

@@ -185,6 +185,13 @@ class CallAnswer(Response):
     async def _send_json(self, send: Send, out: Outgoing) -> None:
         body = jsonio.dumps(out.message)
         self._status = out.status
+        link = self._link
+        if len(body) <= _PIECE and link is not None:
+            # One write for the whole answer when the connection allows it; a
+            # larger body goes in pieces, each waiting for the client to read.
+            if link.write_whole(out.status, [*_JSON_HEADERS, *_encoded(out.headers)], body):
+                self._started = True
+                return
         headers = [
             *_JSON_HEADERS,
             (b"content-length", str(len(body)).encode()),
