@@ -17,7 +17,7 @@ from app.upstream.stdio.transport import (
     StdioSession,
     StdioTransport,
 )
-from tests.unit.stdio_spawn import spawned
+from tests.unit.stdio_spawn import spawned, until
 
 
 async def _session(script: str) -> tuple[StdioTransport, StdioSession]:
@@ -25,11 +25,7 @@ async def _session(script: str) -> tuple[StdioTransport, StdioSession]:
 
 
 async def _until(predicate: Callable[[], bool], within_s: float) -> None:
-    for _ in range(int(within_s / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the process's last stderr line never arrived")
+    await until(predicate, within_s, "the process's last stderr line")
 
 
 async def test_a_flood_of_lines_is_logged_at_a_bounded_rate(

@@ -8,13 +8,12 @@ chosen chunks; the bounds and the end also with real processes (a shell)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from app.upstream.stdio import transport as stdio
 from app.upstream.stdio.transport import ServerPipes
-from tests.unit.stdio_spawn import spawned
+from tests.unit.stdio_spawn import spawned, until
 
 
 class _Lines:
@@ -114,14 +113,6 @@ async def test_a_fault_while_reading_stops_the_reading_and_is_logged(
     assert "upstream_stdout_failed" in capsys.readouterr().out
 
 
-async def _until(predicate: Any, within_s: float) -> None:
-    for _ in range(int(within_s / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("never came")
-
-
 async def test_a_server_writing_past_the_bound_is_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -130,7 +121,7 @@ async def test_a_server_writing_past_the_bound_is_stopped(
         ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x; sleep 30"], grace_s=0.2
     )
     try:
-        await _until(lambda: session.gone is not None, within_s=10)
+        await until(lambda: session.gone is not None, 10, "the session's end")
         assert session.gone is not None
         assert "longer than 1000 bytes" in session.gone.message
     finally:
@@ -150,7 +141,7 @@ async def test_lines_of_a_real_pipe_reach_the_routes_and_its_end_stops_the_sessi
         assert got == [{"jsonrpc": "2.0", "id": 7, "result": {}}]  # its last line had no end
         assert session.not_json == 1
         # stdout closed while the process runs on: the server ended the session.
-        await _until(lambda: session.gone is not None, within_s=10)
+        await until(lambda: session.gone is not None, 10, "the session's end")
         assert session.gone is not None and "closed its stdout" in session.gone.message
     finally:
         await transport.aclose()

@@ -6,7 +6,7 @@ request cycle in the same state; whenever `send` would act on something
 under way), nothing is written and the answer goes through `send`.
 
 The cycles are uvicorn's own (`RequestResponseCycle`), on a transport that
-records what is written to it."""
+keeps what is written to it."""
 
 from __future__ import annotations
 
@@ -19,26 +19,10 @@ import pytest
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from app.http_protocol import ConnectionLink
+from tests.unit.test_connection_link import Transport  # keeps what is written to it
 
 SERVER_HEADERS = [(b"date", b"Wed, 02 Dec 2026 19:00:00 GMT"), (b"server", b"uvicorn")]
 EXTRA = ((b"x-request-id", b"abc-123"),)
-
-
-class _Written:
-    """A transport that keeps what is written to it."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
 
 
 class _Responses:
@@ -58,8 +42,8 @@ class _Flow:
 
 def _cycle(
     *, method: str = "POST", keep_alive: bool = True, paused: bool = False
-) -> tuple[RequestResponseCycle, _Written]:
-    written = _Written()
+) -> tuple[RequestResponseCycle, Transport]:
+    written = Transport()
     scope: Any = {"type": "http", "method": method, "http_version": "1.1"}
     cycle = RequestResponseCycle(
         scope=scope,
@@ -115,13 +99,13 @@ async def test_a_whole_answer_is_what_uvicorns_send_writes(
     await sent.send({**start, "headers": [*headers, *EXTRA, length]})  # type: ignore[typeddict-item]
     await sent.send({"type": "http.response.body", "body": body})
 
-    assert bytes(whole_written.data) == bytes(sent_written.data)
+    assert bytes(whole_written.written) == bytes(sent_written.written)
     for cycle in (whole, sent):
         assert cycle.response_started and cycle.response_complete
         assert cycle.on_response.count == 1  # type: ignore[attr-defined]
         assert cycle.message_event.is_set()
         assert not cycle.chunked_encoding and not cycle.waiting_for_100_continue
-    assert not whole_written.closed
+    assert not whole_written.closing
 
 
 def _not_armed(cycle: RequestResponseCycle) -> ConnectionLink:
@@ -160,7 +144,7 @@ async def test_nothing_is_written_when_send_must_act(
     link = make(cycle)
     began = cycle.response_started
     assert not link.write_whole(200, headers, b"{}")
-    assert written.data == b""
+    assert written.written == b""
     assert cycle.response_started == began and not cycle.response_complete
     assert not cycle.message_event.is_set()
     assert cycle.on_response.count == 0  # type: ignore[attr-defined]
@@ -173,7 +157,7 @@ async def test_a_header_uvicorn_refuses_is_refused_by_send_after_the_fallback() 
     with pytest.raises(RuntimeError, match="Invalid HTTP header value"):
         start = {"type": "http.response.start", "status": 200, "headers": bad}
         await cycle.send(start)  # type: ignore[arg-type]
-    assert written.data == b""
+    assert written.written == b""
 
 
 async def test_the_link_does_not_keep_its_cycle_alive() -> None:
