@@ -66,6 +66,16 @@ async def test_what_comes_before_the_session_is_kept_for_it() -> None:
     assert seen.lines == [b"banner", b'{"a":1}', b'{"b":2}']
 
 
+async def test_what_ended_before_the_session_came_is_handed_on_whole() -> None:
+    pipes = ServerPipes(asyncio.get_running_loop())
+    pipes.pipe_data_received(1, b'{"a":1}\n{"b":2}')
+    pipes.pipe_connection_lost(1, None)
+    seen = _Lines()
+    pipes.attach(seen)  # type: ignore[arg-type]
+    assert seen.lines == [b'{"a":1}', b'{"b":2}']
+    assert pipes.stdout_ended.done() and pipes.unreadable is None
+
+
 async def test_the_last_line_without_its_end_is_handed_on_at_the_end() -> None:
     pipes, seen = _pipes()
     pipes.pipe_data_received(1, b'{"a":1}\n{"b":2}')

@@ -156,6 +156,8 @@ class ServerPipes(asyncio.subprocess.SubprocessStreamProtocol):
         elif self._held:
             held = bytes(self._held)
             self._held.clear()
+            if self.stdout_ended.done() and not held.endswith(b"\n"):
+                held += b"\n"  # ended before the session came: its last line whole
             self._read(held)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:  # type: ignore[override]
