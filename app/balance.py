@@ -26,8 +26,9 @@ spills is over GATHER_BELOW) keeps a connection from going back and forth.
 "Busy" is the fraction of wall time the worker's loop thread was running or
 waiting for a CPU (`/proc/thread-self/schedstat`): a loop that is not waiting
 in epoll. Over stdio it is the busier of that and the worker's busiest server
-process (its threads', `/proc/<pid>/task/*/schedstat`): a worker's calls of one
-kind share one process (app/upstream/pool.py), so in front of a server that
+process (its threads', `/proc/<pid>/task/*/schedstat`, from the end of its
+initialize: its start is a one-off, not load): a worker's calls of one kind
+share one process (app/upstream/pool.py), so in front of a server that
 takes a core per process the second worker's process is what doubles the
 calls/s, and gathering on one worker's loop would have halved them. Each
 worker writes its own into a small shared table the supervisor creates (a

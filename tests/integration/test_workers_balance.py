@@ -188,15 +188,16 @@ def spread(workers: tw.Workers, port: int, make: Any, legacy: bool, want: int) -
     pytest.fail(f"40 connections, none on worker 1: {where}")
 
 
-def _load_fixture(url: str, stop: Any, threads: int) -> None:
+def _load_fixture(url: str, stop: Any, connected: Any, threads: int) -> None:
     """`_load` against the mcp 1.x fixture, whose echo takes `text`."""
-    _load(url, stop, threads, "text")
+    _load(url, stop, connected, threads, "text")
 
 
-def _hammer(url: str, stop: Any, threads: int) -> None:
+def _hammer(url: str, stop: Any, connected: Any, threads: int) -> None:
     """A load generator process: `threads` connections asking `url`'s /healthz
     as fast as they can; the gateway answers it itself, so the load is its
-    loop's whatever the upstream."""
+    loop's whatever the upstream; `connected` is the loaders' shared start
+    (see `loading`), not needed on a worker's own listener."""
     address = url.split("//", 1)[1].split("/")[0]
     host, port = address.rsplit(":", 1)
 
@@ -224,12 +225,24 @@ def accepting(workers: tw.Workers) -> list[bool]:
 
 
 @contextlib.contextmanager
-def loading(target: Any, url: str) -> Iterator[None]:
+def loading(target: Any, url: str, threads: int = 6) -> Iterator[None]:
     """Two load generator processes running `target` against `url` (fork: no
-    import in the child) until the block ends."""
+    import in the child) until the block ends.
+
+    `connected`, one barrier for both processes' threads: every connection is
+    answered once before any of them loads, so all are accepted while the
+    gateway is still light (by worker 0 alone), not some by worker 1 once the
+    first ones' load has opened its accepting. A barrier per process let one
+    process load while the other still connected: 2 runs in 8 here had a
+    connection on worker 1, whose own server then kept it too busy to be
+    spilled to."""
     context = multiprocessing.get_context("fork")
     stop = context.Event()
-    loaders = [context.Process(target=target, args=(url, stop, 6), daemon=True) for _ in range(2)]
+    connected = context.Barrier(2 * threads)
+    loaders = [
+        context.Process(target=target, args=(url, stop, connected, threads), daemon=True)
+        for _ in range(2)
+    ]
     for loader in loaders:
         loader.start()
     try:
@@ -356,15 +369,10 @@ def everything_two(logs_dir: Path) -> Iterator[tw.Workers]:
     yield from stdio_gateway(everything.node_command(everything.EVERYTHING), logs_dir, "everything")
 
 
-def _load(url: str, stop: Any, threads: int, arg: str = "message") -> None:
+def _load(url: str, stop: Any, connected: Any, threads: int, arg: str = "message") -> None:
     """A load generator process: `threads` connections calling echo (its
     argument `arg`) as fast as they can."""
     port = int(url.rsplit(":", 1)[1].split("/")[0])
-    # Every connection answered once before any thread loads: all of them are
-    # accepted while the gateway is still light (by worker 0 alone), not some
-    # by worker 1 once the first ones' load has opened its accepting (a slow
-    # machine starts its threads late enough for that).
-    connected = threading.Barrier(threads)
 
     def loop() -> None:
         conn = Conn(port, MODERN_HEADERS, arg)

@@ -642,8 +642,11 @@ class StdioTransport:
         return [proc.pid for proc in self._unreaped]
 
     def server_pids(self) -> list[int]:
-        """The server processes running now (app/balance.py weighs their load)."""
-        return [session.pid for session in self._live]
+        """The server processes serving calls now, whose load app/balance.py
+        weighs. Not one still starting: an SDK server's imports take a core for
+        a second, which read as a saturated worker, opened the second worker's
+        accepting and had it start a server of its own for a connection or two."""
+        return [session.pid for session in self._live if session.initialized]
 
     @property
     def processes(self) -> int:
