@@ -233,9 +233,9 @@ def loading(target: Any, url: str, threads: int = 6) -> Iterator[None]:
     answered once before any of them loads, so all are accepted while the
     gateway is still light (by worker 0 alone), not some by worker 1 once the
     first ones' load has opened its accepting. A barrier per process let one
-    process load while the other still connected: 2 runs in 8 here had a
-    connection on worker 1, whose own server then kept it too busy to be
-    spilled to."""
+    process load while the other still connected. (The failures seen had
+    another cause, a server's start-up counted as load: `server_pids` in
+    app/upstream/stdio/transport.py.)"""
     context = multiprocessing.get_context("fork")
     stop = context.Event()
     connected = context.Barrier(2 * threads)
