@@ -1,0 +1,118 @@
+"""Whether a connection handed to the worker that owns its legacy session
+(app/handoff.py) costs more per call than one that worker accepted itself.
+
+    .venv/bin/python bench/handed_over.py [--server everything|python]
+                                          [--concurrency 32] [--seconds 4] [--rounds 4]
+
+One gateway with 2 workers in front of a stdio server (bench/peers.py's
+commands), one legacy session, whose server process belongs to the worker
+that took the initialize (the owner). wrk (`-t1`, bench/call.lua) sends the
+session's `tools/call echo` to the owner's own listener (`direct`: every
+connection accepted there) or to the other worker's (`handed`: every
+connection's first request is handed over with its socket, and the owner
+serves the connection from then on), the two in alternating order round by
+round. Per run: calls/s, CPU per call of both workers together (utime +
+stime from /proc), and the handovers the log counts; at the end the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench import common, peers  # noqa: E402
+
+
+def log_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+
+def handovers(path: Path) -> int:
+    return path.read_text().count('"replica_handed_off"')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", default="everything", choices=["everything", "python"])
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    server = peers.servers()[args.server]
+    log_name = "handed-over.log"
+    log_path = common.results_dir() / log_name
+    command = shlex.join(server.argv)
+    with (
+        common.gateway(None, log_name, MCP_SHIM_UPSTREAM_COMMAND=command, MCP_SHIM_WORKERS="2") as (
+            url,
+            _,
+        ),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        headers = peers.open_session(url)
+        time.sleep(0.5)  # the workers' start lines written
+        lines = log_lines(log_path)
+        listeners = {
+            line["worker"]: str(line["advertise"])
+            for line in lines
+            if line.get("event") == "worker_started"
+        }
+        pids = {
+            line["worker"]: int(str(line["pid"]))
+            for line in lines
+            if line.get("event") == "worker_started"
+        }
+        owner = next(
+            line["worker"] for line in lines if line.get("event") == "legacy_session_opened"
+        )
+        other = next(worker for worker in listeners if worker != owner)
+        body = Path(tmp) / "call.json"
+        body.write_bytes(orjson.dumps(peers.call_body(server, "legacy")))
+        env = {
+            **os.environ,
+            "BENCH_BODY": str(body),
+            "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in headers.items()),
+        }
+        print(f"{server.label}: the session's server is worker {owner}'s", flush=True)
+        runs: dict[str, list[tuple[float, float]]] = {"direct": [], "handed": []}
+        for round_ in range(args.rounds):
+            kinds = ["direct", "handed"] if round_ % 2 == 0 else ["handed", "direct"]
+            for kind in kinds:
+                target = listeners[owner if kind == "direct" else other] + "/mcp"
+                handed0 = handovers(log_path)
+                cpu0 = common.cpu_seconds(*pids.values())
+                argv = ["wrk", "-t1", f"-c{args.concurrency}", f"-d{args.seconds}s"]
+                argv += ["--timeout", "10s", "-s", str(ROOT / "bench" / "call.lua"), target]
+                out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+                cpu = common.cpu_seconds(*pids.values()) - cpu0
+                summary = peers.parse_wrk(out.stdout)
+                calls = summary["requests"]
+                if peers.wrk_errors(summary):
+                    raise RuntimeError(f"{kind}: {peers.wrk_errors(summary)}")
+                runs[kind].append((calls / args.seconds, cpu / calls * 1e6))
+                print(
+                    f"round {round_ + 1} {kind:6}  {calls / args.seconds:7,.0f} calls/s  "
+                    f"{cpu / calls * 1e6:5.0f} us/call  handed over: "
+                    f"{handovers(log_path) - handed0}",
+                    flush=True,
+                )
+    for kind, values in runs.items():
+        rate = statistics.median(v[0] for v in values)
+        cost = statistics.median(v[1] for v in values)
+        print(f"{kind:6} median: {rate:7,.0f} calls/s  {cost:5.0f} us/call")
+
+
+if __name__ == "__main__":
+    main()
