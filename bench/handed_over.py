@@ -53,12 +53,9 @@ def main() -> None:
     server = peers.servers()[args.server]
     log_name = "handed-over.log"
     log_path = common.results_dir() / log_name
-    command = shlex.join(server.argv)
+    settings = {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(server.argv), "MCP_SHIM_WORKERS": "2"}
     with (
-        common.gateway(None, log_name, MCP_SHIM_UPSTREAM_COMMAND=command, MCP_SHIM_WORKERS="2") as (
-            url,
-            _,
-        ),
+        common.gateway(None, log_name, **settings) as (url, _),
         tempfile.TemporaryDirectory() as tmp,
     ):
         headers = peers.open_session(url)
