@@ -19,23 +19,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench import common, peers  # noqa: E402
+from bench import common, moves, peers  # noqa: E402
 
 
-def log_lines(path: Path) -> list[dict[str, object]]:
+def log_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
@@ -61,27 +60,14 @@ def main() -> None:
         headers = peers.open_session(url)
         time.sleep(0.5)  # the workers' start lines written
         lines = log_lines(log_path)
-        listeners = {
-            line["worker"]: str(line["advertise"])
-            for line in lines
-            if line.get("event") == "worker_started"
-        }
-        pids = {
-            line["worker"]: int(str(line["pid"]))
-            for line in lines
-            if line.get("event") == "worker_started"
-        }
-        owner = next(
-            line["worker"] for line in lines if line.get("event") == "legacy_session_opened"
-        )
+        started = [line for line in lines if line.get("event") == "worker_started"]
+        listeners = {line["worker"]: line["advertise"] for line in started}
+        pids = [line["pid"] for line in started]
+        opened = (line for line in lines if line.get("event") == "legacy_session_opened")
+        owner = next(line["worker"] for line in opened)
         other = next(worker for worker in listeners if worker != owner)
         body = Path(tmp) / "call.json"
         body.write_bytes(orjson.dumps(peers.call_body(server, "legacy")))
-        env = {
-            **os.environ,
-            "BENCH_BODY": str(body),
-            "BENCH_HEADERS": "\n".join(f"{k}: {v}" for k, v in headers.items()),
-        }
         print(f"{server.label}: the session's server is worker {owner}'s", flush=True)
         runs: dict[str, list[tuple[float, float]]] = {"direct": [], "handed": []}
         for round_ in range(args.rounds):
@@ -89,15 +75,12 @@ def main() -> None:
             for kind in kinds:
                 target = listeners[owner if kind == "direct" else other] + "/mcp"
                 handed0 = handovers(log_path)
-                cpu0 = common.cpu_seconds(*pids.values())
-                argv = ["wrk", "-t1", f"-c{args.concurrency}", f"-d{args.seconds}s"]
-                argv += ["--timeout", "10s", "-s", str(ROOT / "bench" / "call.lua"), target]
-                out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-                cpu = common.cpu_seconds(*pids.values()) - cpu0
-                summary = peers.parse_wrk(out.stdout)
+                cpu0 = common.cpu_seconds(*pids)
+                summary = moves.wrk(target, body, headers, args.concurrency, args.seconds)
+                cpu = common.cpu_seconds(*pids) - cpu0
                 calls = summary["requests"]
-                if peers.wrk_errors(summary):
-                    raise RuntimeError(f"{kind}: {peers.wrk_errors(summary)}")
+                if not calls or peers.wrk_errors(summary):
+                    raise RuntimeError(f"{kind}: {calls} calls, {peers.wrk_errors(summary)}")
                 runs[kind].append((calls / args.seconds, cpu / calls * 1e6))
                 print(
                     f"round {round_ + 1} {kind:6}  {calls / args.seconds:7,.0f} calls/s  "
