@@ -284,7 +284,13 @@ class Balancer:
 
     def _want(self, move: Move | None, left: int) -> None:
         self._wanted, self._left = (move, left) if move is not None and left > 0 else (None, 0)
-        GuardedHttpToolsProtocol.mover = self if self._wanted is not None else None
+        mover = self if self._wanted is not None else None
+        # Only when it changes: setting a class's attribute, even to the value it
+        # holds, voids the interpreter's caches of every attribute look-up on its
+        # instances, and every tick would have made the next calls' protocol
+        # code run unspecialized (bench/README.md, "Tenth session").
+        if GuardedHttpToolsProtocol.mover is not mover:
+            GuardedHttpToolsProtocol.mover = mover
 
     def _count(self, move: Move, sent: int, now: float) -> None:
         if not sent:

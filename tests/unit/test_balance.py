@@ -24,6 +24,7 @@ import uvloop
 from app import balance
 from app.accept_gate import AcceptGate
 from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
+from app.http_protocol import GuardedHttpToolsProtocol
 from app.load_board import CANCELS_WITHHELD, STALE_S, LoadBoard
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
@@ -280,3 +281,45 @@ def test_siblings_come_from_the_command_line() -> None:
         assert Siblings.parse(0, [], None).board is None
     finally:
         os.close(fd)
+
+
+class _NothingSent:
+    def send_idle(self, owner: str, connection: object, data: bytes = b"") -> bool:
+        raise AssertionError("no connection is eligible: nothing may be sent")
+
+
+def test_a_tick_that_changes_no_plan_leaves_the_protocol_class_alone() -> None:
+    # Setting a class's attribute, even to the value it holds, voids the
+    # interpreter's attribute caches for every instance of the class (its
+    # version tag): a tick that did so four times a second made the next
+    # calls' protocol code run unspecialized (bench/README.md, "Tenth session").
+    from _testcapi import type_get_version
+
+    fd = LoadBoard.create(2)
+    balancer = balance.Balancer(
+        LoadBoard(fd, 2),
+        0,
+        {1: "http://127.0.0.1:9"},
+        _NothingSent(),
+        [],
+        port=1,
+        sessions_anywhere=False,
+        moved=lambda reason, count: None,
+    )
+    try:
+        balancer.tick(100.0)
+        assert GuardedHttpToolsProtocol.mover is None  # a look-up: the class gets a tag
+        version = type_get_version(GuardedHttpToolsProtocol)
+        assert version != 0
+        for i in range(1, 6):
+            balancer.tick(100.0 + i * balance.PERIOD_S)
+        assert GuardedHttpToolsProtocol.mover is None
+        assert type_get_version(GuardedHttpToolsProtocol) == version
+        # A plan that does change it is set, and the check sees the change.
+        balancer._want(Move(1, 1, "spill"), 1)
+        assert GuardedHttpToolsProtocol.mover is balancer
+        assert type_get_version(GuardedHttpToolsProtocol) != version
+    finally:
+        balancer.stop()  # its plan dropped, the class's mover None again
+        os.close(fd)
+    assert GuardedHttpToolsProtocol.mover is None
