@@ -3,6 +3,7 @@
     .venv/bin/python bench/instructions.py [--upstream python-stdio|everything|fast]
         [--modern] [--calls 400] [--warmup 100] [--tree DIR ...]
     .venv/bin/python bench/instructions.py --bare      # uvicorn alone, for scale
+    .venv/bin/python bench/instructions.py --workers 2 [--via shared|owner|sibling]
 
 CPU time per call on this VM moves by 10-30% between runs of the same tree
 (steal, frequency, the other core's load), more than most single changes to
@@ -21,6 +22,25 @@ fixture) runs outside valgrind; the client is this script. `PYTHONHASHSEED`
 is fixed so that two runs of one tree hash alike; what is left to vary is
 timers and the garbage collector, well under 1% (run it twice to see).
 
+With `--workers 2` the gateway runs as deployed by default (a supervisor
+and two workers, each under callgrind; the stdio server is not) and both
+workers are counted, so the figure is the work of the processes that serve
+calls, to read against one worker's. A legacy session belongs to the
+worker whose server process it opened (the owner); the calls go where
+`--via` says: `shared`, the port clients use (the kernel picks the worker,
+the balancer may move the connection, app/balance.py); `owner` or `sibling`,
+that worker's own listener (from the sibling, the connection is handed to
+the owner with its first request, app/handoff.py). Under valgrind a worker's
+loop reads busy, so the balancer acts as it does under load: which worker
+took what is printed per process.
+
+Under valgrind a call takes tens of milliseconds, so work driven by the
+clock (the balancer's tick every 0.25 s reads /proc; a timer) is counted
+over far fewer calls than in a real run and reads as a per-call cost it
+is not. `--idle` counts the same processes again, with no call, for as
+long as the calls took, and takes that off: what is left is what the
+calls themselves cost.
+
 Instructions are not time: a cache miss or a system call's wait costs no
 more instructions than a hit. Use this to compare two versions of the
 gateway's own code; use bench/peers.py and bench/wrk.sh for time.
@@ -30,12 +50,15 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -115,30 +138,80 @@ class Client:
         if status != 200 or b'"result"' not in data:
             raise SystemExit(f"call {i} answered {status}: {data[:200]!r}")
 
+    def reconnect(self, port: int) -> None:
+        """The calls from here on on a new connection to `port`, the same session."""
+        self._conn.close()
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
-def _control(pid: int, *options: str) -> None:
-    subprocess.run(["callgrind_control", *options, str(pid)], check=True, capture_output=True)
+
+def _workers(log: Path) -> tuple[dict[int, int], dict[int, int], int]:
+    """Each worker's pid and own listener's port, from the gateway's log, and
+    the worker that owns the legacy session."""
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    started = [x for x in lines if x.get("event") == "worker_started"]
+    pids = {x["worker"]: x["pid"] for x in started}
+    ports = {x["worker"]: int(x["advertise"].rsplit(":", 1)[1]) for x in started}
+    owners = [x["worker"] for x in lines if x.get("event") == "legacy_session_opened"]
+    if len(pids) < 2 or not owners:
+        raise SystemExit(f"no workers or no session's owner in {log}")
+    return pids, ports, owners[0]
 
 
-def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[str]]:
-    """Instructions of `args.calls` calls through the gateway of `tree`, and
-    the costliest functions' lines of callgrind_annotate."""
+def _window(dump: Path) -> Path:
+    """The file `callgrind_control -d` wrote for `dump` (<file>.1: the counted
+    window; the exit writes <file> itself, empty: instrumentation off)."""
+    dumps = sorted(dump.parent.glob(dump.name + ".*"), key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise SystemExit(f"callgrind wrote no window for {dump}")
+    return dumps[-1]
+
+
+def _control_all(pids: Iterable[int], *options: str) -> None:
+    """callgrind_control of every process, at once: the window between
+    counting on and the first call stays short."""
+    running = [
+        subprocess.Popen(
+            ["callgrind_control", *options, str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in pids
+    ]
+    for proc in running:
+        if proc.wait() != 0:
+            raise SystemExit(f"callgrind_control {' '.join(options)} failed")
+
+
+def measure(
+    tree: Path, args: argparse.Namespace, out: Path
+) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """Instructions of `args.calls` calls through the gateway of `tree` per
+    process counted, with `--idle` the same processes' over as long with no
+    call (else empty), and the costliest functions' lines of callgrind_annotate
+    (of the process that did the most)."""
     port = procs.free_port()
-    dump = out / f"callgrind.{tree.name or 'tree'}.{port}.out"
-    run = f"import sys; sys.path.insert(0, {str(tree)!r}); from app.cli import main; main()"
+    dump = out / f"callgrind.{tree.name or 'tree'}.{port}.%p.out"
+    # In the tree's directory: a worker is `python -m app.cli`, which imports the
+    # `app` of its working directory first.
+    run = (
+        f"import os, sys; os.chdir({str(tree)!r}); sys.path.insert(0, {str(tree)!r}); "
+        "from app.cli import main; main()"
+    )
     if args.bare:
         run = _BARE
-    argv = [
-        "valgrind",
-        "--tool=callgrind",
-        "--instr-atstart=no",
-        f"--callgrind-out-file={dump}",
-        sys.executable,
-        "-c",
-        run,
-    ]
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}"]
+    if args.workers > 1:
+        # The workers are the supervisor's children; the stdio server is not ours.
+        marker = peers.servers()[_STDIO[args.upstream]].marker
+        argv += ["--trace-children=yes", f"--trace-children-skip-by-arg=*{marker}*"]
+    argv += [sys.executable, "-c", run]
+    log_path = out / f"instructions-{port}.log"
     with ExitStack() as stack:
-        env = {**common.gateway_env(None, port), "PYTHONHASHSEED": "0"}
+        env = {
+            **common.gateway_env(None, port),
+            "PYTHONHASHSEED": "0",
+            "MCP_SHIM_WORKERS": str(args.workers),
+        }
         env.update(item.split("=", 1) for item in args.env)
         if not args.bare:
             env.update(_upstream_env(args.upstream, stack))
@@ -147,35 +220,65 @@ def measure(tree: Path, args: argparse.Namespace, out: Path) -> tuple[int, list[
                 argv,
                 f"http://127.0.0.1:{port}/{'mcp' if args.bare else 'healthz'}",
                 env=env,
-                log_path=out / f"instructions-{port}.log",
+                log_path=log_path,
                 # Under valgrind the gateway starts in tens of seconds, not one.
                 ready_timeout_s=300.0,
             )
         )
         client = Client(port, args.modern or args.bare, args.upstream == "everything")
+        counted = {"gateway": gateway.pid}
+        if args.workers > 1:
+            pids, ports, owner = _workers(log_path)
+            sibling = next(w for w in pids if w != owner)
+            # Not the supervisor: callgrind_control reaches a process blocked in
+            # a system call through ptrace, and the supervisor's sigtimedwait
+            # then returned a signal number that is none (valgrind 3.19); it
+            # wakes twice a second and serves no call.
+            counted = {f"worker {w}{' (owner)' if w == owner else ''}": pids[w] for w in pids}
+            if args.via != "shared":
+                client.reconnect(ports[owner if args.via == "owner" else sibling])
         for i in range(args.warmup):
             client.call(i + 1)
-        _control(gateway.pid, "-z")  # zeroed, then counted for the calls alone
-        _control(gateway.pid, "-i", "on")
-        for i in range(args.calls):
-            client.call(args.warmup + i + 1)
-        _control(gateway.pid, "-i", "off")
-        _control(gateway.pid, "-d")
-    dumps = sorted(out.glob(dump.name + "*"), key=lambda p: p.stat().st_mtime)
-    # callgrind_control -d writes <file>.1 (the window); the exit writes <file> (empty: off).
-    window = [p for p in dumps if p.name != dump.name] or dumps
-    data = window[-1].read_bytes()
-    totals = _TOTALS.findall(data)
-    if not totals:
-        raise SystemExit(f"no totals in {window[-1]}")
+        started = time.monotonic()
+        totals, windows = _counted(counted, dump, lambda: _calls(client, args))
+        idle: dict[str, int] = {}
+        if args.idle:
+            took = time.monotonic() - started
+            idle, _ = _counted(counted, dump, lambda: time.sleep(took))
+    busiest = max(totals, key=lambda name: totals[name])
     annotate = subprocess.run(
-        ["callgrind_annotate", "--threshold=100", str(window[-1])],
+        ["callgrind_annotate", "--threshold=100", str(windows[busiest])],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.splitlines()
     top = [line for line in annotate if re.match(r"^\s*[\d,]+ \(", line)][:10]
-    return int(totals[0]), top
+    return totals, idle, top
+
+
+def _calls(client: Client, args: argparse.Namespace) -> None:
+    for i in range(args.calls):
+        client.call(args.warmup + i + 1)
+
+
+def _counted(
+    counted: dict[str, int], dump: Path, action: Callable[[], None]
+) -> tuple[dict[str, int], dict[str, Path]]:
+    """Each process's instructions while `action` runs, and the file they came from."""
+    _control_all(counted.values(), "-z")
+    _control_all(counted.values(), "-i", "on")
+    action()
+    _control_all(counted.values(), "-i", "off")
+    _control_all(counted.values(), "-d")
+    totals: dict[str, int] = {}
+    windows: dict[str, Path] = {}
+    for name, pid in counted.items():
+        windows[name] = _window(Path(str(dump).replace("%p", str(pid))))
+        found = _TOTALS.findall(windows[name].read_bytes())
+        if not found:
+            raise SystemExit(f"no totals in {windows[name]}")
+        totals[name] = int(found[0])
+    return totals, windows
 
 
 def main() -> None:
@@ -196,6 +299,24 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="one more variable of the gateway's environment (repeatable), e.g. a feature's cost",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        choices=[1, 2],
+        default=1,
+        help="2: the default's supervisor and two workers, both workers counted",
+    )
+    parser.add_argument(
+        "--via",
+        choices=["shared", "owner", "sibling"],
+        default="shared",
+        help="with --workers 2: where the calls' connection goes (see above)",
+    )
+    parser.add_argument(
+        "--idle",
+        action="store_true",
+        help="count an idle window as long as the calls' and take it off (see above)",
+    )
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--tree", action="append", type=Path, help="a source tree (repeatable)")
@@ -205,18 +326,30 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is missing: apt-get install valgrind")
+    if args.workers > 1 and (args.bare or args.modern or args.upstream not in _STDIO):
+        raise SystemExit("--workers 2 counts a legacy session over stdio: its owner is a worker")
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     out = Path(tempfile.mkdtemp(prefix="instructions-", dir=common.results_dir()))
     kind = "modern" if args.modern else "legacy"
     what = "bare uvicorn, no gateway" if args.bare else f"{args.upstream}, {kind} client"
+    if args.workers > 1:
+        what += f", 2 workers, via {args.via}"
     print(f"{what}, c1, {args.calls} calls after {args.warmup}")
     print(f"callgrind's files and the gateway's log: {out}")
     figures: dict[Path, list[float]] = {t: [] for t in trees}
     for r in range(args.rounds):
         for tree in trees if r % 2 == 0 else list(reversed(trees)):
-            total, top = measure(tree, args, out)
+            totals, idle, top = measure(tree, args, out)
+            total = sum(totals.values()) - sum(idle.values())
             figures[tree].append(total / args.calls)
-            print(f"  {tree}: {total / args.calls:,.0f} instructions per call")
+            less = " less the idle window's" if idle else ""
+            print(f"  {tree}: {total / args.calls:,.0f} instructions per call{less}")
+            if len(totals) > 1 or idle:
+                for name, count in totals.items():
+                    line = f"      {name}: {count / args.calls:,.0f}"
+                    if idle:
+                        line += f", idle as long {idle[name] / args.calls:,.0f}"
+                    print(line)
             if r == 0:
                 for line in top:
                     print(f"      {line.strip()}")
