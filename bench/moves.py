@@ -2,7 +2,8 @@
 MCP_SHIM_MOVE_CONNECTIONS=false and against one worker, side by side,
 alternating rounds.
 
-    .venv/bin/python bench/moves.py [--upstream legacy|fast] [--client modern|legacy]
+    .venv/bin/python bench/moves.py [--upstream legacy|fast|python-stdio|everything]
+                                    [--client modern|legacy]
                                     [--rows moved,not-moved,one,one-again] [--concurrency 1,8,32]
                                     [--seconds 3] [--rounds 6]
 
@@ -10,7 +11,8 @@ Gateways in front of the same upstream (the mcp 1.x fixture over Streamable
 HTTP, whose ~1.3 ms a call leaves the workers mostly idle,
 bench/fast_upstream.py, or `python-stdio`: the mcp 1.x fixture as each
 gateway's stdio server, a process per worker and per legacy session, whose
-CPU is left out of the gateway's): `moved` (the default: 2 workers moving connections),
+CPU is left out of the gateway's, or `everything`: npm's server-everything,
+bench/peers.py's, the same way): `moved` (the default: 2 workers moving connections),
 `not-moved` (2 workers, MCP_SHIM_MOVE_CONNECTIONS=false), `one` (1 worker)
 and `one-again` (a second, identical 1-worker gateway: the control, whose
 ratio to `one` is what the machine's noise alone makes of two equal rows).
@@ -44,13 +46,15 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.metrics import parse_exposition  # noqa: E402
-from bench import common  # noqa: E402
+from bench import common, peers  # noqa: E402
 from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
 
 STDIO = "python-stdio"
 STDIO_ARGV = [str(procs.LEGACY_PY), str(procs.FIXTURE), "--stdio"]
 STDIO_MARKER = str(procs.FIXTURE).encode()
+EVERYTHING = "everything"  # bench/peers.py's server of that name
+_EVERYTHING_MARKER = str(peers.EVERYTHING_JS).encode()
 
 GATEWAYS = {
     "moved": {"MCP_SHIM_WORKERS": "2"},
@@ -82,7 +86,7 @@ def gateway_tree(pid: int) -> list[int]:
             command = Path(f"/proc/{p}/cmdline").read_bytes()
         except OSError:
             continue
-        if STDIO_MARKER not in command:
+        if STDIO_MARKER not in command and _EVERYTHING_MARKER not in command:
             mine.append(p)
     return mine
 
@@ -97,7 +101,9 @@ def moved(metrics: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--upstream", choices=("legacy", "fast", STDIO), default="legacy")
+    parser.add_argument(
+        "--upstream", choices=("legacy", "fast", STDIO, EVERYTHING), default="legacy"
+    )
     parser.add_argument("--concurrency", default="32")
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=6)
@@ -116,6 +122,10 @@ def main() -> None:
         extra: dict[str, str] = {}
         if args.upstream == STDIO:
             extra["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(STDIO_ARGV)
+        elif args.upstream == EVERYTHING:
+            server = peers.servers()[EVERYTHING]
+            extra["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(server.argv)
+            body.write_bytes(orjson.dumps(peers.call_body(server, args.client)))
         else:
             upstream, _ = stack.enter_context(common.upstream(args.upstream))
         gateways = {}
