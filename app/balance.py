@@ -233,18 +233,24 @@ class Balancer:
             self.tick()
         except Exception:  # a balancing error must not stop the worker
             log.exception("balance_failed")
+            self._want(None, 0)  # nor leave the last period's plan in force
         self._timer = loop.call_later(PERIOD_S, self._run, loop)
 
     def tick(self, now: float | None = None) -> None:
         """Called every PERIOD_S on the worker's loop."""
         now = time.monotonic() if now is None else now
-        self._want(None, 0)
+        move, left = self._plan(now)
+        self._want(move, left)
+
+    def _plan(self, now: float) -> tuple[Move | None, int]:
+        """This period's plan and how many connections it leaves to move at their
+        next request (the idle ones go now)."""
         ran = read_schedstat()
         if ran is None:
-            return
+            return None, 0
         last, self._last = self._last, (now, ran)
         if last is None or now <= last[0]:
-            return
+            return None, 0
         sample = min(1.0, (ran - last[1]) / 1e9 / (now - last[0]))
         if self._servers is not None:
             sample = max(sample, self._servers.share(now - last[0]))
@@ -257,13 +263,13 @@ class Balancer:
         eligible = [c for c in self._connections if self._eligible(c, now)]
         move = plan(self._me, loads, len(eligible))
         if move is None or move.to not in self._siblings:
-            return
+            return None, 0
         owner = self._siblings[move.to]
         idle = [c for c in eligible if c.between_requests()][: move.count]
         sent = sum(self._handoff.send_idle(owner, c) for c in idle)
         self._count(move, sent, now)
         # The others go at their next request's first bytes, until the next tick.
-        self._want(move, move.count - sent)
+        return move, move.count - sent
 
     def take(self, connection: GuardedHttpToolsProtocol, data: bytes) -> bool:
         """At the first read of a request: move this connection with `data`

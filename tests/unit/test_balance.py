@@ -319,6 +319,12 @@ def test_a_tick_that_changes_no_plan_leaves_the_protocol_class_alone() -> None:
         balancer._want(Move(1, 1, "spill"), 1)
         assert GuardedHttpToolsProtocol.mover is balancer
         assert type_get_version(GuardedHttpToolsProtocol) != version
+        # A plan that stays in force from one period to the next: set once.
+        version = type_get_version(GuardedHttpToolsProtocol)
+        assert version != 0
+        balancer._want(Move(1, 2, "spill"), 2)
+        assert GuardedHttpToolsProtocol.mover is balancer
+        assert type_get_version(GuardedHttpToolsProtocol) == version
     finally:
         balancer.stop()  # its plan dropped, the class's mover None again
         os.close(fd)
