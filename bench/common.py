@@ -110,6 +110,18 @@ def results_dir() -> Path:
     return logs
 
 
+def workers_in_log(log: Path) -> tuple[dict[int, int], dict[int, str], int]:
+    """A default gateway's workers from its log: each one's pid and own listener's
+    URL, and the worker that owns its first legacy session."""
+    lines = [orjson.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    started = [x for x in lines if x.get("event") == "worker_started"]
+    owners = [x["worker"] for x in lines if x.get("event") == "legacy_session_opened"]
+    if len(started) < 2 or not owners:
+        raise SystemExit(f"no workers or no legacy session's owner in {log}")
+    pids = {x["worker"]: x["pid"] for x in started}
+    return pids, {x["worker"]: x["advertise"] for x in started}, owners[0]
+
+
 def gateway_env(upstream_url: str | None, port: int, **extra: str) -> dict[str, str]:
     """A gateway's environment: one process, at log level info as deployed (one line
     per call)."""

@@ -18,24 +18,18 @@ stime from /proc), and the handovers the log counts; at the end the medians.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import common, moves, peers  # noqa: E402
-
-
-def log_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
 
 
 def handovers(path: Path) -> int:
@@ -59,12 +53,8 @@ def main() -> None:
     ):
         headers = peers.open_session(url)
         time.sleep(0.5)  # the workers' start lines written
-        lines = log_lines(log_path)
-        started = [line for line in lines if line.get("event") == "worker_started"]
-        listeners = {line["worker"]: line["advertise"] for line in started}
-        pids = [line["pid"] for line in started]
-        opened = (line for line in lines if line.get("event") == "legacy_session_opened")
-        owner = next(line["worker"] for line in opened)
+        pid_of, listeners, owner = common.workers_in_log(log_path)
+        pids = list(pid_of.values())
         other = next(worker for worker in listeners if worker != owner)
         body = Path(tmp) / "call.json"
         body.write_bytes(orjson.dumps(peers.call_body(server, "legacy")))

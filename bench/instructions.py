@@ -34,7 +34,7 @@ the owner with its first request, app/handoff.py). Under valgrind a worker's
 loop reads busy, so the balancer acts as it does under load: which worker
 took what is printed per process.
 
-Under valgrind a call takes tens of milliseconds, so work driven by the
+Under valgrind a call takes about 18 ms, so work driven by the
 clock (the balancer's tick every 0.25 s reads /proc; a timer) is counted
 over far fewer calls than in a real run and reads as a per-call cost it
 is not. `--idle` counts the same processes again, with no call, for as
@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import re
 import shlex
 import shutil
@@ -144,19 +143,6 @@ class Client:
         self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
 
-def _workers(log: Path) -> tuple[dict[int, int], dict[int, int], int]:
-    """Each worker's pid and own listener's port, from the gateway's log, and
-    the worker that owns the legacy session."""
-    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-    started = [x for x in lines if x.get("event") == "worker_started"]
-    pids = {x["worker"]: x["pid"] for x in started}
-    ports = {x["worker"]: int(x["advertise"].rsplit(":", 1)[1]) for x in started}
-    owners = [x["worker"] for x in lines if x.get("event") == "legacy_session_opened"]
-    if len(pids) < 2 or not owners:
-        raise SystemExit(f"no workers or no session's owner in {log}")
-    return pids, ports, owners[0]
-
-
 def _window(dump: Path) -> Path:
     """The file `callgrind_control -d` wrote for `dump` (<file>.1: the counted
     window; the exit writes <file> itself, empty: instrumentation off)."""
@@ -228,7 +214,7 @@ def measure(
         client = Client(port, args.modern or args.bare, args.upstream == "everything")
         counted = {"gateway": gateway.pid}
         if args.workers > 1:
-            pids, ports, owner = _workers(log_path)
+            pids, urls, owner = common.workers_in_log(log_path)
             sibling = next(w for w in pids if w != owner)
             # Not the supervisor: callgrind_control reaches a process blocked in
             # a system call through ptrace, and the supervisor's sigtimedwait
@@ -236,7 +222,8 @@ def measure(
             # wakes twice a second and serves no call.
             counted = {f"worker {w}{' (owner)' if w == owner else ''}": pids[w] for w in pids}
             if args.via != "shared":
-                client.reconnect(ports[owner if args.via == "owner" else sibling])
+                url = urls[owner if args.via == "owner" else sibling]
+                client.reconnect(int(url.rsplit(":", 1)[1]))
         for i in range(args.warmup):
             client.call(i + 1)
         started = time.monotonic()

@@ -50,11 +50,8 @@ from bench import common, peers  # noqa: E402
 from bench.wrk import LEGACY_CALL, MODERN_CALL, MODERN_HEADERS, legacy_session  # noqa: E402
 from tests import procs  # noqa: E402
 
-STDIO = "python-stdio"
-STDIO_ARGV = [str(procs.LEGACY_PY), str(procs.FIXTURE), "--stdio"]
-STDIO_MARKER = str(procs.FIXTURE).encode()
-EVERYTHING = "everything"  # bench/peers.py's server of that name
-_EVERYTHING_MARKER = str(peers.EVERYTHING_JS).encode()
+# --upstream of a stdio server: its bench/peers.py server.
+STDIO_SERVERS = {"python-stdio": "python", "everything": "everything"}
 
 GATEWAYS = {
     "moved": {"MCP_SHIM_WORKERS": "2"},
@@ -78,19 +75,6 @@ def wrk(
     return dict(orjson.loads(line[6:]))
 
 
-def gateway_tree(pid: int) -> list[int]:
-    """The gateway's processes: its tree but the stdio servers it runs."""
-    mine = []
-    for p in common.tree(pid):
-        try:
-            command = Path(f"/proc/{p}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if STDIO_MARKER not in command and _EVERYTHING_MARKER not in command:
-            mine.append(p)
-    return mine
-
-
 def moved(metrics: str) -> dict[str, float]:
     counts: dict[str, float] = {}
     for name, labels, value in parse_exposition(httpx.get(metrics, timeout=5).text):
@@ -101,9 +85,7 @@ def moved(metrics: str) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument(
-        "--upstream", choices=("legacy", "fast", STDIO, EVERYTHING), default="legacy"
-    )
+    parser.add_argument("--upstream", choices=("legacy", "fast", *STDIO_SERVERS), default="legacy")
     parser.add_argument("--concurrency", default="32")
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=6)
@@ -117,17 +99,18 @@ def main() -> None:
     figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
     with contextlib.ExitStack() as stack:
         body = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "call.json"
-        body.write_bytes(orjson.dumps(LEGACY_CALL if legacy else MODERN_CALL))
         upstream: str | None = None
         extra: dict[str, str] = {}
-        if args.upstream == STDIO:
-            extra["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(STDIO_ARGV)
-        elif args.upstream == EVERYTHING:
-            server = peers.servers()[EVERYTHING]
+        # The stdio server's processes are left out of the gateway's CPU.
+        marker = peers.NO_STDIO
+        if args.upstream in STDIO_SERVERS:
+            server = peers.servers()[STDIO_SERVERS[args.upstream]]
             extra["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(server.argv)
+            marker = server.marker
             body.write_bytes(orjson.dumps(peers.call_body(server, args.client)))
         else:
             upstream, _ = stack.enter_context(common.upstream(args.upstream))
+            body.write_bytes(orjson.dumps(LEGACY_CALL if legacy else MODERN_CALL))
         gateways = {}
         for name in rows:
             port = str(procs.free_port())
@@ -146,9 +129,9 @@ def main() -> None:
             for r in range(args.rounds):
                 for name in rows[:: 1 if r % 2 == 0 else -1]:
                     url, headers, pid, metrics = gateways[name]
-                    before = common.cpu_seconds(*gateway_tree(pid))
+                    before = common.cpu_seconds(*peers.split_tree(pid, marker)[0])
                     run = wrk(url, body, headers, c, args.seconds)
-                    cpu = common.cpu_seconds(*gateway_tree(pid)) - before
+                    cpu = common.cpu_seconds(*peers.split_tree(pid, marker)[0]) - before
                     rps = run["requests"] / (run["duration_us"] / 1e6)
                     cpu_us = cpu / max(run["requests"], 1) * 1e6
                     figures.setdefault((name, c), []).append((rps, cpu_us))
