@@ -110,16 +110,28 @@ def results_dir() -> Path:
     return logs
 
 
+def _log_events(log: Path, event: str) -> list[dict[str, Any]]:
+    lines = [orjson.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    return [x for x in lines if x.get("event") == event]
+
+
+def worker_pids(log: Path) -> dict[int, int]:
+    """A gateway's workers from its log (MCP_SHIM_WORKERS > 1): worker number to pid."""
+    started = _log_events(log, "worker_started")
+    if len(started) < 2:
+        raise SystemExit(f"no workers in {log}")
+    return {x["worker"]: x["pid"] for x in started}
+
+
 def workers_in_log(log: Path) -> tuple[dict[int, int], dict[int, str], int]:
     """A default gateway's workers from its log: each one's pid and own listener's
     URL, and the worker that owns its first legacy session."""
-    lines = [orjson.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-    started = [x for x in lines if x.get("event") == "worker_started"]
-    owners = [x["worker"] for x in lines if x.get("event") == "legacy_session_opened"]
-    if len(started) < 2 or not owners:
-        raise SystemExit(f"no workers or no legacy session's owner in {log}")
-    pids = {x["worker"]: x["pid"] for x in started}
-    return pids, {x["worker"]: x["advertise"] for x in started}, owners[0]
+    pids = worker_pids(log)
+    owners = [x["worker"] for x in _log_events(log, "legacy_session_opened")]
+    if not owners:
+        raise SystemExit(f"no legacy session's owner in {log}")
+    urls = {x["worker"]: x["advertise"] for x in _log_events(log, "worker_started")}
+    return pids, urls, owners[0]
 
 
 def gateway_env(upstream_url: str | None, port: int, **extra: str) -> dict[str, str]:

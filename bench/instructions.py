@@ -4,6 +4,7 @@
         [--modern] [--calls 400] [--warmup 100] [--tree DIR ...]
     .venv/bin/python bench/instructions.py --bare      # uvicorn alone, for scale
     .venv/bin/python bench/instructions.py --workers 2 [--via shared|owner|sibling]
+    .venv/bin/python bench/instructions.py --upstream fast --modern --concurrency 8 [--workers 2]
 
 CPU time per call on this VM moves by 10-30% between runs of the same tree
 (steal, frequency, the other core's load), more than most single changes to
@@ -13,7 +14,10 @@ level info, as deployed) runs under `valgrind --tool=callgrind` with
 instrumentation off; after `--warmup` calls (imports done, caches warm,
 session open) its counters are zeroed and turned on for `--calls` calls from
 one client, one at a time (c1: every call alone in its loop iteration, the
-cell where the fixed per-call work shows most), then dumped. Printed: the
+cell where the fixed per-call work shows most), then dumped. With
+`--concurrency N`, N clients (each its own connection, and its own session
+for a legacy client) send the calls together, one at a time each, as wrk
+-cN does. Printed: the
 gateway's instructions per call (Ir), its ten costliest functions by self
 cost, and, with several `--tree`, each tree's figure side by side (a tree is
 a directory holding `app/` and `translators/`, e.g. `git archive REV`
@@ -32,7 +36,10 @@ the balancer may move the connection, app/balance.py); `owner` or `sibling`,
 that worker's own listener (from the sibling, the connection is handed to
 the owner with its first request, app/handoff.py). Under valgrind a worker's
 loop reads busy, so the balancer acts as it does under load: which worker
-took what is printed per process.
+took what is printed per process. In front of the fast upstream (a modern
+client, or legacy ones over HTTP), `--workers 2 --concurrency 8` counts
+what spreading calls over both workers costs in instructions: the cell
+where bench/moves.py times the default at 1.2x one worker's CPU per call.
 
 Under valgrind a call takes about 18 ms, so work driven by the
 clock (the balancer's tick every 0.25 s reads /proc; a timer) is counted
@@ -58,6 +65,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -187,9 +195,11 @@ def measure(
         run = _BARE
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dump}"]
     if args.workers > 1:
-        # The workers are the supervisor's children; the stdio server is not ours.
-        marker = peers.servers()[_STDIO[args.upstream]].marker
-        argv += ["--trace-children=yes", f"--trace-children-skip-by-arg=*{marker}*"]
+        # The workers are the supervisor's children; a stdio server is not ours.
+        argv += ["--trace-children=yes"]
+        if args.upstream in _STDIO:
+            marker = peers.servers()[_STDIO[args.upstream]].marker
+            argv += [f"--trace-children-skip-by-arg=*{marker}*"]
     argv += [sys.executable, "-c", run]
     log_path = out / f"instructions-{port}.log"
     with ExitStack() as stack:
@@ -211,9 +221,15 @@ def measure(
                 ready_timeout_s=300.0,
             )
         )
-        client = Client(port, args.modern or args.bare, args.upstream == "everything")
+        clients = [
+            Client(port, args.modern or args.bare, args.upstream == "everything")
+            for _ in range(args.concurrency)
+        ]
         counted = {"gateway": gateway.pid}
-        if args.workers > 1:
+        if args.workers > 1 and (args.modern or args.concurrency > 1):
+            # No one session, so no owner to name.
+            counted = {f"worker {w}": pid for w, pid in common.worker_pids(log_path).items()}
+        elif args.workers > 1:
             pids, urls, owner = common.workers_in_log(log_path)
             sibling = next(w for w in pids if w != owner)
             # Not the supervisor: callgrind_control reaches a process blocked in
@@ -223,11 +239,12 @@ def measure(
             counted = {f"worker {w}{' (owner)' if w == owner else ''}": pids[w] for w in pids}
             if args.via != "shared":
                 url = urls[owner if args.via == "owner" else sibling]
-                client.reconnect(int(url.rsplit(":", 1)[1]))
-        for i in range(args.warmup):
-            client.call(i + 1)
+                clients[0].reconnect(int(url.rsplit(":", 1)[1]))
+        _calls(clients, 1, args.warmup)
         started = time.monotonic()
-        totals, windows = _counted(counted, dump, lambda: _calls(client, args))
+        totals, windows = _counted(
+            counted, dump, lambda: _calls(clients, args.warmup + 1, args.calls)
+        )
         idle: dict[str, int] = {}
         if args.idle:
             took = time.monotonic() - started
@@ -243,9 +260,17 @@ def measure(
     return totals, idle, top
 
 
-def _calls(client: Client, args: argparse.Namespace) -> None:
-    for i in range(args.calls):
-        client.call(args.warmup + i + 1)
+def _calls(clients: list[Client], first: int, count: int) -> None:
+    """`count` calls, ids from `first`, shared out over the clients, which send
+    theirs at the same time."""
+
+    def send(k: int) -> None:
+        for i in range(first + k, first + count, len(clients)):
+            clients[k].call(i)
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        for done in [pool.submit(send, k) for k in range(len(clients))]:
+            done.result()
 
 
 def _counted(
@@ -304,6 +329,9 @@ def main() -> None:
         action="store_true",
         help="count an idle window as long as the calls' and take it off (see above)",
     )
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="clients sending calls at once (see above)"
+    )
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--tree", action="append", type=Path, help="a source tree (repeatable)")
@@ -313,15 +341,19 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is missing: apt-get install valgrind")
-    if args.workers > 1 and (args.bare or args.modern or args.upstream not in _STDIO):
-        raise SystemExit("--workers 2 counts a legacy session over stdio: its owner is a worker")
+    if args.workers > 1 and args.bare:
+        raise SystemExit("--workers 2 counts the gateway's workers: not with --bare")
+    if args.via != "shared" and (args.modern or args.upstream not in _STDIO):
+        raise SystemExit("--via owner|sibling: a legacy session over stdio (its owner: a worker)")
+    if args.via != "shared" and args.concurrency > 1:
+        raise SystemExit("--via owner|sibling sends one session's calls: --concurrency 1")
     trees = [t.resolve() for t in (args.tree or [ROOT])]
     out = Path(tempfile.mkdtemp(prefix="instructions-", dir=common.results_dir()))
     kind = "modern" if args.modern else "legacy"
     what = "bare uvicorn, no gateway" if args.bare else f"{args.upstream}, {kind} client"
     if args.workers > 1:
         what += f", 2 workers, via {args.via}"
-    print(f"{what}, c1, {args.calls} calls after {args.warmup}")
+    print(f"{what}, c{args.concurrency}, {args.calls} calls after {args.warmup}")
     print(f"callgrind's files and the gateway's log: {out}")
     figures: dict[Path, list[float]] = {t: [] for t in trees}
     for r in range(args.rounds):
