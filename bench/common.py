@@ -64,6 +64,29 @@ def cpu_split(*pids: int) -> tuple[float, float]:
     return user / _TICKS, system / _TICKS
 
 
+def context_switches(*pids: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of the processes' threads,
+    summed: a voluntary one is a wait (the loop idle in epoll), an involuntary
+    one a preemption (another task took the CPU while it had work)."""
+    voluntary = involuntary = 0
+    for pid in pids:
+        with suppress(OSError):
+            for task in listdir(f"/proc/{pid}/task"):
+                with suppress(OSError, IndexError, ValueError):
+                    for line in Path(f"/proc/{pid}/task/{task}/status").read_text().splitlines():
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            voluntary += int(line.split()[1])
+                        elif line.startswith("nonvoluntary_ctxt_switches:"):
+                            involuntary += int(line.split()[1])
+    return voluntary, involuntary
+
+
+def machine_idle_seconds() -> float:
+    """CPU time the whole machine spent idle so far, all cores summed (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(fields[4]) + int(fields[5])) / _TICKS  # idle + iowait
+
+
 def rss_mb(*pids: int) -> float:
     """Resident memory of the processes, summed, in MB; one that is gone counts 0."""
     total = 0

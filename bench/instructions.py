@@ -15,9 +15,9 @@ instrumentation off; after `--warmup` calls (imports done, caches warm,
 session open) its counters are zeroed and turned on for `--calls` calls from
 one client, one at a time (c1: every call alone in its loop iteration, the
 cell where the fixed per-call work shows most), then dumped. With
-`--concurrency N`, N clients (each its own connection, and its own session
-for a legacy client) send the calls together, one at a time each, as wrk
--cN does. Printed: the
+`--concurrency N`, N clients (each its own connection; legacy ones all in
+the first one's session, as bench/peers.py's wrk) send the calls together,
+one at a time each, as wrk -cN does. Printed: the
 gateway's instructions per call (Ir), its ten costliest functions by self
 cost, and, with several `--tree`, each tree's figure side by side (a tree is
 a directory holding `app/` and `translators/`, e.g. `git archive REV`
@@ -108,7 +108,9 @@ def _upstream_env(kind: str, stack: ExitStack) -> dict[str, str]:
 class Client:
     """One keep-alive connection sending calls one at a time, as wrk -c1 does."""
 
-    def __init__(self, port: int, modern: bool, everything: bool) -> None:
+    def __init__(
+        self, port: int, modern: bool, everything: bool, session: Client | None = None
+    ) -> None:
         self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self._modern = modern
         self._arguments = {"message": "hi"} if everything else {"text": "hi"}
@@ -116,7 +118,9 @@ class Client:
             "accept": common.ACCEPT,
             "content-type": "application/json",
         }
-        if not modern:
+        if not modern and session is not None:
+            self._headers = session._headers
+        elif not modern:
             status, headers, _ = self._post(orjson.dumps(common.initialize()), self._headers)
             session = headers.get("mcp-session-id")
             if status != 200 or session is None:
@@ -221,9 +225,11 @@ def measure(
                 ready_timeout_s=300.0,
             )
         )
-        clients = [
-            Client(port, args.modern or args.bare, args.upstream == "everything")
-            for _ in range(args.concurrency)
+        modern, everything = args.modern or args.bare, args.upstream == "everything"
+        clients = [Client(port, modern, everything)]
+        clients += [
+            Client(port, modern, everything, session=clients[0])
+            for _ in range(args.concurrency - 1)
         ]
         counted = {"gateway": gateway.pid}
         if args.workers > 1 and (args.modern or args.concurrency > 1):

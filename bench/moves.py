@@ -20,7 +20,10 @@ wrk -t1 sends `tools/call echo` (bench/call.lua) to each in turn, their order
 reversed every round: 2026-07-28 calls, or with `--client legacy` 2025-11-25
 calls on one session per gateway. Per round and gateway: calls/s, gateway
 CPU per call (the process tree's utime + stime from /proc over wrk's calls),
-and the connections moved so far by reason (`mcp_shim_connections_moved_total`,
+the gateway's involuntary context switches per call (preemptions: another
+task took a core while the gateway had work) and the machine's idle CPU time
+per call (both cores summed: what the run left unused), and the connections
+moved so far by reason (`mcp_shim_connections_moved_total`,
 from each gateway's metrics port). At the end, the median of the rounds per
 gateway and concurrency, and each row's medians against the `one` row's when
 it ran: the same rounds, so a slow minute of the machine weighs on both; and
@@ -96,7 +99,7 @@ def main() -> None:
     if unknown := set(rows) - set(GATEWAYS):
         parser.error(f"unknown rows {sorted(unknown)}; known: {', '.join(GATEWAYS)}")
     legacy = args.client == "legacy"
-    figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    figures: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
     with contextlib.ExitStack() as stack:
         body = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "call.json"
         upstream: str | None = None
@@ -129,31 +132,43 @@ def main() -> None:
             for r in range(args.rounds):
                 for name in rows[:: 1 if r % 2 == 0 else -1]:
                     url, headers, pid, metrics = gateways[name]
-                    before = common.cpu_seconds(*peers.split_tree(pid, marker)[0])
+                    own = peers.split_tree(pid, marker)[0]
+                    before = common.cpu_seconds(*own)
+                    switches = common.context_switches(*own)[1]
+                    idle = common.machine_idle_seconds()
                     run = wrk(url, body, headers, c, args.seconds)
-                    cpu = common.cpu_seconds(*peers.split_tree(pid, marker)[0]) - before
+                    cpu = common.cpu_seconds(*own) - before
+                    calls = max(run["requests"], 1)
+                    preempted = (common.context_switches(*own)[1] - switches) / calls
+                    idle_us = (common.machine_idle_seconds() - idle) / calls * 1e6
                     rps = run["requests"] / (run["duration_us"] / 1e6)
-                    cpu_us = cpu / max(run["requests"], 1) * 1e6
-                    figures.setdefault((name, c), []).append((rps, cpu_us))
+                    cpu_us = cpu / calls * 1e6
+                    figures.setdefault((name, c), []).append((rps, cpu_us, preempted, idle_us))
                     print(
                         f"c{c:<3} round {r} {name:9} {rps:8,.0f} calls/s "
-                        f"{cpu_us:6.0f} us/call  moved so far {moved(metrics)}",
+                        f"{cpu_us:6.0f} us/call {preempted:5.2f} preempted/call "
+                        f"idle {idle_us:5.0f} us/call  moved so far {moved(metrics)}",
                         flush=True,
                     )
     print("\nmedian of the rounds")
     medians = {
-        key: (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs))
+        key: tuple(statistics.median(x[i] for x in runs) for i in range(4))
         for key, runs in figures.items()
     }
-    for (name, c), (rps, cpu_us) in medians.items():
-        line = f"c{c:<3} {name:9} {rps:8,.0f} calls/s {cpu_us:6.0f} us/call"
+    for (name, c), (rps, cpu_us, preempted, idle_us) in medians.items():
+        line = (
+            f"c{c:<3} {name:9} {rps:8,.0f} calls/s {cpu_us:6.0f} us/call "
+            f"{preempted:5.2f} preempted/call idle {idle_us:5.0f} us/call"
+        )
         if name != "one" and (one := medians.get(("one", c))):
             line += f"   vs one worker: {rps / one[0]:.2f}x calls/s, {cpu_us / one[1]:.2f}x CPU"
             line += paired(figures[(name, c)], figures[("one", c)])
         print(line)
 
 
-def paired(row: list[tuple[float, float]], one: list[tuple[float, float]]) -> str:
+def paired(
+    row: list[tuple[float, float, float, float]], one: list[tuple[float, float, float, float]]
+) -> str:
     """The row's figures over the one worker's of the same round (run next to
     each other), their median and range: a slow minute of the machine moves
     both of a pair, where it moves the medians of the rounds apart."""
