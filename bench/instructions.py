@@ -39,7 +39,8 @@ loop reads busy, so the balancer acts as it does under load: which worker
 took what is printed per process. In front of the fast upstream (a modern
 client, or legacy ones over HTTP), `--workers 2 --concurrency 8` counts
 what spreading calls over both workers costs in instructions: the cell
-where bench/moves.py times the default at 1.2x one worker's CPU per call.
+where bench/moves.py times the default at 1.14-1.19x one worker's CPU per
+call.
 
 Under valgrind a call takes about 18 ms, so work driven by the
 clock (the balancer's tick every 0.25 s reads /proc; a timer) is counted
@@ -347,6 +348,8 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is missing: apt-get install valgrind")
+    if args.concurrency < 1:
+        raise SystemExit("--concurrency: at least 1 client")
     if args.workers > 1 and args.bare:
         raise SystemExit("--workers 2 counts the gateway's workers: not with --bare")
     if args.via != "shared" and (args.modern or args.upstream not in _STDIO):
