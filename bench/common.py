@@ -133,28 +133,31 @@ def results_dir() -> Path:
     return logs
 
 
-def _log_events(log: Path, event: str) -> list[dict[str, Any]]:
+def _started_workers(log: Path) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """A gateway's log read once: each worker's start line by its number, and
+    every line."""
     lines = [orjson.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-    return [x for x in lines if x.get("event") == event]
+    started = {x["worker"]: x for x in lines if x.get("event") == "worker_started"}
+    if len(started) < 2:
+        raise SystemExit(f"no workers in {log}")
+    return started, lines
 
 
 def worker_pids(log: Path) -> dict[int, int]:
     """A gateway's workers from its log (MCP_SHIM_WORKERS > 1): worker number to pid."""
-    started = _log_events(log, "worker_started")
-    if len(started) < 2:
-        raise SystemExit(f"no workers in {log}")
-    return {x["worker"]: x["pid"] for x in started}
+    started, _ = _started_workers(log)
+    return {worker: line["pid"] for worker, line in started.items()}
 
 
 def workers_in_log(log: Path) -> tuple[dict[int, int], dict[int, str], int]:
     """A default gateway's workers from its log: each one's pid and own listener's
     URL, and the worker that owns its first legacy session."""
-    pids = worker_pids(log)
-    owners = [x["worker"] for x in _log_events(log, "legacy_session_opened")]
+    started, lines = _started_workers(log)
+    owners = [x["worker"] for x in lines if x.get("event") == "legacy_session_opened"]
     if not owners:
         raise SystemExit(f"no legacy session's owner in {log}")
-    urls = {x["worker"]: x["advertise"] for x in _log_events(log, "worker_started")}
-    return pids, urls, owners[0]
+    pids = {worker: line["pid"] for worker, line in started.items()}
+    return pids, {worker: line["advertise"] for worker, line in started.items()}, owners[0]
 
 
 def gateway_env(upstream_url: str | None, port: int, **extra: str) -> dict[str, str]:

@@ -56,6 +56,10 @@ from tests import procs  # noqa: E402
 # --upstream of a stdio server: its bench/peers.py server.
 STDIO_SERVERS = {"python-stdio": "python", "everything": "everything"}
 
+# One gateway's round: calls/s, CPU per call (us), preemptions per call, machine
+# idle per call (us).
+Round = tuple[float, float, float, float]
+
 GATEWAYS = {
     "moved": {"MCP_SHIM_WORKERS": "2"},
     "not-moved": {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_MOVE_CONNECTIONS": "false"},
@@ -99,7 +103,7 @@ def main() -> None:
     if unknown := set(rows) - set(GATEWAYS):
         parser.error(f"unknown rows {sorted(unknown)}; known: {', '.join(GATEWAYS)}")
     legacy = args.client == "legacy"
-    figures: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
+    figures: dict[tuple[str, int], list[Round]] = {}
     with contextlib.ExitStack() as stack:
         body = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "call.json"
         upstream: str | None = None
@@ -166,9 +170,7 @@ def main() -> None:
         print(line)
 
 
-def paired(
-    row: list[tuple[float, float, float, float]], one: list[tuple[float, float, float, float]]
-) -> str:
+def paired(row: list[Round], one: list[Round]) -> str:
     """The row's figures over the one worker's of the same round (run next to
     each other), their median and range: a slow minute of the machine moves
     both of a pair, where it moves the medians of the rounds apart."""

@@ -3,9 +3,13 @@ wrong count there would explain a CPU figure with a cause it does not have."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from bench import common
 
@@ -42,3 +46,34 @@ def test_the_machine_idle_time_only_grows() -> None:
     time.sleep(0.2)
     after = common.machine_idle_seconds()
     assert after >= before > 0
+
+
+def test_a_gateways_workers_and_its_sessions_owner_come_from_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.log"
+    lines = [
+        {"event": "worker_started", "worker": 0, "pid": 101, "advertise": "http://127.0.0.1:9000"},
+        {"event": "worker_started", "worker": 1, "pid": 102, "advertise": "http://127.0.0.1:9001"},
+        {"event": "call", "worker": 0},
+        {"event": "legacy_session_opened", "worker": 1},
+    ]
+    log.write_text("INFO: not JSON\n" + "\n".join(json.dumps(x) for x in lines) + "\n")
+    assert common.worker_pids(log) == {0: 101, 1: 102}
+    pids, urls, owner = common.workers_in_log(log)
+    assert (pids, owner) == ({0: 101, 1: 102}, 1)
+    assert urls == {0: "http://127.0.0.1:9000", 1: "http://127.0.0.1:9001"}
+
+
+def test_a_log_without_two_workers_or_an_owner_stops_the_script(tmp_path: Path) -> None:
+    one = tmp_path / "one.log"
+    one.write_text(json.dumps({"event": "worker_started", "worker": 0, "pid": 1}) + "\n")
+    with pytest.raises(SystemExit, match="no workers"):
+        common.worker_pids(one)
+    two = tmp_path / "two.log"
+    two.write_text(
+        "".join(
+            json.dumps({"event": "worker_started", "worker": w, "pid": w, "advertise": "u"}) + "\n"
+            for w in (0, 1)
+        )
+    )
+    with pytest.raises(SystemExit, match="owner"):
+        common.workers_in_log(two)
