@@ -258,7 +258,12 @@ def loading(target: Any, url: str, threads: int = 6) -> Iterator[None]:
 @contextlib.contextmanager
 def worker0_saturated(workers: tw.Workers) -> Iterator[None]:
     """Worker 0's loop kept busy through its own listener until worker 1
-    accepts again."""
+    accepts again.
+
+    Worker 1 starts out accepting and turns it off at its first idle period: a
+    load begun before that would find it accepting already, and no line would
+    say it accepts again (a CI run timed out so, on a gateway just started)."""
+    idle_gathered(workers)
     seen = len(accepting(workers))
     with loading(_hammer, workers.internal()[0]):
         mw.wait_until(
