@@ -39,8 +39,8 @@ loop reads busy, so the balancer acts as it does under load: which worker
 took what is printed per process. In front of the fast upstream (a modern
 client, or legacy ones over HTTP), `--workers 2 --concurrency 8` counts
 what spreading calls over both workers costs in instructions: the cell
-where bench/moves.py times the default at 1.14-1.19x one worker's CPU per
-call.
+where bench/moves.py times the default at 1.14x one worker's CPU per call
+(bench/README.md, "Eleventh session").
 
 Under valgrind a call takes about 18 ms, so work driven by the
 clock (the balancer's tick every 0.25 s reads /proc; a timer) is counted
@@ -110,7 +110,7 @@ class Client:
     """One keep-alive connection sending calls one at a time, as wrk -c1 does."""
 
     def __init__(
-        self, port: int, modern: bool, everything: bool, session: Client | None = None
+        self, port: int, modern: bool, everything: bool, join: Client | None = None
     ) -> None:
         self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self._modern = modern
@@ -119,8 +119,8 @@ class Client:
             "accept": common.ACCEPT,
             "content-type": "application/json",
         }
-        if not modern and session is not None:
-            self._headers = session._headers
+        if not modern and join is not None:
+            self._headers = join._headers  # its session's
         elif not modern:
             status, headers, _ = self._post(orjson.dumps(common.initialize()), self._headers)
             session = headers.get("mcp-session-id")
@@ -229,12 +229,11 @@ def measure(
         modern, everything = args.modern or args.bare, args.upstream == "everything"
         clients = [Client(port, modern, everything)]
         clients += [
-            Client(port, modern, everything, session=clients[0])
-            for _ in range(args.concurrency - 1)
+            Client(port, modern, everything, join=clients[0]) for _ in range(args.concurrency - 1)
         ]
         counted = {"gateway": gateway.pid}
-        if args.workers > 1 and (args.modern or args.concurrency > 1):
-            # No one session, so no owner to name.
+        if args.workers > 1 and args.modern:
+            # Modern clients open no session: no owner to name.
             counted = {f"worker {w}": pid for w, pid in common.worker_pids(log_path).items()}
         elif args.workers > 1:
             pids, urls, owner = common.workers_in_log(log_path)

@@ -34,7 +34,6 @@ def test_a_thread_that_waits_counts_voluntary_switches() -> None:
         done.set()
         thread.join()
     assert after[0] >= before[0] + 20
-    assert after[1] >= before[1]
 
 
 def test_a_process_that_is_gone_counts_nothing() -> None:
