@@ -38,6 +38,18 @@ die() {
     exit 1
 }
 
+# ------------------------------------------------------------------- ports
+# Both ports are checked before anything is installed, and every busy one is
+# named at once: a second demo learns what to change from one try.
+busy=""
+for spec in "$LEGACY_PORT:DEMO_LEGACY_PORT" "$MCP_SHIM_PORT:MCP_SHIM_PORT"; do
+    port="${spec%%:*}"
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        busy+="${busy:+; }port $port is in use (set ${spec#*:}=...)"
+    fi
+done
+[[ -z "$busy" ]] || die "$busy"
+
 # ------------------------------------------------------------------ install
 # run_quiet WHAT CMD...: the command's output is shown only if it fails (minus
 # the harmless "Location 'file:///...' is ignored" lines some pip setups print).
@@ -68,32 +80,42 @@ fi
 [[ -x .peers/legacy/bin/python ]] || die ".peers/legacy is missing (run without DEMO_SKIP_INSTALL)"
 
 # -------------------------------------------------------------------- start
-port_busy() {
-    .venv/bin/python - "$1" <<'EOF'
-import socket, sys
-with socket.socket() as s:
-    s.settimeout(1)
-    sys.exit(0 if s.connect_ex(("127.0.0.1", int(sys.argv[1]))) == 0 else 1)
-EOF
-}
-port_busy "$LEGACY_PORT" && die "port $LEGACY_PORT is in use (set DEMO_LEGACY_PORT=...)"
-port_busy "$MCP_SHIM_PORT" && die "port $MCP_SHIM_PORT is in use (set MCP_SHIM_PORT=...)"
-
 LOGS="$(mktemp -d "${TMPDIR:-/tmp}/mcp-shim-demo.XXXXXX")"
 LEGACY_PID=""
 GATEWAY_PID=""
 
+# stopping_already PID LOG: whether the process has ended or its log says it is
+# stopping, within a second. A terminal's Ctrl-C reaches every process of its
+# group, the servers too, often before this shell's trap runs; a second signal
+# would be the gateway's "force" (logged as workers_forced, open calls cut).
+stopping_already() {
+    local i
+    for ((i = 0; i < 10; i++)); do
+        kill -0 "$1" 2>/dev/null || return 0
+        grep -qE 'workers_stopping|Shutting down' "$2" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# stop [ctrl-c]: each server gets one SIGTERM, unless after a Ctrl-C it is
+# already stopping on its own; then both are waited for.
 stop() {
     trap - INT TERM EXIT
-    local pid
+    local pid log
     for pid in $GATEWAY_PID $LEGACY_PID; do
+        log=$([[ $pid == "$LEGACY_PID" ]] && echo "$LOGS/legacy.log" || echo "$LOGS/gateway.log")
+        if [[ "${1:-}" == ctrl-c ]] && stopping_already "$pid" "$log"; then
+            continue
+        fi
         kill -TERM "$pid" 2>/dev/null || true
     done
     for pid in $GATEWAY_PID $LEGACY_PID; do
         wait "$pid" 2>/dev/null || true
     done
+    say "logs kept in $LOGS"
 }
-trap 'echo; say "stopping ..."; stop; exit 130' INT
+trap 'echo; say "stopping ..."; stop ctrl-c; exit 130' INT
 trap 'stop; exit 143' TERM
 trap stop EXIT
 
@@ -156,7 +178,7 @@ set -e
 if [[ $status -eq 0 || $status -eq 130 || $status -eq 143 ]]; then
     echo
     say "stopping ..."
-    stop
+    stop ctrl-c
     exit "$((status == 0 ? 130 : status))"
 fi
 for pid in $LEGACY_PID $GATEWAY_PID; do

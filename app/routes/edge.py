@@ -147,15 +147,19 @@ class Edge:
             known[key] = url
         return url
 
-    def refused(self, rejection: Rejection, reason: str, legacy_client: bool = False) -> Response:
-        """A refusal before any front saw the request: logged, counted, answered."""
-        log.warning("request_refused", reason=reason, status=rejection.http_status)
+    def refused(
+        self, rejection: Rejection, reason: str, legacy_client: bool = False, **seen: str | None
+    ) -> Response:
+        """A refusal before any front saw the request: logged (with what was refused,
+        `seen`, so an operator can tell which name to allow), counted, answered."""
+        log.warning("request_refused", reason=reason, status=rejection.http_status, **seen)
         self._metrics.rejected(rejection.code, rejection.http_status)
         return answer(rejection, legacy_client)
 
     def host_refused(self, headers: Mapping[str, str]) -> Response | None:
-        refused = security.check_host(headers.get("host"), self._allowed_hosts)
-        return None if refused is None else self.refused(refused, "host_or_origin")
+        host = headers.get("host")
+        refused = security.check_host(host, self._allowed_hosts)
+        return None if refused is None else self.refused(refused, "host_or_origin", host=host)
 
     def host_or_origin_refused(
         self, headers: Mapping[str, str], legacy_client: bool = False
@@ -169,7 +173,10 @@ class Edge:
         refused = refused or security.check_origin(
             headers.get("origin"), self._settings.allowed_origins
         )
-        return None if refused is None else self.refused(refused, "host_or_origin", legacy_client)
+        if refused is None:
+            return None
+        origin = headers.get("origin")
+        return self.refused(refused, "host_or_origin", legacy_client, host=host, origin=origin)
 
     def media_type_refused(
         self, headers: Mapping[str, str], legacy_client: bool = False

@@ -73,8 +73,12 @@ async def first_look(probe: EraProbe, pool: SessionPool) -> dict[str, Any]:
     try:
         async with asyncio.timeout(FIRST_PROBE_S):
             await probe.current()
+    except UpstreamAuthChallenge:
+        # A protected upstream answers, only not to the gateway's own probe.
+        log.info("upstream_era_unknown", reason="the upstream asks for credentials")
     except (UpstreamError, TimeoutError) as exc:
-        log.info("upstream_era_unknown", reason=getattr(exc, "message", "timed out"))
+        # Most often a wrong URL or a server not started: worth an operator's look.
+        log.warning("upstream_era_unknown", reason=getattr(exc, "message", "timed out"))
     return {f"upstream_{k}": v for k, v in describe(probe, pool).items()}
 
 

@@ -785,6 +785,9 @@ def _default_sigint() -> None:
         # servers included, from a shell started with SIGINT ignored (a
         # background job of another script), whose own trap cannot run.
         pytest.param("group", id="group-sigint-ignored"),
+        # A terminal's Ctrl-C to a shell that traps it: the servers and the
+        # shell's trap all act on the one keystroke.
+        pytest.param("terminal", id="terminal"),
     ],
 )
 def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
@@ -799,6 +802,8 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
         "DEMO_SKIP_INSTALL": "1",
         "DEMO_LEGACY_PORT": str(legacy_port),
         "MCP_SHIM_PORT": str(port),
+        # The supervisor, whose second signal is a forced stop.
+        "MCP_SHIM_WORKERS": "2",
         "TMPDIR": str(tmp_path),
     }
     proc = subprocess.Popen(
@@ -822,7 +827,7 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
         assert answer["result"]["content"] == [{"type": "text", "text": "hello"}], answer
         assert answer["result"]["resultType"] == "complete"
 
-        if ctrl_c == "group":
+        if ctrl_c in ("group", "terminal"):
             os.killpg(proc.pid, signal.SIGINT)
         else:
             os.kill(proc.pid, signal.SIGINT)
@@ -834,10 +839,43 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
         assert "demo: stopping" in after, after
         assert "ERROR" not in after, f"a stop on Ctrl-C is not an error:\n{after}"
         assert not _port_open(port) and not _port_open(legacy_port), "demo.sh left a server running"
+        # One stop signal per server: a second would be the supervisor's "force".
+        (logs,) = tmp_path.glob("mcp-shim-demo.*")
+        gateway_log = (logs / "gateway.log").read_text()
+        assert "workers_stopping" in gateway_log, gateway_log[-2000:]
+        assert "workers_forced" not in gateway_log, gateway_log[-2000:]
+        assert f"demo: logs kept in {logs}" in after, after
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(10)
+
+
+def test_demo_script_names_every_busy_port_before_installing(tmp_path: Path) -> None:
+    with socket.socket() as legacy, socket.socket() as gateway:
+        for sock in (legacy, gateway):
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+        legacy_port, port = legacy.getsockname()[1], gateway.getsockname()[1]
+        env = {
+            **_tool_env(),
+            "DEMO_LEGACY_PORT": str(legacy_port),
+            "MCP_SHIM_PORT": str(port),
+            # A venv that does not exist: any install step would have to create it.
+            "PYTHON": str(tmp_path / "no-python"),
+        }
+        result = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "demo.sh")],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=30,
+        )
+    out = (result.stdout + result.stderr).decode()
+    assert result.returncode == 1, out
+    assert f"port {legacy_port} is in use (set DEMO_LEGACY_PORT=...)" in out, out
+    assert f"port {port} is in use (set MCP_SHIM_PORT=...)" in out, out
+    assert "installing" not in out and "no Python interpreter" not in out, out
 
 
 # ---------------------------------------------------------------------------

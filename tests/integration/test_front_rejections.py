@@ -338,6 +338,24 @@ def test_rejection(case: Case, client: httpx.Client, gateway_url: str, gateway_l
         assert line["outcome"] == "rejected" and line["method"] == "tools/call", line
 
 
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [("evil.example.com", None), ("127.0.0.1", "http://evil.example.com")],
+    ids=["host", "origin"],
+)
+def test_a_refused_host_or_origin_is_named_in_the_log(
+    client: httpx.Client, gateway_url: str, gateway_log: Path, host: str, origin: str | None
+) -> None:
+    # The operator reads from the line which name to add to the allowed list.
+    content, headers = request("server/discover", host=host, origin=origin)()
+    response = client.post(gateway_url + "/mcp", content=content, headers=headers)
+    assert response.status_code == 403, response.text
+    line = wire.wait_for_log(gateway_log, headers["x-request-id"], "request_refused")
+    assert line["reason"] == "host_or_origin", line
+    assert line["host"] == host, line
+    assert line.get("origin") == origin, line
+
+
 # ---------------------------------------------------------------------------
 # Body size: declared and streamed
 # ---------------------------------------------------------------------------

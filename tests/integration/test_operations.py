@@ -158,6 +158,16 @@ def test_an_unreachable_upstream_is_502_in_either_form(
     assert line["status"] == 502, line
 
 
+def test_an_unreachable_upstream_at_start_is_a_warning(lonely_gateway: tuple[str, Path]) -> None:
+    # A wrong URL or a server not started is the first thing an operator must see.
+    _url, log = lonely_gateway
+    [line] = [
+        entry for entry in wire.log_lines(log) if entry.get("event") == "upstream_era_unknown"
+    ]
+    assert line["level"] == "warning", line
+    assert "unreachable" in line["reason"], line
+
+
 # ---------------------------------------------------------------------------
 # X-Request-Id on every answer, the id of the answer's log lines
 # ---------------------------------------------------------------------------
