@@ -232,7 +232,7 @@ Configuration is by environment variables, not options: MCP_SHIM_UPSTREAM_URL
 (required) is the MCP endpoint of the server behind the gateway, e.g.
 http://127.0.0.1:3001/mcp; MCP_SHIM_HOST and MCP_SHIM_PORT (default
 127.0.0.1:8080) where the gateway listens. Every MCP_SHIM_* variable is listed
-in README.md ("Configuration")."""
+in docs/settings.md; the few most deployments need are in README.md."""
 
 
 def _version() -> str:

@@ -440,7 +440,7 @@ async def _modern_answer(upstream: ModernHttpUpstream, step: _Step) -> OtherEra:
 
 def era_choices(found: _Found, other: OtherEra | None, setting: str) -> list[dict[str, Any]]:
     """For a dual-era upstream, what each MCP_SHIM_UPSTREAM_ERA gives 2026-07-28
-    clients (README.md, "When to force legacy"); nothing for one of one era."""
+    clients (docs/probe.md, "When to force legacy"); nothing for one of one era."""
     if other is None or not other.accepted or other.version is None:
         return []
     if found.era == "modern":

@@ -27,7 +27,7 @@ from tests.integration.recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.peers
 
-# Keys of the documented --json shape (README.md, "Checking an upstream").
+# Keys of the documented --json shape (docs/probe.md).
 REPORT_KEYS = {
     "shape",
     "ok",
