@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.headers.header_values import BadHeaderValue, values_match
+from app.quoting import quoted
 from app.rejections import HEADER_MISMATCH, Rejection
 
 _MISSING = object()
@@ -60,7 +61,7 @@ def check(paths: HeaderPaths, arguments: Any, headers: Mapping[str, str]) -> Rej
             return Rejection(
                 HEADER_MISMATCH,
                 f"Header mismatch: Mcp-Param-{name} header is missing for argument "
-                f"{'.'.join(path)!r}",
+                f"{quoted('.'.join(path))}",
             )
         try:
             same = values_match(raw, value)
@@ -70,6 +71,6 @@ def check(paths: HeaderPaths, arguments: Any, headers: Mapping[str, str]) -> Rej
             return Rejection(
                 HEADER_MISMATCH,
                 f"Header mismatch: Mcp-Param-{name} header does not match argument "
-                f"{'.'.join(path)!r}",
+                f"{quoted('.'.join(path))}",
             )
     return None

@@ -23,6 +23,7 @@ from typing import Any, Final, TypeGuard
 from urllib.parse import urlsplit
 
 from app.mrtr.state import MAX_TOKEN_CHARS
+from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, Rejection, RequestId
 
 ELICIT_ACTIONS: Final = ("accept", "decline", "cancel")
@@ -43,8 +44,8 @@ def check_params(call_id: RequestId, params: Mapping[str, Any]) -> Rejection | N
             if not isinstance(value, dict):
                 return Rejection(
                     INVALID_PARAMS,
-                    f"Invalid params: inputResponses[{key!r}] must be an object (an ElicitResult, "
-                    "CreateMessageResult or ListRootsResult)",
+                    f"Invalid params: inputResponses[{quoted(key)}] must be an object "
+                    "(an ElicitResult, CreateMessageResult or ListRootsResult)",
                     call_id,
                     data={"inputKey": key},
                 )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from app.mrtr.keys import without_key_meta
+from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, Rejection, RequestId
 from translators import translate
 from translators.registry import Version
@@ -83,7 +84,7 @@ def _describe(name: str, sub: Any) -> str:
 def answer_refused(call_id: RequestId, key: str, reason: str) -> Rejection:
     return Rejection(
         INVALID_PARAMS,
-        f"Invalid params: inputResponses[{key!r}] does not fit its request: {reason}",
+        f"Invalid params: inputResponses[{quoted(key)}] does not fit its request: {reason}",
         call_id,
         data={"inputKey": key},
     )

@@ -49,6 +49,7 @@ from app.mrtr.exchange import LiveExchange
 from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lane, Lanes
 from app.mrtr.state import Sealer
+from app.quoting import quoted
 from app.rejections import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -670,7 +671,7 @@ class TaskBridge:
             why = mrtr_answers.check_answer(question[1], answer)
             if why is not None:
                 return Rejection(
-                    INVALID_PARAMS, f"Invalid params: inputResponses[{key!r}] {why}", call_id
+                    INVALID_PARAMS, f"Invalid params: inputResponses[{quoted(key)}] {why}", call_id
                 )
         for key, answer in responses.items():
             question = pending.get(key)

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import (
     UpstreamError,
@@ -72,7 +73,7 @@ def initialize_result(answer: Message | None, source: str) -> Message:
     negotiated = get_version(result.get("protocolVersion"))
     if negotiated is None or negotiated.features.per_request_meta:
         raise UpstreamProtocolError(
-            f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+            f"upstream negotiated protocol version {quoted(result.get('protocolVersion'))}, "
             "which is not a legacy version this gateway knows"
         )
     return result
@@ -229,7 +230,7 @@ class Exchange:
         self._finish()
         if isinstance(item, _Silent):
             raise UpstreamTimeout(
-                f"{self._router.source} sent nothing for {self.what} within {timeout_s:g}s"
+                f"{self._router.source} sent nothing for {quoted(self.what)} within {timeout_s:g}s"
             )
         if isinstance(item, _End):
             raise item.error
@@ -262,7 +263,9 @@ class Router:
         """The exchange for a request about to be sent; `forget` it if sending fails."""
         key = id_key(message.get("id"))
         if key in self.pending:
-            raise UpstreamProtocolError(f"request id {message.get('id')!r} is already in flight")
+            raise UpstreamProtocolError(
+                f"request id {quoted(message.get('id'))} is already in flight"
+            )
         exchange = Exchange(self, str(message.get("method")), timeout_s, message.get("id"))
         self.pending[key] = exchange
         token = progress_token(message)

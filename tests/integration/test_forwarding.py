@@ -673,7 +673,7 @@ def test_upstream_dies_mid_call_and_a_later_call_works(logs_dir: Path) -> None:
         answer = response.json()
         check_modern_error(SPEC, answer)
         assert answer["id"] == 61 and answer["error"]["code"] == -32603
-        assert "upstream unreachable during tools/call" in answer["error"]["message"]
+        assert "upstream unreachable during 'tools/call'" in answer["error"]["message"]
         assert outcome["seconds"] < 20  # noticed at once, not at a timeout
 
         # 2. While it is down: a clear 5xx, not a hang.

@@ -205,7 +205,7 @@ def test_malformed_capabilities_are_refused_before_the_upstream(
             (1, "2025-11-25", {"roots": "x"}, ".roots"),
             (2, "2025-03-26", {"sampling": 1}, ".sampling"),
             (3, "2025-11-25", {"elicitation": {"form": True}}, ".elicitation.form"),
-            (4, "2025-06-18", {"experimental": {"x": []}}, ".experimental.x"),
+            (4, "2025-06-18", {"experimental": {"x": []}}, ".experimental['x']"),
         ):
             message = init_message(version, rid, capabilities=caps)
             body = refused(

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests import procs
@@ -215,3 +216,60 @@ def _shape(out: Any) -> Any:
     if isinstance(out, list):
         return [_shape(v) for v in out]
     return out
+
+
+def _legacy_post(
+    client: httpx.Client, url: str, message: dict[str, Any], session: str | None = None
+) -> httpx.Response:
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    if session is not None:
+        headers |= {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    return client.post(url, content=json.dumps(message), headers=headers)
+
+
+def _only_message(response: httpx.Response) -> dict[str, Any]:
+    if response.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        (only,) = [json.loads(line) for line in data if line.strip()]
+        return dict(only)
+    return dict(response.json())
+
+
+@pytest.mark.peers
+def test_an_unknown_task_id_is_quoted_bounded_and_as_json(task_gateway: str) -> None:
+    """A legacy client's tasks/get naming a 1 MiB task id (the body is within the
+    4 MiB limit): the -32602 quotes at most 100 of its characters, not the
+    megabyte; an id that is not a string is quoted as JSON, not as a repr."""
+    big = "t" * (1 << 20)
+    opening = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "quoting-test", "version": "0"},
+        },
+    }
+    with httpx.Client(timeout=30.0) as client:
+        opened = _legacy_post(client, task_gateway, opening)
+        assert opened.status_code == 200, opened.text
+        session = opened.headers["mcp-session-id"]
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert _legacy_post(client, task_gateway, note, session).status_code == 202
+        answers = {}
+        for rid, task_id in ((1, big), (2, {"a": 1})):
+            get = {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "method": "tasks/get",
+                "params": {"taskId": task_id},
+            }
+            response = _legacy_post(client, task_gateway, get, session)
+            assert len(response.content) < 1024, len(response.content)
+            answers[rid] = _only_message(response)
+    for rid, answer in answers.items():
+        assert answer["id"] == rid and answer["error"]["code"] == -32602, answer
+    long_message = answers[1]["error"]["message"]
+    assert long_message == "Unknown task: '" + "t" * 100 + f"'... ({1 << 20} characters)"
+    assert answers[2]["error"]["message"] == 'Unknown task: {"a":1}'

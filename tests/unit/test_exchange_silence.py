@@ -45,7 +45,7 @@ def _answer(rid: int) -> dict[str, Any]:
 async def test_a_silent_server_times_out_after_the_timeout() -> None:
     exchange = _router().open(_call(1), TIMEOUT_S)
     started = time.monotonic()
-    with pytest.raises(UpstreamTimeout, match=r"the test server sent nothing for tools/call"):
+    with pytest.raises(UpstreamTimeout, match=r"the test server sent nothing for 'tools/call'"):
         async with asyncio.timeout(NEVER_S):
             async for _ in exchange:
                 pass

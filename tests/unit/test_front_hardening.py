@@ -173,7 +173,7 @@ def test_non_ascii_mcp_headers_are_header_errors(name: str) -> None:
         ({"sampling": []}, ".sampling must be an object"),
         ({"sampling": {"tools": True}}, ".sampling.tools must be an object"),
         ({"elicitation": {"url": 1}}, ".elicitation.url must be an object"),
-        ({"experimental": {"mine": "yes"}}, ".experimental.mine must be an object"),
+        ({"experimental": {"mine": "yes"}}, ".experimental['mine'] must be an object"),
         ({"extensions": 3}, ".extensions must be an object"),
     ],
 )

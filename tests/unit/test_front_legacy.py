@@ -189,7 +189,7 @@ def _initialize(version: str, capabilities: Any) -> legacy.Initialize | Rejectio
         ("2025-06-18", {"elicitation": []}, ".elicitation"),
         ("2025-11-25", {"sampling": {"tools": 1}}, ".sampling.tools"),
         ("2025-11-25", {"tasks": {"requests": "all"}}, ".tasks.requests"),
-        ("2025-03-26", {"experimental": {"x": 1}}, ".experimental.x"),
+        ("2025-03-26", {"experimental": {"x": 1}}, ".experimental['x']"),
     ],
 )
 def test_malformed_capabilities_name_the_field(version: str, capabilities: Any, field: str) -> None:

@@ -221,7 +221,8 @@ CUT_JSON = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length
 BAD_CHUNK = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
 BAD_CHUNK += b"transfer-encoding: chunked\r\n\r\nzz\r\ndata: x\r\n"
 LONG_HEADER = b"HTTP/1.1 200 OK\r\nx-long: " + b"a" * 200_000 + b"\r\ncontent-length: 0\r\n\r\n"
-WHAT = "tools/call"
+# How the messages name the request: its method, quoted as a client's value.
+WHAT = "'tools/call'"
 
 
 @pytest.mark.parametrize(

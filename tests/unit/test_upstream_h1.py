@@ -327,7 +327,7 @@ async def test_closing_the_client_closes_every_pooled_connection(
 
 async def test_a_refused_connection_is_the_gateways_error() -> None:
     async with _client() as client:
-        with pytest.raises(UpstreamError, match="unreachable during tools/call: ConnectFailed"):
+        with pytest.raises(UpstreamError, match="unreachable during 'tools/call': ConnectFailed"):
             await _call(client, "http://127.0.0.1:9/mcp")
         assert _lean(client).open_connections == 0
 

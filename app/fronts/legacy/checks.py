@@ -22,6 +22,7 @@ from app import jsonio
 from app.fronts.modern import checks as modern
 from app.fronts.modern.checks import META_VERSION
 from app.fronts.shared import header_guard
+from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Rejection, RequestId
 from translators.capabilities import client_capability_objects
 from translators.registry import LATEST_LEGACY, Version, get_version, legacy_versions
@@ -281,7 +282,7 @@ def check_version_header(value: str | None, negotiated: Version) -> Rejection | 
     if value != negotiated.name:
         return Rejection(
             INVALID_REQUEST,
-            f"Bad Request: MCP-Protocol-Version {value!r} is not the version this session "
+            f"Bad Request: MCP-Protocol-Version {quoted(value)} is not the version this session "
             f"negotiated ({negotiated.name})",
             status=400,
         )
@@ -346,8 +347,7 @@ def batch_members(
             if typed in seen:
                 return Rejection(
                     INVALID_REQUEST,
-                    "Invalid request: two requests in the batch share the id "
-                    f"{header_guard.shown(checked.id)}",
+                    f"Invalid request: two requests in the batch share the id {quoted(checked.id)}",
                 )
             seen.add(typed)
         members.append(checked)

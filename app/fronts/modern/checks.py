@@ -12,8 +12,8 @@ from typing import Any, Final
 
 from app import jsonio
 from app.fronts.shared.header_guard import check_header_values
-from app.fronts.shared.header_guard import shown as _shown
 from app.headers.header_values import NAME_FIELDS, BadHeaderValue, decode_header_value
+from app.quoting import quoted
 from app.rejections import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -149,14 +149,14 @@ def _check_notification(message: dict[str, Any], method: str, headers: Mapping[s
     if body_version is not None and body_version != header_version:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: MCP-Protocol-Version header value {_shown(header_version)} "
-            f"does not match body value {_shown(body_version)}",
+            f"Header mismatch: MCP-Protocol-Version header value {quoted(header_version)} "
+            f"does not match body value {quoted(body_version)}",
         )
     version = get_version(header_version)
     if version is None or version not in modern_versions():
         return Rejection(
             UNSUPPORTED_PROTOCOL_VERSION,
-            f"Unsupported protocol version {_shown(header_version)}: send one of "
+            f"Unsupported protocol version {quoted(header_version)}: send one of "
             + ", ".join(supported_version_names()),
             data={"supported": supported_version_names(), "requested": header_version[:64]},
         )
@@ -164,13 +164,13 @@ def _check_notification(message: dict[str, Any], method: str, headers: Mapping[s
     if header_method is not None and header_method.strip(" \t") != method:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: Mcp-Method header value {_shown(header_method.strip())} does "
-            f"not match body value {_shown(method)}",
+            f"Header mismatch: Mcp-Method header value {quoted(header_method.strip())} does "
+            f"not match body value {quoted(method)}",
         )
     if method not in version.features.client_notifications:
         return Rejection(
             METHOD_NOT_FOUND,
-            f"Method not found: {_shown(method)} is not a {version.name} client notification",
+            f"Method not found: {quoted(method)} is not a {version.name} client notification",
         )
     return ModernNotification(method, message)
 
@@ -230,8 +230,8 @@ def _check_request(
     if header_version.strip() != requested:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: MCP-Protocol-Version header value {_shown(header_version)} does "
-            f"not match body value {_shown(requested)}",
+            f"Header mismatch: MCP-Protocol-Version header value {quoted(header_version)} does "
+            f"not match body value {quoted(requested)}",
             request_id,
         )
 
@@ -239,7 +239,7 @@ def _check_request(
     if version is None or version not in modern_versions():
         return Rejection(
             UNSUPPORTED_PROTOCOL_VERSION,
-            f"Unsupported protocol version {_shown(requested)}: send one of "
+            f"Unsupported protocol version {quoted(requested)}: send one of "
             + ", ".join(supported_version_names()),
             request_id,
             data={"supported": supported_version_names(), "requested": requested[:64]},
@@ -252,14 +252,14 @@ def _check_request(
     if method not in version.features.client_requests and method not in EXTENSION_REQUESTS:
         return Rejection(
             METHOD_NOT_FOUND,
-            f"Method not found: {_shown(method)} is not a {version.name} method",
+            f"Method not found: {quoted(method)} is not a {version.name} method",
             request_id,
         )
 
     log_level = meta.get(META_LOG_LEVEL)
     if log_level is not None and log_level not in LOG_LEVELS:
         return Rejection(
-            INVALID_PARAMS, f"Invalid params: unknown log level {_shown(log_level)}", request_id
+            INVALID_PARAMS, f"Invalid params: unknown log level {quoted(log_level)}", request_id
         )
 
     param_headers = {
@@ -293,24 +293,26 @@ def _check_meta(
         return Rejection(
             INVALID_PARAMS,
             "Invalid params: every 2026-07-28 request must carry "
-            + " and ".join(f"params._meta[{k!r}]" for k in missing),
+            + " and ".join(f"params._meta[{quoted(k)}]" for k in missing),
             request_id,
         )
     if not isinstance(requested, str):
         return Rejection(
-            INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] must be a string", request_id
+            INVALID_PARAMS,
+            f"Invalid params: _meta[{quoted(META_VERSION)}] must be a string",
+            request_id,
         )
     if not isinstance(capabilities, dict):
         return Rejection(
             INVALID_PARAMS,
-            f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
+            f"Invalid params: _meta[{quoted(META_CAPABILITIES)}] must be an object",
             request_id,
         )
     bad_capability = check_client_capabilities(capabilities)
     if bad_capability is not None:
         return Rejection(
             INVALID_PARAMS,
-            f"Invalid params: _meta[{META_CAPABILITIES!r}]{bad_capability}",
+            f"Invalid params: _meta[{quoted(META_CAPABILITIES)}]{bad_capability}",
             request_id,
         )
     return requested, capabilities
@@ -327,8 +329,8 @@ def _check_standard_headers(
     if header_method != method:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: Mcp-Method header value {_shown(header_method)} does not match "
-            f"body value {_shown(method)}",
+            f"Header mismatch: Mcp-Method header value {quoted(header_method)} does not match "
+            f"body value {quoted(method)}",
         )
     field = NAME_FIELD.get(method)
     if field is None:
@@ -346,8 +348,8 @@ def _check_standard_headers(
     if header_name != body_name:
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: Mcp-Name header value {_shown(header_name)} does not match body "
-            f"value {_shown(body_name)}",
+            f"Header mismatch: Mcp-Name header value {quoted(header_name)} does not match body "
+            f"value {quoted(body_name)}",
         )
     return None
 
@@ -376,6 +378,8 @@ def check_client_capabilities(
         checked = value.keys() if members is None else members
         for member in checked:
             if member in value and not isinstance(value[member], dict):
-                label = member if len(member) <= 64 else member[:64] + "..."
-                return f".{name}.{label} must be an object"
+                # A member the schema names reads as a path; one the client chose
+                # (under an open map such as experimental) is quoted, bounded.
+                label = f".{member}" if members is not None else f"[{quoted(member)}]"
+                return f".{name}{label} must be an object"
     return None

@@ -7,25 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
+from app.quoting import quoted
 from app.rejections import HEADER_MISMATCH, INVALID_REQUEST, Rejection
 
-# What a rejection message quotes of a client's value: enough to recognise it,
-# never a multi-megabyte echo.
-_SHOWN_CHARS = 100
 # RFC 9110 field values the gateway can forward: visible ASCII, space and tab.
 # Anything else (obs-text, control characters) is refused before it reaches an
 # HTTP client, whose encoding error would carry the value into an exception.
 _BAD_HEADER_CHAR = re.compile(r"[^\x20-\x7e\t]")
-
-
-def shown(value: Any) -> str:
-    """A client's value quoted in a message, bounded."""
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    return f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 # RFC 6585 section 5: 431 Request Header Fields Too Large.
@@ -62,7 +51,7 @@ def check_header_values(headers: Mapping[str, str]) -> Rejection | None:
             )
         return Rejection(
             HEADER_MISMATCH,
-            f"Header mismatch: the {shown(name)} header contains characters other than "
+            f"Header mismatch: the {quoted(name)} header contains characters other than "
             "printable ASCII; encode the value with the Base64 sentinel (=?base64?...?=)",
         )
     return None

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from app.quoting import quoted
 from app.rejections import INVALID_REQUEST, Rejection
 
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
@@ -67,7 +68,7 @@ def check_host(host_header: str | None, allowed: Sequence[str]) -> Rejection | N
         return None
     return Rejection(
         INVALID_REQUEST,
-        f"Forbidden: Host {host_header!r} is not allowed; add it to MCP_SHIM_ALLOWED_HOSTS",
+        f"Forbidden: Host {quoted(host_header)} is not allowed; add it to MCP_SHIM_ALLOWED_HOSTS",
         status=403,
     )
 
@@ -84,6 +85,6 @@ def check_origin(origin: str | None, allowed: Sequence[str]) -> Rejection | None
             return None
     return Rejection(
         INVALID_REQUEST,
-        f"Forbidden: Origin {origin!r} is not allowed; add it to MCP_SHIM_ALLOWED_ORIGINS",
+        f"Forbidden: Origin {quoted(origin)} is not allowed; add it to MCP_SHIM_ALLOWED_ORIGINS",
         status=403,
     )

@@ -38,6 +38,7 @@ import httpx
 import structlog
 
 from app import jsonio, tracing
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
@@ -112,14 +113,14 @@ class SseSession:
             raise SessionExpired("the upstream's SSE stream has ended")
         exchange = self._routes.open(message, self._request_timeout_s)
         try:
-            await self._post(message, exchange.what)
+            await self._post(message, quoted(exchange.what))
         except BaseException:
             self._routes.forget(exchange)
             raise
         return exchange
 
     async def notify(self, message: Message) -> None:
-        await self._post(message, str(message.get("method")))
+        await self._post(message, quoted(message.get("method")))
         self._routes.cancelled(message)
 
     async def respond(self, message: Message) -> None:
@@ -266,7 +267,7 @@ async def _endpoint(
         raise UpstreamProtocolError("upstream closed the SSE stream before its endpoint") from None
     if event.event != "endpoint" or not event.data.strip():
         raise UpstreamProtocolError(
-            f"upstream's first SSE event is {event.event!r}, not an endpoint event"
+            f"upstream's first SSE event is {quoted(event.event)}, not an endpoint event"
         )
     try:
         endpoint = stream_url.join(event.data.strip())

@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
 from app.upstream.modern.list_cache import CacheKey
@@ -216,7 +217,7 @@ class CallRounds:
             await self._session.still_modern(exchange, final, self.client_id, self._method)
             if final is None:
                 raise UpstreamProtocolError(
-                    f"upstream closed the {self._method} stream without answering"
+                    f"upstream closed the {quoted(self._method)} stream without answering"
                 )
             result = final.get("result")
             if not (isinstance(result, dict) and result.get("resultType") == "input_required"):

@@ -42,6 +42,7 @@ from typing import Any
 
 import structlog
 
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.modern.list_cache import CacheKey
@@ -287,7 +288,7 @@ class TaskRequest:
             if not self._tasks.known(task_id):
                 # Never created by this session, or forgotten from its record.
                 log.info("legacy_task_unknown", method=self._method)
-                yield _error(self.client_id, INVALID_PARAMS, f"Unknown task: {task_id}")
+                yield _error(self.client_id, INVALID_PARAMS, f"Unknown task: {quoted(task_id)}")
                 return
             assert isinstance(task_id, str)
             kept = self._tasks.kept(task_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.era import EraProbe, newest_common, probe_era
 from app.upstream.errors import UpstreamProtocolError
@@ -52,7 +53,7 @@ class ModernTransport:
         if modern is None:
             raise UpstreamProtocolError(
                 "upstream supports no modern protocol version this gateway knows: "
-                f"{result.get('supportedVersions')!r}"
+                f"{quoted(result.get('supportedVersions'))}"
             )
         # The discover result in the legacy shape: an InitializeResult.
         legacy = translate.result(result, "server/discover", modern, offered)

@@ -27,6 +27,7 @@ import httpx
 
 from app import jsonio, tracing
 from app.headers.header_values import NAME_FIELDS, header_form
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
 from app.upstream.http.client import UpstreamClient, library_errors
@@ -165,7 +166,7 @@ class ModernHttpUpstream:
     ) -> HttpExchange:
         """POST a message the gateway built; its answer as messages. A 401/403
         raises `UpstreamAuthChallenge`, any other non-JSON error `UpstreamHttpError`."""
-        what = str(message.get("method"))
+        what = quoted(message.get("method"))
         content = jsonio.dumps(message)
         sent = {
             "accept": _ACCEPT,

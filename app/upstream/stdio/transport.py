@@ -53,6 +53,7 @@ from typing import Any, Literal
 import structlog
 
 from app import jsonio, write_coalescer
+from app.quoting import quoted
 from app.upstream.base import Message, SharedFlag
 from app.upstream.errors import (
     PoolExhausted,
@@ -308,7 +309,7 @@ class StdioSession:
         exchange = self._routes.open(message, self._request_timeout_s)
         self.last_active = time.monotonic()
         try:
-            await self._write(message, exchange.what)
+            await self._write(message, quoted(exchange.what))
         except BaseException:
             self._routes.forget(exchange)
             raise
@@ -323,7 +324,7 @@ class StdioSession:
             # and the server's answer, when it comes, is dropped.
             self._routes.cancelled(message)
             return
-        await self._write(message, str(message.get("method")))
+        await self._write(message, quoted(message.get("method")))
         if cancelling:
             self._unconfirmed = set()
         self._routes.cancelled(message)

@@ -18,6 +18,7 @@ import structlog
 from app import jsonio, tracing
 from app.call import mark
 from app.deadline import StepDeadline
+from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
@@ -245,7 +246,7 @@ class StreamableHttpSession:
         return response
 
     async def request(self, message: Message) -> HttpExchange:
-        what = f"{message.get('method')}"
+        what = quoted(message.get("method"))
         response = await self._post(message, what)
         if response.status_code >= 400 and _content_type(response) != "application/json":
             status = response.status_code
@@ -265,7 +266,7 @@ class StreamableHttpSession:
             await _close(response)
 
     async def notify(self, message: Message) -> None:
-        await self._post_expect_accepted(message, str(message.get("method")))
+        await self._post_expect_accepted(message, quoted(message.get("method")))
 
     async def respond(self, message: Message) -> None:
         await self._post_expect_accepted(message, "response to a server request")
@@ -365,7 +366,7 @@ class StreamableHttpTransport:
         negotiated = get_version(result.get("protocolVersion"))
         if negotiated is None or negotiated.features.per_request_meta:
             raise UpstreamProtocolError(
-                f"upstream negotiated protocol version {result.get('protocolVersion')!r}, "
+                f"upstream negotiated protocol version {quoted(result.get('protocolVersion'))}, "
                 "which is not a legacy version this gateway knows"
             )
         session = StreamableHttpSession(
