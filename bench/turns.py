@@ -15,7 +15,7 @@ the seconds from the slow call's answer to the last one; and the gateway's RSS
 grown while the N were queued, per waiter.
 
 `--tree DIR` runs the gateway of another source tree, e.g. the commit before a
-change: `mkdir -p /tmp/before && git archive main app translators | tar -x -C
+change: `mkdir -p /tmp/before && git archive REV app translators | tar -x -C
 /tmp/before`. The gateway's MCP_SHIM_MAX_CONNECTIONS is set above the largest
 N, so that its bound on one channel's requests admits them all.
 """
