@@ -95,6 +95,18 @@ class RateLimitedLog:
             log.warning(event, count_since_last=count, **fields)
 
 
+def server_busy(what: str) -> Rejection:
+    """What a client gets at MCP_SHIM_MAX_CONNECTIONS, the bound on the requests it
+    may have running or waiting: on `POST /mcp` each holds a connection, so the
+    connections bound them; on an HTTP+SSE channel, whose `POST /messages` is
+    answered 202 at once, the channel counts them itself (app/fronts/http_sse)."""
+    return Rejection(
+        INTERNAL_ERROR,
+        f"Server busy: {what} (MCP_SHIM_MAX_CONNECTIONS); retry later",
+        status=503,
+    )
+
+
 def _raw_response(status: int, rejection: Rejection) -> bytes:
     body = jsonio.dumps(rejection.to_message())
     reason = {408: b"Request Timeout", 503: b"Service Unavailable"}[status]
@@ -250,12 +262,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 limit=self.limits.max_connections,
                 setting="MCP_SHIM_MAX_CONNECTIONS",
             )
-            refusal = Rejection(
-                INTERNAL_ERROR,
-                "Server busy: too many open connections (MCP_SHIM_MAX_CONNECTIONS); retry later",
-                status=503,
-            )
-            transport.write(_raw_response(503, refusal))
+            transport.write(_raw_response(503, server_busy("too many open connections")))
             transport.close()
             return
         self._arm_read(self._headers_timed_out, self.limits.read_timeout_s)

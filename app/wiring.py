@@ -265,5 +265,6 @@ def _legacy_fronts(
         write_timeout_s=settings.write_timeout_s,
         init_timeout_s=settings.sse_init_timeout_s,
         max_uninitialized_per_address=settings.max_uninitialized_sse_per_address,
+        max_requests=settings.max_connections,
     )
     return legacy, http_sse

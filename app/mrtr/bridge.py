@@ -656,7 +656,7 @@ def build_bridge(settings: Settings, pool: SessionPool, replicas: Replicas) -> B
     return Bridge(
         lanes=lanes,
         sealer=replicas.sealer,
-        forwarder=ReplicaForwarder(replicas.relay),
+        forwarder=ReplicaForwarder(replicas.relay, settings.max_upstream_answer_bytes),
         settings=BridgeSettings(
             ttl_s=settings.mrtr_ttl_s,
             quiet_s=settings.mrtr_quiet_ms / 1000,

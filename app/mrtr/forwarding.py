@@ -11,7 +11,11 @@ forwarded again (a misconfigured advertise URL cannot make a loop).
 
 The hop itself is app/replicas.py's `ReplicaRelay`, the one relay legacy
 sessions use too; this module re-derives the request from the validated call
-and reads the owner's answer as frames for the bridge.
+and reads the owner's answer as frames for the bridge. That answer is bounded
+as an upstream's is (MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON body, one SSE
+event), while it is read: the owner relays what its upstream sent, and a
+replica that is not ours, or a defect, must not make this one hold more.
+Beyond it the caller gets the error of an oversized upstream answer.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from app.fronts.modern.checks import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay
+from app.upstream.errors import too_large
+from app.upstream.http import h1
+from app.upstream.http.sse_decoder import EventTooLarge
 from app.upstream.http.sse_decoder import events as sse_events
 
 log = structlog.get_logger("mcp_shim.mrtr.forwarding")
@@ -65,8 +72,10 @@ def hop_headers(call: ModernCall, authorization: str | None) -> dict[str, str]:
 
 
 class ReplicaForwarder:
-    def __init__(self, relay: ReplicaRelay) -> None:
+    def __init__(self, relay: ReplicaRelay, max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES):
         self._relay = relay
+        # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: the owner's JSON answer, one of its events.
+        self._limit = max_answer_bytes
 
     async def forward(
         self, call: ModernCall, authorization: str | None, replica: str
@@ -90,7 +99,8 @@ class ReplicaForwarder:
             try:
                 kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
                 if kind == "text/event-stream":
-                    async with aclosing(sse_events(response.aiter_bytes())) as events:
+                    stream = sse_events(response.aiter_bytes(), self._limit)
+                    async with aclosing(stream) as events:
                         async for event in events:
                             message = jsonio.loads(event.data)
                             if not isinstance(message, dict):
@@ -106,7 +116,7 @@ class ReplicaForwarder:
                     ending = "owner_broke_off"
                     yield _unreachable(call)
                     return
-                message = jsonio.loads(await response.aread())
+                message = jsonio.loads(await self._body(response))
                 if not isinstance(message, dict):
                     ending = "owner_broke_off"
                     yield _unreachable(call)
@@ -117,10 +127,32 @@ class ReplicaForwarder:
                 log.warning("mrtr_forward_failed", replica=replica, error=type(exc).__name__)
                 ending = "owner_broke_off"
                 yield _unreachable(call)
+            except (_TooLarge, EventTooLarge):
+                log.warning("mrtr_forward_failed", replica=replica, error="answer_too_large")
+                ending = "owner_broke_off:answer_too_large"
+                # What an oversized upstream answer gives (the caller's front
+                # turns it into its 502); the relayed connection is closed below.
+                raise too_large(self._limit, call.method) from None
             finally:
                 await response.aclose()
         finally:
             self._relay.ended("mrtr_call", ending, time.perf_counter() - started, stream=False)
+
+    async def _body(self, response: httpx.Response) -> bytes:
+        """The owner's JSON answer, decoded, read no further than the bound."""
+        announced = response.headers.get("content-length", "")
+        if announced.isdigit() and int(announced) > self._limit:
+            raise _TooLarge
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > self._limit:
+                raise _TooLarge
+        return bytes(body)
+
+
+class _TooLarge(Exception):
+    """The owner's answer is over MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES."""
 
 
 def _unreachable(call: ModernCall) -> Frame:

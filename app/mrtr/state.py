@@ -40,6 +40,8 @@ TAG_LEN: Final = 16
 # A sealed state is ~250 characters; anything much longer is not ours.
 MAX_TOKEN_CHARS: Final = 4096
 KEY_SIZES: Final = (16, 24, 32)
+# The base64url characters that hold a token's version, key id and nonce (4 per 3 bytes).
+_NONCE_CHARS: Final = -(-(1 + KEY_ID_LEN + NONCE_LEN) * 4 // 3)
 
 # Parameters that change between the first call and its retries, or are
 # per-request metadata: not part of "the same request".
@@ -139,6 +141,13 @@ def parse_keys(text: str) -> list[bytes]:
             raise ValueError(f"key {n} of {len(items)} decodes to {len(raw)} bytes; {_KEY_HINT}")
         keys.append(raw)
     return keys
+
+
+def sealed_nonce(token: str) -> str:
+    """What tells one sealing from every other, in a token that opened: its
+    version, key id and nonce (12 random bytes per seal, authenticated with the
+    rest), so a token sent again is known by it."""
+    return token[:_NONCE_CHARS]
 
 
 def generate_key() -> bytes:

@@ -12,6 +12,7 @@ import concurrent.futures
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -243,3 +244,61 @@ def test_an_initialized_channel_outlives_the_init_timeout(guarded_gateway: str) 
     # Its place among the uninitialized was given back at initialize: four more open.
     with ExitStack() as stack:
         assert [open_stream(stack, guarded_gateway).status_code for _ in range(4)] == [200] * 4
+
+
+# ---------------------------------------------------------------------------
+# Requests one channel may have running or waiting
+# ---------------------------------------------------------------------------
+
+CHANNEL_BOUND = 16
+
+
+@pytest.fixture(scope="module")
+def busy_gateway(
+    legacy_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    log = tmp_path_factory.mktemp("sse-busy") / "gateway.log"
+    env = {"MCP_SHIM_MAX_CONNECTIONS": str(CHANNEL_BOUND)}
+    with procs.gateway(legacy_url, procs.free_port(), env, log) as base:
+        yield base, log
+
+
+def test_a_channel_holds_at_most_max_connections_requests(
+    busy_gateway: tuple[str, Path],
+) -> None:
+    """A slow call of id 7 and 15 pings of id 7 behind it (each waits its turn:
+    the fixture's SDK keys calls by the id's text) fill a channel of
+    MCP_SHIM_MAX_CONNECTIONS=16. One request more, alone or in a batch, is
+    refused as `POST /mcp` is at that bound (503, -32603, naming it) and a
+    line is logged; the 16 are answered, the slow call first, and the channel
+    serves the next request. Before, every request was taken (202) however
+    many waited."""
+    base, log = busy_gateway
+    with sse_channel(base) as (endpoint, chunks), httpx.Client(timeout=15.0) as poster:
+        assert poster.post(endpoint, json=init_message("2024-11-05"), headers=AUTH).is_success
+        next_events(chunks, 1)
+        slow = rpc(7, "tools/call", {"name": "slow_echo", "arguments": {"ms": 3000, "steps": 3}})
+        accepted = [poster.post(endpoint, json=slow, headers=AUTH).status_code]
+        accepted += [
+            poster.post(endpoint, json=rpc(7, "ping"), headers=AUTH).status_code
+            for _ in range(CHANNEL_BOUND - 1)
+        ]
+        assert accepted == [202] * CHANNEL_BOUND
+        one_more = poster.post(endpoint, json=rpc(7, "ping"), headers=AUTH)
+        assert one_more.status_code == 503, one_more.text
+        body = one_more.json()
+        assert body["id"] == 7 and body["error"]["code"] == -32603, body
+        assert "MCP_SHIM_MAX_CONNECTIONS" in body["error"]["message"], body
+        batch = poster.post(endpoint, json=[rpc(8, "ping"), rpc(9, "ping")], headers=AUTH)
+        assert batch.status_code == 503, batch.text
+        assert batch.json()["error"]["code"] == -32603
+        answers = next_events(chunks, CHANNEL_BOUND)
+        assert len(answers) == CHANNEL_BOUND, answers
+        assert answers[0]["id"] == 7 and answers[0]["result"]["content"][0]["text"] == "done"
+        assert answers[1:] == [{"jsonrpc": "2.0", "id": 7, "result": {}}] * (CHANNEL_BOUND - 1)
+        assert poster.post(endpoint, json=rpc(8, "ping"), headers=AUTH).status_code == 202
+        (answer,) = next_events(chunks, 1)
+        assert answer == {"jsonrpc": "2.0", "id": 8, "result": {}}
+    refusals = [line for line in wire.log_lines(log) if line.get("event") == "sse_request_refused"]
+    assert refusals and refusals[0]["setting"] == "MCP_SHIM_MAX_CONNECTIONS", refusals
+    assert refusals[0]["limit"] == CHANNEL_BOUND

@@ -14,6 +14,14 @@ MCP_SHIM_MAX_UNINITIALIZED_SSE_PER_ADDRESS channels still waiting for theirs,
 so idle streams cannot take every connection the gateway may hold. Its id
 names the replica holding it, sealed like a session id (app/replicas.py): a
 POST that reaches another replica is relayed there as it came.
+
+Each request a POST brings runs on its own after the 202, so no connection
+stays open for it: a channel counts the requests it has running or waiting
+(for their turn: one request per id text upstream, app/fronts/legacy/turns.py)
+and holds at most MCP_SHIM_MAX_CONNECTIONS of them, as many as a `POST /mcp`
+client could have, each on a connection of its own. A POST that would bring
+more is refused whole, as `POST /mcp` is at that bound (`server_busy`: 503,
+-32603), and the channel goes on.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from app.fronts.legacy.replies import guarded, refuse, session_not_found
 from app.fronts.legacy.sessions import LegacySession, LegacySessions
 from app.fronts.shared.answer import sse_event
 from app.fronts.shared.binding import held_by
-from app.http_protocol import RateLimitedLog
+from app.http_protocol import RateLimitedLog, server_busy
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
 from app.upstream.base import Message
 from app.upstream.pool import credential_hash
@@ -67,6 +75,8 @@ class Channel:
     # An initialize is under way: a second one is refused, as after it.
     initializing: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Requests running or waiting (their tasks are among `tasks`).
+    requests: int = 0
     closed: bool = False
 
 
@@ -81,6 +91,7 @@ class HttpSseFront:
         write_timeout_s: float,
         init_timeout_s: float = 10.0,
         max_uninitialized_per_address: int = 4,
+        max_requests: int = 1024,
     ) -> None:
         self._legacy = legacy
         self.auth_relay = legacy.auth_relay
@@ -91,6 +102,8 @@ class HttpSseFront:
         self._channels: dict[str, Channel] = {}
         self._init_timeout_s = init_timeout_s
         self._max_uninitialized = max_uninitialized_per_address
+        # MCP_SHIM_MAX_CONNECTIONS: requests one channel may have running or waiting.
+        self._max_requests = max_requests
         # Channels not initialized yet, by client address.
         self._uninitialized: dict[str, int] = {}
         self._events = RateLimitedLog()
@@ -231,6 +244,10 @@ class HttpSseFront:
             if isinstance(checked, Rejection):
                 return refuse(checked)
             members = [checked]
+        calls = [m for m in members if isinstance(m, front.LegacyRequest)]
+        busy = self._busy(channel, calls)
+        if busy is not None:
+            return refuse(busy)
         for member in members:
             refusal = await self._one(channel, member, headers.get("authorization"))
             if refusal is not None:
@@ -263,9 +280,35 @@ class HttpSseFront:
         if session is None or session.ended:
             return session_not_found(getattr(member, "id", None))
         if isinstance(member, front.LegacyRequest):
-            self._spawn(channel, self._relay_call(channel, session, member))
+            # Counted with the spawn, nothing awaited in between: checked again
+            # here, as other POSTs may have come while this batch's notifications
+            # were delivered.
+            busy = self._busy(channel, [member])
+            if busy is not None:
+                return busy
+            channel.requests += 1
+            task = self._spawn(channel, self._relay_call(channel, session, member))
+            task.add_done_callback(lambda _: _one_less(channel))
             return None
         return await self._legacy.deliver(session, member)
+
+    def _busy(self, channel: Channel, calls: list[front.LegacyRequest]) -> Rejection | None:
+        """The refusal of `calls` when the channel cannot take them all (`initialize`
+        is not counted: the channel takes one, and nothing runs before it)."""
+        count = sum(1 for call in calls if call.method != "initialize")
+        if count == 0 or channel.requests + count <= self._max_requests:
+            return None
+        self._events.event(
+            "sse_request_refused",
+            reason="channel_busy",
+            limit=self._max_requests,
+            setting="MCP_SHIM_MAX_CONNECTIONS",
+        )
+        busy = server_busy(
+            f"{channel.requests} requests are running or waiting on this HTTP+SSE channel, "
+            f"at most {self._max_requests}"
+        )
+        return busy.with_id(calls[0].id if len(calls) == 1 else None)
 
     async def _initialize(
         self, channel: Channel, request: front.LegacyRequest, authorization: str | None
@@ -320,14 +363,19 @@ class HttpSseFront:
                 if not out.keepalive:
                     await channel.outbox.put(out.message)
 
-    def _spawn(self, channel: Channel, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, channel: Channel, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         channel.tasks.add(task)
         task.add_done_callback(channel.tasks.discard)
+        return task
 
     async def aclose(self) -> None:
         for channel in list(self._channels.values()):
             await self._close(channel)
+
+
+def _one_less(channel: Channel) -> None:
+    channel.requests -= 1
 
 
 class _ChannelStream(Response):
