@@ -205,7 +205,7 @@ def build_tasks(
 ) -> TaskBridge:
     """The tasks extension's bridge (app/tasks), its records in the store
     MCP_SHIM_TASK_STORE names, its ids sealed and named like the replicas' own."""
-    store = build_task_store(settings)
+    store = build_task_store(settings, replicas.sealer)
     if isinstance(store, MemoryTaskStore):
         store.start()  # expired records swept by time (Redis expires its own keys)
     tasks = TaskBridge(
