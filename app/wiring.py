@@ -35,6 +35,7 @@ from app.replicas import Replicas, build_replicas
 from app.subscriptions.hub import SubscriptionHub
 from app.tasks.bridge import TaskBridge, TaskSettings
 from app.tasks.factory import build_task_store, is_shared
+from app.tasks.store import MemoryTaskStore
 from app.upstream import era_transport
 from app.upstream.choice import Upstream, build_upstream
 from app.upstream.pool import SessionPool
@@ -204,9 +205,12 @@ def build_tasks(
 ) -> TaskBridge:
     """The tasks extension's bridge (app/tasks), its records in the store
     MCP_SHIM_TASK_STORE names, its ids sealed and named like the replicas' own."""
+    store = build_task_store(settings, replicas.sealer)
+    if isinstance(store, MemoryTaskStore):
+        store.start()  # expired records swept by time (Redis expires its own keys)
     tasks = TaskBridge(
         pool,
-        build_task_store(settings),
+        store,
         replicas.sealer,
         TaskSettings(
             ttl_ms=settings.task_ttl_ms,

@@ -37,16 +37,31 @@ RequestHandler = Callable[[Message], Awaitable[Message | None]]
 class Lane:
     """One session, one call at a time; `handler` takes what its GET stream asks."""
 
-    def __init__(self, key: SessionKey, pooled: PooledSession, pool: SessionPool) -> None:
+    def __init__(
+        self,
+        key: SessionKey,
+        pooled: PooledSession,
+        pool: SessionPool,
+        on_expired: Callable[[Lane], None] | None = None,
+    ) -> None:
         self.key = key
         self.pooled = pooled
         self._pool = pool
         self.handler: RequestHandler | None = None
         self.idle_since = time.monotonic()
+        # The upstream forgot this lane's session (a 404): never handed out again.
+        self.expired = False
+        self._on_expired = on_expired
         self._remove_handler = pooled.listener.add_handler(self._on_request)
-        # The GET stream meeting a 404 (the upstream restarted) retires the whole
-        # generation at once, before the next call meets one of its own.
-        self._remove_expiry = pooled.listener.add_expiry_callback(lambda: pool.expired(pooled))
+        # Its GET stream meeting a 404: this lane is closed, idle or when its call
+        # ends, before a call is sent on it. Other lanes meet their own 404 if the
+        # upstream lost them too (restarted), each renewed once.
+        self._remove_expiry = pooled.listener.add_expiry_callback(self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._on_expired is not None:
+            self._on_expired(self)
 
     async def _on_request(self, request: Message) -> Message | None:
         handler = self.handler
@@ -87,7 +102,8 @@ class Lanes:
         self._get_streams: bool | None = None
         self._reaper: asyncio.Task[None] | None = None
         # Lanes count against the pool's bounds; the pool may ask for idle ones back.
-        pool.add_holder(self._reclaim, self._retire)
+        pool.add_holder(self._reclaim)
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def busy(self) -> int:
@@ -105,13 +121,13 @@ class Lanes:
     ) -> Lane:
         while idle := self._idle.get(key):
             lane = idle.pop()
-            if lane.pooled.generation < self._pool.generation:
-                await lane.close()  # its upstream generation was retired meanwhile
+            if lane.expired:
+                await lane.close()  # the upstream forgot it meanwhile
                 continue
             self._busy.add(lane)
             return lane
         pooled = await self._pool.open_detached(key, capabilities, authorization)
-        lane = Lane(key, pooled, self._pool)
+        lane = Lane(key, pooled, self._pool, self._expired)
         try:
             if self._get_streams is not False:
                 await self._open_get_stream(pooled)
@@ -141,8 +157,7 @@ class Lanes:
         lane.handler = None
         self._busy.discard(lane)
         idle = self._idle.setdefault(lane.key, [])
-        current = lane.pooled.generation >= self._pool.generation
-        if reusable and current and len(idle) < self._max_idle:
+        if reusable and not lane.expired and len(idle) < self._max_idle:
             lane.idle_since = time.monotonic()
             idle.append(lane)
             return
@@ -151,9 +166,9 @@ class Lanes:
     async def replace(
         self, lane: Lane, capabilities: Mapping[str, Any], authorization: str | None
     ) -> Lane:
-        """A fresh lane for one whose session the upstream forgot (404): every
-        session of its generation is retired first (idle lanes too), so the fresh
-        lane is not another forgotten one."""
+        """A fresh lane for one whose session the upstream forgot (404); only that
+        one is closed (a 404 says nothing of the other lanes)."""
+        lane.expired = True
         self._pool.expired(lane.pooled)
         await self.release(lane, reusable=False)
         return await self.acquire(lane.key, capabilities, authorization)
@@ -174,18 +189,17 @@ class Lanes:
         await oldest.close()
         return True
 
-    async def _retire(self, generation: int) -> None:
-        """The upstream forgot the sessions of `generation` and older: close the idle
-        lanes on them (busy ones are closed when released)."""
-        stale: list[Lane] = []
-        for lanes in self._idle.values():
-            stale += [lane for lane in lanes if lane.pooled.generation <= generation]
-            # In place, before any await: nobody can take a stale lane after this.
-            lanes[:] = [lane for lane in lanes if lane.pooled.generation > generation]
-        for lane in stale:
-            await lane.close()
-        if stale:
-            log.info("lanes_retired", closed=len(stale))
+    def _expired(self, lane: Lane) -> None:
+        """The upstream forgot `lane`'s session (its GET stream met a 404): closed
+        now if idle; a busy one is closed when released."""
+        idle = self._idle.get(lane.key)
+        if idle is None or lane not in idle:
+            return
+        idle.remove(lane)  # before any await: nobody takes it after this
+        task = asyncio.get_running_loop().create_task(lane.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        log.info("lane_expired")
 
     async def _reap(self) -> None:
         while True:
@@ -210,3 +224,6 @@ class Lanes:
         self._busy.clear()
         for lane in lanes:
             await lane.close()
+        for task in list(self._closing):
+            with contextlib.suppress(Exception):
+                await task

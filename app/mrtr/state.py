@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -168,6 +169,15 @@ class Sealer:
             raise ValueError(f"a key must be {', '.join(map(str, KEY_SIZES))} bytes long")
         self._raw = list(keys)
         self._ciphers: list[tuple[bytes, AESGCM]] | None = None
+
+    def subkeys(self, label: bytes) -> list[bytes]:
+        """One key per state key, in the same order (the first is current), for a
+        use other than sealing: HMAC-SHA256 of `label` under each. Keys for
+        different labels tell nothing of each other nor of the state keys."""
+        return [
+            hmac.new(key, b"mcp-shim subkey\x00" + label, hashlib.sha256).digest()
+            for key in self._raw
+        ]
 
     def _keys(self) -> list[tuple[bytes, AESGCM]]:
         if self._ciphers is None:

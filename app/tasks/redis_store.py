@@ -3,9 +3,14 @@ every replica that names the same server and key prefix.
 
 Keys: `<prefix>:task:{<owner tag>}:r:<task id>` holds a record's JSON, with
 PEXPIRE at its TTL; `<prefix>:task:{<owner tag>}:live` is a sorted set of the
-owner's task ids by creation. The owner tag is a hash of the owner, of fixed
-length inside the braces, so no task id can reach into another owner's keys,
-and all of one owner's keys share a Redis Cluster hash slot. A record is live
+owner's task ids by creation. The owner tag is an HMAC-SHA256 of the owner (the
+SHA-256 of its Authorization) under a subkey of MCP_SHIM_STATE_KEY: whoever
+reads the server cannot test guesses of a weak token against it, and replicas
+sharing the state key agree on it. It is of fixed length inside the braces, so
+no task id can reach into another owner's keys, and all of one owner's keys
+share a Redis Cluster hash slot. Records are filed under the current (first)
+state key's tag and looked up under every key's, so rotating the key loses no
+live task. A record is live
 exactly while its key exists: its PEXPIRE is the one clock (the server's), and
 the set is pruned of ids whose record has expired. The per-owner bound is
 checked and the record filed in one Lua script, which Redis runs atomically,
@@ -20,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import structlog
@@ -50,6 +56,9 @@ MAX_CONNECTIONS: Final = 32
 # A failure line at most this often, with the count since the last one: a
 # store that is down under load costs a few lines, not one per call.
 _LOG_EVERY_S: Final = 10.0
+
+# What the owner tag's subkeys are derived for (app/mrtr/state.py `Sealer.subkeys`).
+OWNER_TAG_LABEL: Final = b"task store owner tag"
 
 # The owner's live ids, with those whose record has expired taken out.
 _PRUNE = """
@@ -104,13 +113,18 @@ class RedisTaskStore:
         self,
         url: str,
         *,
+        tag_keys: Sequence[bytes],
         max_per_owner: int,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         prefix: str = "mcp-shim",
         timeout_s: float = 2.0,
     ) -> None:
+        if not tag_keys:
+            raise ValueError("the owner tag needs at least one key")
         self.max_per_owner = max_per_owner
         self.max_record_bytes = max_record_bytes
+        # The first files, all are looked up (rotation of MCP_SHIM_STATE_KEY).
+        self._tag_keys = list(tag_keys)
         self._prefix = prefix
         self._timeout_s = timeout_s
         # One retry on a fresh connection: a pooled connection that the server
@@ -129,11 +143,16 @@ class RedisTaskStore:
         self._failures = 0
         self._logged_at = -1e18
 
-    def _keys(self, owner: str) -> tuple[str, str]:
-        """The owner's live set and the prefix of its record keys."""
-        tag = hashlib.sha256(owner.encode()).hexdigest()[:32]
+    def _keys(self, owner: str, key: bytes | None = None) -> tuple[str, str]:
+        """The owner's live set and the prefix of its record keys, under the tag
+        of `key` (the current one by default)."""
+        tag = owner_tag(self._tag_keys[0] if key is None else key, owner)
         base = f"{self._prefix}:task:{{{tag}}}"
         return f"{base}:live", f"{base}:r:"
+
+    def _every_keys(self, owner: str) -> list[tuple[str, str]]:
+        """`_keys` under each tag key, the current one first."""
+        return [self._keys(owner, key) for key in self._tag_keys]
 
     async def _run(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
         """The one place where the server's failures become ours."""
@@ -178,12 +197,13 @@ class RedisTaskStore:
         return None if filed == 1 else TaskLimitReached(self.max_per_owner)
 
     async def get(self, owner: str, task_id: str) -> Record | None:
-        _, records = self._keys(owner)
-
         async def call() -> Record | None:
-            data = await self._redis.get(records + task_id)
-            record = None if data is None else jsonio.loads(data)
-            return record if isinstance(record, dict) else None
+            for _, records in self._every_keys(owner):
+                data = await self._redis.get(records + task_id)
+                if data is not None:
+                    record = jsonio.loads(data)
+                    return record if isinstance(record, dict) else None
+            return None
 
         return await self._run("get", call)
 
@@ -191,34 +211,44 @@ class RedisTaskStore:
         data = encoded(record, self.max_record_bytes)
         if isinstance(data, TaskRecordTooLarge):
             return False
-        _, records = self._keys(owner)
 
         async def call() -> bool:
-            # XX: only a record that still exists; KEEPTTL: its expiry stays.
-            return bool(await self._redis.set(records + task_id, data, xx=True, keepttl=True))
+            for _, records in self._every_keys(owner):
+                # XX: only a record that still exists; KEEPTTL: its expiry stays.
+                if await self._redis.set(records + task_id, data, xx=True, keepttl=True):
+                    return True
+            return False
 
         return await self._run("update", call)
 
     async def delete(self, owner: str, task_id: str) -> None:
-        live, records = self._keys(owner)
-
         async def call() -> None:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.delete(records + task_id)
-                pipe.zrem(live, task_id)
-                await pipe.execute()
+            # One transaction per tag: one tag's keys share a hash slot, two do not.
+            for live, records in self._every_keys(owner):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.delete(records + task_id)
+                    pipe.zrem(live, task_id)
+                    await pipe.execute()
 
         await self._run("delete", call)
 
     async def live(self, owner: str) -> list[str]:
-        live, records = self._keys(owner)
-
         async def call() -> list[str]:
-            ids = await self._live(keys=[live], args=[records])
-            return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+            found: list[str] = []
+            for live, records in self._every_keys(owner):
+                ids = await self._live(keys=[live], args=[records])
+                found += [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+            return list(dict.fromkeys(found))
 
         return await self._run("live", call)
 
     async def close(self) -> None:
         """The connections closed; the records stay on the server."""
         await self._redis.aclose()
+
+
+def owner_tag(key: bytes, owner: str) -> str:
+    """128 bits of HMAC-SHA256(subkey, owner), as hex: what an owner's keys are
+    named by. Keyed, so the tag of a guessed token cannot be computed without
+    the state key (an unkeyed hash of a credential hash could)."""
+    return hmac.new(key, owner.encode(), hashlib.sha256).hexdigest()[:32]

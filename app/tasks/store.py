@@ -20,17 +20,29 @@ client's, from one place, with one log line.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import structlog
+
 from app import jsonio
+
+log = structlog.get_logger("mcp_shim.tasks.store")
 
 Record = dict[str, Any]
 
 MAX_TASKS_SETTING = "MCP_SHIM_MAX_TASKS_PER_CREDENTIAL"
 MAX_RECORD_SETTING = "MCP_SHIM_MAX_TASK_RESULT_BYTES"
 DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
+# The memory store's sweep of expired records: how often, and at most how many
+# expiries one pass looks at before it lets the loop run (then goes on).
+SWEEP_EVERY_S = 1.0
+SWEEP_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -119,23 +131,78 @@ class TaskStore(Protocol):
 
 
 class MemoryTaskStore:
-    """Records in this process, expired lazily on every access."""
+    """Records in this process: an owner's expired ones are dropped on its every
+    access, and everyone's by a sweep (`start`) whether or not its owner comes
+    back, so a result nobody polls holds memory no longer than its TTL."""
 
     def __init__(
-        self, max_per_owner: int, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+        self,
+        max_per_owner: int,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_per_owner = max_per_owner
         self.max_record_bytes = max_record_bytes
+        self._clock = clock
         # owner -> task id -> (deadline on the monotonic clock, record)
         self._owners: dict[str, dict[str, tuple[float, Record]]] = {}
+        # (deadline, owner, task id) of every record filed, soonest first; an
+        # entry whose record is gone or was filed again is skipped by the sweep.
+        self._expiries: list[tuple[float, str, str]] = []
+        self._records = 0
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def records(self) -> int:
+        """Records held, expired or not."""
+        return self._records
+
+    def start(self) -> None:
+        """Sweep expired records every SWEEP_EVERY_S until `close`."""
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            expired = 0
+            while True:
+                swept, more = self.sweep()
+                expired += swept
+                if not more:
+                    break
+                await asyncio.sleep(0)  # bounded work per turn of the loop
+            if expired:
+                log.info("task_records_expired", records=expired, left=self.records)
+
+    def sweep(self, limit: int = SWEEP_MAX) -> tuple[int, bool]:
+        """Drop records past their deadline, looking at `limit` expiries at most:
+        how many were dropped, and whether more may be due."""
+        now = self._clock()
+        dropped = 0
+        for _ in range(limit):
+            if not self._expiries or self._expiries[0][0] > now:
+                return dropped, False
+            deadline, owner, task_id = heapq.heappop(self._expiries)
+            tasks = self._owners.get(owner)
+            entry = tasks.get(task_id) if tasks is not None else None
+            if tasks is None or entry is None or entry[0] != deadline:
+                continue  # deleted, or filed again with a deadline of its own
+            del tasks[task_id]
+            self._records -= 1
+            if not tasks:
+                del self._owners[owner]
+            dropped += 1
+        return dropped, bool(self._expiries) and self._expiries[0][0] <= now
 
     def _live(self, owner: str) -> dict[str, tuple[float, Record]]:
         tasks = self._owners.get(owner)
         if tasks is None:
             return {}
-        now = time.monotonic()
+        now = self._clock()
         for task_id in [t for t, (deadline, _) in tasks.items() if deadline <= now]:
             del tasks[task_id]
+            self._records -= 1
         if not tasks:
             del self._owners[owner]
         return tasks
@@ -149,10 +216,18 @@ class MemoryTaskStore:
         tasks = self._live(owner)
         if len(tasks) >= self.max_per_owner:
             return TaskLimitReached(self.max_per_owner)
-        self._owners.setdefault(owner, tasks)[task_id] = (
-            time.monotonic() + ttl_ms / 1000,
-            record,
-        )
+        deadline = self._clock() + ttl_ms / 1000
+        if task_id not in tasks:
+            self._records += 1
+        self._owners.setdefault(owner, tasks)[task_id] = (deadline, record)
+        heapq.heappush(self._expiries, (deadline, owner, task_id))
+        if len(self._expiries) > 2 * self.records + 64:
+            # Records deleted before their deadline leave entries behind: never
+            # more than as many again as there are records.
+            self._expiries = [
+                (due, o, t) for o, ts in self._owners.items() for t, (due, _) in ts.items()
+            ]
+            heapq.heapify(self._expiries)
         return None
 
     async def get(self, owner: str, task_id: str) -> Record | None:
@@ -168,10 +243,21 @@ class MemoryTaskStore:
         return True
 
     async def delete(self, owner: str, task_id: str) -> None:
-        self._live(owner).pop(task_id, None)
+        tasks = self._live(owner)
+        if tasks.pop(task_id, None) is not None:
+            self._records -= 1
+            if not tasks:
+                self._owners.pop(owner, None)
 
     async def live(self, owner: str) -> list[str]:
         return list(self._live(owner))
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         self._owners.clear()
+        self._expiries.clear()
+        self._records = 0

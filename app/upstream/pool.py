@@ -64,9 +64,6 @@ class PooledSession:
     init_result: dict[str, Any]
     last_used: float = field(default_factory=time.monotonic)
     in_flight: int = 0
-    # The pool's upstream generation when the session was opened: a 404 for one
-    # session retires every session of its generation (SessionPool.expired).
-    generation: int = 0
     # Counted against the pool's bounds until closed (exactly once).
     counted: bool = True
     # Owned by one holder (an MRTR lane), never in the pool's map.
@@ -161,8 +158,6 @@ class PooledSession:
 # Something else that holds upstream sessions of the pool (the MRTR bridge's idle
 # lanes): asked to close one idle session, of one credential or of any (None).
 Reclaimer = Callable[[str | None], Awaitable[bool]]
-# Told that every session of this generation or older is gone upstream.
-Retirer = Callable[[int], Coroutine[Any, Any, None]]
 
 
 class SessionPool:
@@ -193,15 +188,16 @@ class SessionPool:
         self._idle_s = idle_s
         self._sessions: dict[SessionKey, PooledSession] = {}
         self._opening: dict[SessionKey, asyncio.Task[PooledSession]] = {}
+        # Callers awaiting the open of a key: each is leased the session as it
+        # lands in the map (_open), before any of them runs again.
+        self._waiting: Counter[SessionKey] = Counter()
         self._reaper: asyncio.Task[None] | None = None
         # Sessions alive or being opened, in all and per credential hash.
         self._count = 0
         self._per_credential: Counter[str] = Counter()
-        self._generation = 0
-        # Out of the map (their generation was retired) but still leased.
+        # Out of the map (the upstream forgot them) but still leased.
         self._retired: set[PooledSession] = set()
         self._reclaimers: list[Reclaimer] = []
-        self._retirers: list[Retirer] = []
         self._background: set[asyncio.Task[None]] = set()
         # When the upstream last answered (monotonic) and in which version: /readyz.
         self.last_answer: tuple[float, Version] | None = None
@@ -227,19 +223,13 @@ class SessionPool:
         """Every upstream session counted against MCP_SHIM_MAX_SESSIONS."""
         return self._count
 
-    @property
-    def generation(self) -> int:
-        return self._generation
-
     def start(self) -> None:
         self._reaper = asyncio.create_task(self._reap_idle())
 
-    def add_holder(self, reclaim: Reclaimer, retire: Retirer) -> None:
+    def add_holder(self, reclaim: Reclaimer) -> None:
         """Register an owner of detached sessions (the MRTR lanes): `reclaim` closes
-        one of its idle sessions when a bound is reached; `retire` closes its idle
-        sessions of a retired generation."""
+        one of its idle sessions when a bound is reached."""
         self._reclaimers.append(reclaim)
-        self._retirers.append(retire)
 
     @staticmethod
     def key_for(
@@ -267,7 +257,20 @@ class SessionPool:
                 )
                 opening.add_done_callback(_retrieved)
                 self._opening[key] = opening
-            pooled = await asyncio.shield(opening)
+            # Leased by `_open` the moment it is in the map: this caller resumes
+            # some loop turns later, and a caller at a bound in between must not
+            # find the session idle and close it before its first request.
+            self._waiting[key] += 1
+            try:
+                return await asyncio.shield(opening)
+            except BaseException:
+                if opening.done() and not opening.cancelled() and opening.exception() is None:
+                    self.release(opening.result())  # opened, but this caller left
+                raise
+            finally:
+                self._waiting[key] -= 1
+                if self._waiting[key] <= 0:
+                    del self._waiting[key]
         pooled.in_flight += 1
         pooled.last_used = time.monotonic()
         return pooled
@@ -297,6 +300,9 @@ class SessionPool:
         self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
     ) -> PooledSession:
         pooled = await self._handshake(key, authorization)
+        # No await from here to the task's end: its waiters hold their leases
+        # from the moment the session can be found (acquire).
+        pooled.in_flight += self._waiting[key]
         self._sessions[key] = pooled
         log.info(
             "upstream_session_opened",
@@ -435,7 +441,6 @@ class SessionPool:
     ) -> PooledSession:
         if counted:
             await self._reserve(key.credentials)
-        generation = self._generation
         try:
             headers = {"authorization": authorization} if authorization is not None else {}
             initialize: Message = {
@@ -461,7 +466,7 @@ class SessionPool:
             if counted:
                 self._uncount_key(key.credentials)
             raise
-        return PooledSession(key, session, version, result, generation=generation, counted=counted)
+        return PooledSession(key, session, version, result, counted=counted)
 
     async def discard(self, pooled: PooledSession) -> None:
         if self._sessions.get(pooled.key) is pooled:
@@ -477,23 +482,14 @@ class SessionPool:
             await pooled.session.close()
 
     def expired(self, stale: PooledSession) -> None:
-        """The upstream answered 404 for `stale`'s session id: it forgot the session,
-        most often because it restarted and forgot every other one too. Every
-        session of that generation or older is retired at once (pooled ones, idle
-        lanes), so the next calls do not each meet a 404 of their own; leased
-        ones are closed when their lease ends."""
+        """The upstream answered 404 for `stale`'s session id: it forgot that
+        session. Only that one is retired (closed when its lease ends): a 404 says
+        nothing of the others, which may be alive (the session was closed, or
+        expired upstream alone). After a restart each other session meets a 404 of
+        its own and is renewed once, transparently (a 404 means the upstream never
+        ran the request). A detached session is its holder's to close."""
         if not stale.detached:
             self._retire(stale)
-        if stale.generation < self._generation:
-            return  # its generation is already retired
-        retired = stale.generation
-        self._generation += 1
-        log.info("upstream_sessions_retired", generation=retired)
-        for pooled in list(self._sessions.values()):
-            if pooled.generation <= retired:
-                self._retire(pooled)
-        for retire in self._retirers:
-            self._spawn(retire(retired))
 
     def _retire(self, pooled: PooledSession) -> None:
         """Out of the map; closed now if idle, else when its last user leaves."""

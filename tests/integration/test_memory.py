@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,65 @@ def test_an_mcp1_client_session_loads_no_aiohttp_in_the_gateway(
     assert out["initialize"]["protocolVersion"] == "2025-11-25", out
     assert "GET" in log.read_text()  # the client's GET stream reached the gateway
     assert "/aiohttp/" not in maps and "/yarl/" not in maps
+
+
+# Task results nobody polls: TASK_OWNERS credentials, one result of about
+# RESULT_MB each, kept MCP_SHIM_TASK_TTL_MS.
+TASK_OWNERS = 20
+RESULT_MB = 2
+TASK_TTL_MS = 3000
+
+
+def _start_task(http: httpx.Client, url: str, owner: int) -> str:
+    arguments = {"ms": 10, "steps": 1, "text": "x" * (RESULT_MB * 1024 * 1024 - 4096)}
+    message = wire.body(
+        "tools/call",
+        {"name": "slow_echo", "arguments": arguments},
+        meta={wire.META_CAPABILITIES: {"extensions": {"io.modelcontextprotocol/tasks": {}}}},
+    )
+    headers = wire.headers_for(message, authorization=f"Bearer unpolled-{owner}")
+    answer = wire.post(http, url, message, headers)
+    assert answer.status_code == 200, answer.text[:300]
+    created = wire.answer_messages(answer)[-1]["result"]
+    assert created["resultType"] == "task", created
+    return str(created["taskId"])
+
+
+def _swept(log: Path) -> int:
+    """Task records the memory store's sweep dropped, from its log lines."""
+    lines = wire.log_lines(log)
+    return sum(line["records"] for line in lines if line["event"] == "task_records_expired")
+
+
+@pytest.mark.slow
+def test_task_results_nobody_polls_leave_memory_at_their_ttl(
+    legacy_url: str, logs_dir: Path
+) -> None:
+    # The memory store expired an owner's records only on that owner's next
+    # use: 20 credentials' 2 MB results never polled held about 47 MB after their
+    # TTL, until each owner called again. Now a sweep drops them by time.
+    log = logs_dir / "memory-tasks-gateway.log"
+    env = {
+        "MCP_SHIM_WORKERS": "1",
+        "MCP_SHIM_TASK_TOOLS": "slow_echo",
+        "MCP_SHIM_TASK_TTL_MS": str(TASK_TTL_MS),
+    }
+    with (
+        procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc),
+        httpx.Client(timeout=30.0) as http,
+    ):
+        before = _rss_mb(proc.pid)
+        for owner in range(TASK_OWNERS):
+            _start_task(http, base + "/mcp", owner)
+        # No owner comes back. The results are filed as the tasks settle (memory
+        # peaks), then dropped at their TTL by the sweep.
+        peak = _rss_mb(proc.pid)
+        deadline = time.monotonic() + TASK_TTL_MS / 1000 + 15
+        while _swept(log) < TASK_OWNERS and time.monotonic() < deadline:
+            peak = max(peak, _rss_mb(proc.pid))
+            time.sleep(0.05)
+        after = _rss_mb(proc.pid)
+    # Measured: 58 MB before, 105 at the peak; 68 after the TTL (108 when kept).
+    assert peak - before > TASK_OWNERS * RESULT_MB / 2, (before, peak)
+    assert after < peak - TASK_OWNERS * RESULT_MB / 2, (before, peak, after)
+    assert _swept(log) == TASK_OWNERS

@@ -9,6 +9,7 @@ the store object, and the server going away and coming back.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -18,7 +19,8 @@ import pytest
 import redis.asyncio
 from structlog.testing import capture_logs
 
-from app.tasks.redis_store import RedisTaskStore
+from app.mrtr.state import Sealer
+from app.tasks.redis_store import OWNER_TAG_LABEL, RedisTaskStore
 from app.tasks.store import (
     MemoryTaskStore,
     TaskLimitReached,
@@ -40,9 +42,20 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory, logs_dir: Path) -> Itera
         yield url
 
 
-def _redis_store(url: str, prefix: str, max_per_owner: int, **kw: float) -> RedisTaskStore:
+# The replicas' shared MCP_SHIM_STATE_KEY, as the owner tag's subkeys (current first).
+TAG_KEYS = Sealer([b"k" * 32]).subkeys(OWNER_TAG_LABEL)
+
+
+def _redis_store(
+    url: str, prefix: str, max_per_owner: int, tag_keys: list[bytes] = TAG_KEYS, **kw: float
+) -> RedisTaskStore:
     return RedisTaskStore(
-        url, max_per_owner=max_per_owner, max_record_bytes=MaxBytes, prefix=prefix, **kw
+        url,
+        tag_keys=tag_keys,
+        max_per_owner=max_per_owner,
+        max_record_bytes=MaxBytes,
+        prefix=prefix,
+        **kw,
     )
 
 
@@ -254,6 +267,47 @@ async def test_keys_name_no_owner_and_close_releases_connections(redis_url: str)
 
         await _until(released)
     finally:
+        await raw.aclose()
+
+
+@pytest.mark.peers
+async def test_owner_tags_are_keyed_with_the_state_key(redis_url: str) -> None:
+    # The tag was an unsalted SHA-256 of the credential hash: whoever could read
+    # the server could test guesses of a weak token against it.
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    owner = hashlib.sha256(b"Bearer weak").hexdigest()  # as credential_hash makes it
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    replica, other_deployment = (
+        _redis_store(redis_url, prefix, 5),
+        _redis_store(redis_url, prefix, 5, Sealer([b"o" * 32]).subkeys(OWNER_TAG_LABEL)),
+    )
+    try:
+        assert await replica.create(owner, "t1", {"n": 1}, 60_000) is None
+        keys = {k.decode() for k in await raw.keys(f"{prefix}:*")}
+        guessed = hashlib.sha256(owner.encode()).hexdigest()[:32]
+        assert len(keys) == 2 and not any(guessed in k for k in keys), keys
+        # Another replica with the same state key finds it; a different key does not.
+        same = _redis_store(redis_url, prefix, 5)
+        assert await same.get(owner, "t1") == {"n": 1} and await same.live(owner) == ["t1"]
+        await same.close()
+        assert await other_deployment.get(owner, "t1") is None
+        assert await other_deployment.live(owner) == []
+        # The state key rotated (a new one first, the old one still opening):
+        # records filed before are found, updated and deleted; new ones go under
+        # the new key's tag.
+        rotated = Sealer([b"n" * 32, b"k" * 32]).subkeys(OWNER_TAG_LABEL)
+        after = _redis_store(redis_url, prefix, 5, rotated)
+        assert await after.get(owner, "t1") == {"n": 1}
+        assert await after.update(owner, "t1", {"n": 2})
+        assert await after.create(owner, "t2", {"n": 3}, 60_000) is None
+        assert await after.live(owner) == ["t2", "t1"]
+        assert await replica.get(owner, "t2") is None  # not under the old key's tag
+        await after.delete(owner, "t1")
+        assert await after.get(owner, "t1") is None and await after.live(owner) == ["t2"]
+        await after.close()
+    finally:
+        await replica.close()
+        await other_deployment.close()
         await raw.aclose()
 
 

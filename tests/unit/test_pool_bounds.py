@@ -1,4 +1,4 @@
-"""SessionPool's bounds and generations (issue 7 "Hardening", defects 6 and 8),
+"""SessionPool's bounds (issue 7 "Hardening", defect 6),
 as accounting: a transport double whose `initialize` takes a while, so that
 sessions being opened overlap. The same behaviour against the real legacy
 fixture is in tests/integration/test_hardening.py."""
@@ -111,30 +111,6 @@ async def test_capabilities_sent_upstream_are_the_canonical_key() -> None:
         pool.release(await take(pool, None, {"experimental": {f"x{i}": {}}, "roots": {"junk": i}}))
     assert len(transport.opened) == 1
     assert transport.initialized[0]["params"]["capabilities"] == {"roots": {}}
-
-
-async def test_the_first_404_retires_the_whole_generation() -> None:
-    transport = SlowTransport()
-    pool = SessionPool(transport, max_sessions=8, idle_s=300)
-    idle = [await take(pool, f"Bearer {i}") for i in range(3)]
-    busy = await take(pool, "Bearer busy")
-    for pooled in idle:
-        pool.release(pooled)
-    assert pool.open_sessions == 4
-    pool.expired(idle[0])
-    await asyncio.sleep(0)  # closings run in the background
-    await asyncio.sleep(0)
-    assert len(pool) == 0 and pool.generation == 1
-    assert all(p.session.closed for p in idle)  # type: ignore[attr-defined]
-    assert not busy.session.closed  # type: ignore[attr-defined]
-    # A 404 on another session of the same (already retired) generation: nothing more.
-    pool.expired(busy)
-    assert pool.generation == 1
-    pool.release(busy)
-    await asyncio.sleep(0)
-    assert busy.session.closed and pool.open_sessions == 0  # type: ignore[attr-defined]
-    fresh = await take(pool, "Bearer 0")
-    assert fresh.generation == 1 and pool.open_sessions == 1
 
 
 @pytest.mark.parametrize("share", [None, 3])

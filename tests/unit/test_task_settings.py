@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from app.config import Settings, SettingsError, load_settings
+from app.mrtr.state import Sealer, generate_key
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.redis_store import RedisTaskStore
 from app.tasks.store import MemoryTaskStore
@@ -88,13 +89,14 @@ def test_refused_task_bounds(
 
 
 def test_the_factory_builds_the_store_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    sealer = Sealer([generate_key()])
     memory = build_task_store(
-        _settings(monkeypatch, MAX_TASKS_PER_CREDENTIAL="7", MAX_TASK_RESULT_BYTES="2048")
+        _settings(monkeypatch, MAX_TASKS_PER_CREDENTIAL="7", MAX_TASK_RESULT_BYTES="2048"), sealer
     )
     assert isinstance(memory, MemoryTaskStore)
     assert (memory.max_per_owner, memory.max_record_bytes) == (7, 2048)
     # Built without connecting: nothing listens on port 9.
-    shared = build_task_store(_settings(monkeypatch, TASK_STORE="redis://127.0.0.1:9/0"))
+    shared = build_task_store(_settings(monkeypatch, TASK_STORE="redis://127.0.0.1:9/0"), sealer)
     assert isinstance(shared, RedisTaskStore)
     assert (shared.max_per_owner, shared.max_record_bytes) == (7, 2048)
     asyncio.run(shared.close())
@@ -108,7 +110,8 @@ def test_redis_py_is_loaded_only_for_the_redis_store() -> None:
         "import app.cli\n"
         "from app.config import load_settings\n"
         "from app.tasks.factory import build_task_store\n"
-        "build_task_store(load_settings())\n"
+        "from app.mrtr.state import Sealer, generate_key\n"
+        "build_task_store(load_settings(), Sealer([generate_key()]))\n"
         "print('redis' in sys.modules)\n"
     )
     out = subprocess.run(

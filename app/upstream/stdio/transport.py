@@ -269,6 +269,9 @@ class StdioSession:
         self.last_active = time.monotonic()
         self._last_output = time.monotonic()
         self.initialized = False  # set once initialize / initialized went through
+        # Until its opener's first request is sent: between the open and that request
+        # it has nothing in flight, yet it is no idle process to stop for room.
+        self.unused = True
         self.proven = False  # answered a request after initialize
         self.failure_counted = False  # in the transport's backoff
         self.not_json = 0  # stdout lines that were not JSON-RPC
@@ -308,6 +311,8 @@ class StdioSession:
             raise SessionExpired("the stdio upstream process has ended")
         exchange = self._routes.open(message, self._request_timeout_s)
         self.last_active = time.monotonic()
+        if self.initialized:
+            self.unused = False  # in flight from here: counted as such until it ends
         try:
             await self._write(message, quoted(exchange.what))
         except BaseException:
@@ -740,13 +745,16 @@ class StdioTransport:
     def _reclaim_one(self, credentials: str | None = None) -> None:
         """Stop the least recently used process with no call in flight (of these
         credentials, or of any), one without a listen stream first. Never one a
-        legacy client owns (its session would be gone), nor one still starting.
+        legacy client owns (its session would be gone), nor one still starting or
+        whose opener has not sent its first request yet.
         Whoever held it sees `SessionExpired` next time and gets a new process, as
         after any exit (the pool, the lanes, the hub)."""
         mine = [s for s in self._live if credentials is None or s.credentials == credentials]
         if any(s.closing or s.gone is not None for s in mine):
             return  # one is already on its way out
-        idle = [s for s in mine if s.in_flight == 0 and s.initialized and not s.owned]
+        idle = [
+            s for s in mine if s.in_flight == 0 and s.initialized and not s.owned and not s.unused
+        ]
         if not idle:
             return
         victim = min(idle, key=lambda s: (s.listening, s.last_active))
