@@ -24,10 +24,16 @@ from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection
 from app.replicas import MAX_NOTE_BYTES, NOTE_PATH
 from app.routes import status
+from app.routes.cors import Cors
 from app.routes.edge import Edge, answer
 from app.routes.mcp import McpRoutes
+from app.routes.methods import MCP_ALLOW, Methods
+from app.routes.scope_headers import ScopeHeaders
 from app.routes.sse import SseRoutes
 from app.wiring import Wiring
+
+# POST /mcp (McpRoutes.post), with the request's headers as read once.
+PostRoute = Callable[[Request, ScopeHeaders], Awaitable[Response]]
 
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -73,41 +79,66 @@ def _request_id(raw: str) -> str:
 
 class RequestIdMiddleware:
     """Every HTTP answer carries X-Request-Id, the id its log lines carry:
-    an operator can find the lines of the answer a client reports. Plain ASGI
-    (no BaseHTTPMiddleware), so streamed answers pass through untouched."""
+    an operator can find the lines of the answer a client reports; and, to a
+    browser's request from an allowed Origin, the CORS headers that let its
+    page read the answer (app/routes/cors.py). Plain ASGI (no
+    BaseHTTPMiddleware), so streamed answers pass through untouched."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, cors: Cors) -> None:
         self.app = app
+        self.cors = cors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, _sending_request_id(scope, send))
+        raw_id: bytes | None = None
+        origin: bytes | None = None
+        for name, value in scope["headers"]:  # a loop: no generator per request
+            # The first of each, as the routes read them.
+            if name == b"x-request-id":
+                if raw_id is None:
+                    raw_id = value
+            elif name == b"origin" and origin is None:
+                origin = value
+        send = _sending_request_id(
+            scope,
+            send,
+            self.cors,
+            raw_id.decode("latin-1") if raw_id is not None else "",
+            origin.decode("latin-1") if origin is not None else None,
+        )
+        await self.app(scope, receive, send)
 
 
-def _sending_request_id(scope: Scope, send: Send, *, whole_writes: bool = False) -> Send:
-    """The request's id, in its scope's state; `send` adding its header to the answer.
-    `whole_writes`: this wrapper is the answer's only one, so the protocol may
-    write an answer whole, bypassing it (ConnectionLink.write_whole), with the
-    same header."""
-    raw = b""
-    for name, value in scope["headers"]:  # a loop: no generator per request
-        if name == b"x-request-id":
-            raw = value
-            break
-    request_id = _request_id(raw.decode("latin-1"))
+def _sending_request_id(
+    scope: Scope,
+    send: Send,
+    cors: Cors,
+    raw_id: str,
+    origin: str | None,
+    *,
+    whole_writes: bool = False,
+) -> Send:
+    """The request's id (its X-Request-Id `raw_id` if fit), in its scope's
+    state; `send` adding its header, and the CORS headers of its `origin` if
+    any, to the answer. `whole_writes`: this wrapper is the answer's only one,
+    so the protocol may write an answer whole, bypassing it
+    (ConnectionLink.write_whole), with the same headers."""
+    request_id = _request_id(raw_id)
     scope.setdefault("state", {})["request_id"] = request_id
     header = (b"x-request-id", request_id.encode())
+    # No Origin (every client but a browser): nothing more to decide or add.
+    extra = (header,) if origin is None else (header, *cors.answer_headers(origin))
     if whole_writes:
         extensions = scope.get("extensions")
         link = extensions.get(LINK) if extensions else None
         if isinstance(link, ConnectionLink):
-            link.answer_headers = (header,)
+            link.answer_headers = extra
 
     async def send_with_id(message: Message) -> None:
         if message["type"] == "http.response.start":
-            message["headers"] = [*message.get("headers", ()), header]
+            message["headers"] = [*message.get("headers", ()), *extra]
         await send(message)
 
     return send_with_id
@@ -129,10 +160,12 @@ class GatewayApp(FastAPI):
     `ServerErrorMiddleware`, which re-raised it: logged, and a plain 500 if
     nothing was sent yet."""
 
-    _post: Callable[[Request], Awaitable[Response]] | None = None
+    _post: PostRoute | None = None
+    _cors: Cors  # set with `_post`
 
-    def serve_post(self, route: Callable[[Request], Awaitable[Response]]) -> None:
+    def serve_post(self, route: PostRoute, cors: Cors) -> None:
         self._post = route
+        self._cors = cors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self._post
@@ -143,8 +176,17 @@ class GatewayApp(FastAPI):
             and scope["path"] == "/mcp"
         ):
             scope["app"] = self  # `request.app`, as Starlette sets it
-            send = _sending_request_id(scope, send, whole_writes=True)
-            response = await route(Request(scope, receive))
+            # Read once for the id, the Origin and the route (ScopeHeaders).
+            headers = ScopeHeaders(scope["headers"])
+            send = _sending_request_id(
+                scope,
+                send,
+                self._cors,
+                headers.get("x-request-id", ""),
+                headers.get("origin"),
+                whole_writes=True,
+            )
+            response = await route(Request(scope, receive), headers)
             await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
@@ -153,6 +195,7 @@ class GatewayApp(FastAPI):
 def create_app(settings: Settings) -> GatewayApp:
     app_metrics = metrics.Metrics()
     edge = Edge(settings, app_metrics)
+    cors = Cors(settings.allowed_origins)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -174,10 +217,10 @@ def create_app(settings: Settings) -> GatewayApp:
         # the Host header: no answer of ours is built from request headers.
         redirect_slashes=False,
     )
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RequestIdMiddleware, cors=cors)
     app.state.metrics = app_metrics
     app.add_exception_handler(404, _not_found)
-    _add_routes(app, settings, edge, app_metrics)
+    _add_routes(app, settings, edge, cors, app_metrics)
     return app
 
 
@@ -187,23 +230,30 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     )
 
 
-def _add_routes(app: GatewayApp, settings: Settings, edge: Edge, app_metrics: Metrics) -> None:
+def _add_routes(
+    app: GatewayApp, settings: Settings, edge: Edge, cors: Cors, app_metrics: Metrics
+) -> None:
     mcp = McpRoutes(settings, edge, app_metrics)
-    app.serve_post(mcp.post)  # not a FastAPI route: GatewayApp serves it (see there why)
-    app.add_api_route("/mcp", mcp.other, methods=["GET", "DELETE", "PUT", "PATCH"])
+    # POST /mcp is not a route: GatewayApp serves it (see there why). The routes
+    # a browser may reach take every method, dispatched by app/routes/methods.py:
+    # OPTIONS answers CORS preflights, any method not served a 405 with its Allow.
+    app.serve_post(mcp.post, cors)
+    methods = Methods(edge, cors)
+    routes = app.router.routes
+    mcp_endpoints = {"GET": mcp.other, "DELETE": mcp.other}
+    routes.append(methods.route("/mcp", mcp_endpoints, allow=MCP_ALLOW))
     app.add_api_route("/healthz", status.healthz, methods=["GET"])
     served = status.StatusRoutes(edge, app_metrics)
     if settings.metrics_port is None:  # else only on its own port: a 404 here
         app.add_api_route("/metrics", served.metrics, methods=["GET"])
     app.add_api_route("/readyz", status.readyz, methods=["GET"])
-    app.add_api_route(
-        WELL_KNOWN + "{suffix:path}", served.protected_resource_metadata, methods=["GET"]
-    )
+    metadata = served.protected_resource_metadata
+    routes.append(methods.route(WELL_KNOWN + "{suffix:path}", {"GET": metadata, "HEAD": metadata}))
     # The workers' (replicas') notes about legacy sessions: sealed, else 404.
     app.add_api_route(NOTE_PATH, _replica_note, methods=["POST"])
     http_sse = SseRoutes(edge)
-    app.add_api_route("/sse", http_sse.open, methods=["GET"])
-    app.add_api_route(MESSAGES_PATH, http_sse.message, methods=["POST"])
+    routes.append(methods.route("/sse", {"GET": http_sse.open}, legacy_client=True))
+    routes.append(methods.route(MESSAGES_PATH, {"POST": http_sse.message}, legacy_client=True))
 
 
 async def _replica_note(request: Request) -> Response:

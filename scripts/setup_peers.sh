@@ -18,6 +18,10 @@
 #                   and the stand-in for the Dockerfile's base image that
 #                   scripts/container_base.sh makes when it is missing; for
 #                   tests/integration/test_container.py (as root, like haproxy)
+#   chromium        Debian's chromium (system package, like haproxy): the headless
+#                   browser of tests/integration/test_browser.py, which runs the
+#                   official TypeScript client (bundled from .peers/node/ with esbuild)
+#                   in a page of another origin, through the gateway's CORS answers
 #
 # mcp 1.x and 2.x cannot share a virtual environment, hence two venvs.
 #
@@ -33,8 +37,9 @@
 #   scripts/setup_peers.sh --refresh-pins [PEER...]  re-resolve the top-level pins below and
 #                                                    rewrite their tests/peers/* files, then build
 #
-#   PEER is legacy, modern, node, haproxy, redis or podman; without one, all six. `legacy` alone
-#   (what scripts/demo.sh needs) takes neither npm nor the ~300 MB of the node peer.
+#   PEER is legacy, modern, node, haproxy, redis, podman or chromium; without one, all
+#   seven. `legacy` alone (what scripts/demo.sh needs) takes neither npm nor the ~300 MB
+#   of the node peer.
 #
 # Environment: PYTHON (interpreter for the venvs, default python3),
 #              MCP_SHIM_PEERS_DIR (default <repo>/.peers).
@@ -60,12 +65,12 @@ for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
-        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
-        legacy|modern|node|haproxy|redis|podman) SELECTED+=("$arg") ;;
+        -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+        legacy|modern|node|haproxy|redis|podman|chromium) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy redis podman)
+[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy redis podman chromium)
 wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 
 say() { printf 'setup_peers: %s\n' "$*"; }
@@ -218,6 +223,23 @@ if wanted podman; then
     run_logged "making the stand-in base image (scripts/container_base.sh)" \
         "$LOG_DIR/container-base.log" bash "$ROOT/scripts/container_base.sh"
     say "podman: ready ($(tail -n 1 "$LOG_DIR/container-base.log"))"
+fi
+
+# chromium: Debian's build, with its security updates, as a browser user would have
+# it. --no-install-recommends: the tests run it headless and read no rendered text.
+if wanted chromium; then
+    if command -v chromium >/dev/null || [[ -x /usr/bin/chromium ]]; then
+        say "chromium: present"
+    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        say "chromium: apt-get install chromium ..."
+        run_logged "apt-get update" "$LOG_DIR/chromium.log" apt-get update -q
+        run_logged "apt-get install chromium" "$LOG_DIR/chromium.log" \
+            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+        say "chromium: ready ($(chromium --version 2>/dev/null || echo 'version unknown'))"
+    else
+        die "chromium is missing and cannot be installed here (not root, or no apt-get): run \
+'sudo apt-get install chromium'; tests/integration/test_browser.py needs it"
+    fi
 fi
 
 if ! wanted node; then

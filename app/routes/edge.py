@@ -156,6 +156,19 @@ class Edge:
         self._metrics.rejected(rejection.code, rejection.http_status)
         return answer(rejection, legacy_client)
 
+    def method_refused(self, request: Request, allow: str) -> Response:
+        """405: a method the route does not serve, with those it does (RFC 9110
+        15.5.6: the Allow header is required)."""
+        log.info(
+            "request_refused",
+            request_id=request.state.request_id,
+            reason="method_not_allowed",
+            http_method=request.method,
+            status=405,
+        )
+        self._metrics.rejected(None, 405)
+        return Response(status_code=405, headers={"allow": allow})
+
     def host_refused(self, headers: Mapping[str, str]) -> Response | None:
         host = headers.get("host")
         refused = security.check_host(host, self._allowed_hosts)

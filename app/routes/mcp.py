@@ -23,6 +23,7 @@ from app.passthrough import PassThrough
 from app.rejections import Rejection
 from app.replicas import HOP_HEADER
 from app.routes.edge import Edge, accepts, answer
+from app.routes.methods import MCP_ALLOW
 from app.routes.scope_headers import ScopeHeaders
 from app.subscriptions import listen as subscriptions_listen
 from app.upstream import era_transport
@@ -43,14 +44,13 @@ class McpRoutes:
         self._metrics = app_metrics
         self._timeline = settings.log_level == "debug"  # each call's steps, logged (CallTiming)
 
-    async def post(self, request: Request) -> Response:
-        """Not a FastAPI route: app/server.py's GatewayApp serves it (see there why)."""
+    async def post(self, request: Request, headers: ScopeHeaders) -> Response:
+        """Not a FastAPI route: app/server.py's GatewayApp serves it (see there
+        why), with the headers read once from the scope (app/routes/scope_headers.py);
+        starlette's `request.headers` only where a legacy or pass-through path needs one."""
         started = time.perf_counter()
         timing = call.start_call(self._timeline)
         scope = request.scope
-        # Read once from the scope (app/routes/scope_headers.py); starlette's
-        # `request.headers` only where a legacy or pass-through path needs one.
-        headers = ScopeHeaders(scope["headers"])
         request_id: str = scope["state"]["request_id"]
         _bind_context(request_id, headers)
         edge = self._edge
@@ -185,9 +185,9 @@ class McpRoutes:
         return done
 
     async def other(self, request: Request) -> Response:
-        """GET, DELETE, PUT and PATCH of /mcp: a legacy client's session, else 405."""
-        structlog.contextvars.bind_contextvars(request_id=request.state.request_id)
-        if request.method in ("GET", "DELETE") and legacy.SESSION_HEADER in request.headers:
+        """GET and DELETE of /mcp: a legacy client's session, else 405. Its log
+        context is bound by app/routes/methods.py."""
+        if legacy.SESSION_HEADER in request.headers:
             # A legacy client's session: its server stream, or its end.
             refused = self._edge.host_or_origin_refused(request.headers, legacy_client=True)
             if refused is not None:
@@ -200,16 +200,9 @@ class McpRoutes:
                 request.headers, sse_ok=sse_ok, gateway_url=self._edge.gateway_url(request)
             )
         # streamable-http "Backward Compatibility": without a legacy session,
-        # GET and DELETE answer 405.
-        log.info(
-            "request_refused",
-            request_id=request.state.request_id,
-            reason="method_not_allowed",
-            http_method=request.method,
-            status=405,
-        )
-        self._metrics.rejected(None, 405)
-        return Response(status_code=405, headers={"allow": "POST"})
+        # GET and DELETE answer 405. The Allow is the endpoint's, the same for
+        # every 405 of /mcp: the methods it serves, with a session or without.
+        return self._edge.method_refused(request, MCP_ALLOW)
 
 
 def _wiring(request: Request) -> Wiring:

@@ -432,8 +432,9 @@ def test_get_and_delete_answer_405(
         headers={"accept": "text/event-stream", "x-request-id": request_id},
     )
     assert response.status_code == 405
-    # What to do instead is in the Allow header (RFC 9110 requires it on a 405).
-    assert response.headers["allow"] == "POST"
+    # RFC 9110 requires the Allow header on a 405: the endpoint's methods (GET
+    # and DELETE serve a legacy client's session).
+    assert response.headers["allow"] == "GET, POST, DELETE, OPTIONS"
     line = wire.wait_for_log(gateway_log, request_id, "request_refused")
     assert line["status"] == 405 and line["http_method"] == method
 
