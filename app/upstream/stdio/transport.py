@@ -705,11 +705,16 @@ class StdioTransport:
                 full = credentials
             else:
                 break
-            await self._reclaim_one(full)
+            # Cleared first: a process may end while its owner is asked (an await).
+            self._freed.clear()
+            reclaimed = await self._reclaim_one(full)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._refusal(full)
-            self._freed.clear()
+                if not reclaimed:
+                    raise self._refusal(full)
+                # One found idle at the last moment: its stop has a bound of its own.
+                remaining = self._stdin_grace_s + self._term_grace_s + 1
+                deadline = loop.time() + remaining
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._freed.wait()
@@ -751,11 +756,12 @@ class StdioTransport:
             del self._held[credentials]
         self._freed.set()
 
-    async def _reclaim_one(self, credentials: str | None = None) -> None:
+    async def _reclaim_one(self, credentials: str | None = None) -> bool:
         """Stop one idle process (of these credentials, or of any), in the order of
         room.candidates. Whoever held a pooled one sees `SessionExpired` next time
         and gets a new process, as after any exit (the pool, the lanes, the hub);
-        a legacy client's own is ended by its owner, with the client's session."""
+        a legacy client's own is ended by its owner, with the client's session.
+        False: none could be."""
         for victim in room.candidates(self._live, credentials):
             if victim.owned:
                 # Its owner may find it busy meanwhile (a request under way there).
@@ -771,7 +777,8 @@ class StdioTransport:
                 owned=victim.owned,
                 processes=self.processes,
             )
-            return
+            return True
+        return False
 
     async def _spawn(self, credentials: str = "-") -> StdioSession:
         if self._reaper is not None:
