@@ -186,4 +186,11 @@ def test_the_process_bound_holds_per_worker(logs_dir: Path) -> None:
             urls[0] + "/mcp", content=replicas.rpc(1, "ping"), headers=replicas.headers(held[0])
         )
         assert gone.status_code == 404, gone.text
+        # Ended for the other worker too, as by a DELETE.
+        with httpx.Client(timeout=30.0) as other:
+            ping = replicas.rpc(2, "ping")
+            elsewhere = other.post(
+                urls[1] + "/mcp", content=ping, headers=replicas.headers(held[0])
+            )
+        assert elsewhere.status_code == 404, elsewhere.text
         assert len(servers(two)) == 4
