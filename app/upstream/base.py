@@ -9,7 +9,7 @@ in parsed JSON-RPC dicts and the errors of `app.upstream.errors`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, Any]
@@ -98,13 +98,19 @@ def server_pids(transport: object) -> Callable[[], list[int]] | None:
     return transport.server_pids if isinstance(transport, RunsProcesses) else None
 
 
+# A legacy client's session, ended by its owner (app/fronts/legacy) because its
+# transport needs the room: True once ended, False if the owner finds it busy.
+OwnerEnd = Callable[[], Awaitable[bool]]
+
+
 @runtime_checkable
 class Reclaimable(Protocol):
     """A session its transport may stop on its own to make room (a stdio process)."""
 
-    def mark_owned(self) -> None:
-        """One client holds state on it (a legacy client's own session): never stopped
-        to make room, only closed by its owner."""
+    def mark_owned(self, end: OwnerEnd | None = None) -> None:
+        """One client holds state on it (a legacy client's own session): stopped to
+        make room only through `end`, which asks its owner to end the client's
+        session with it."""
 
 
 @runtime_checkable

@@ -22,7 +22,15 @@ import structlog
 
 from app import jsonio
 from app.headers.param_headers import HeaderPaths, annotated_paths
-from app.upstream.base import Message, Reclaimable, Rejoining, Session, Shareable, Transport
+from app.upstream.base import (
+    Message,
+    OwnerEnd,
+    Reclaimable,
+    Rejoining,
+    Session,
+    Shareable,
+    Transport,
+)
 from app.upstream.capabilities import canonical
 from app.upstream.errors import (
     PoolExhausted,
@@ -326,16 +334,22 @@ class SessionPool:
         await self._close(pooled)
 
     async def open_owned(
-        self, key: SessionKey, authorization: str | None, client_info: Mapping[str, Any] | None
+        self,
+        key: SessionKey,
+        authorization: str | None,
+        client_info: Mapping[str, Any] | None,
+        end: OwnerEnd | None = None,
     ) -> PooledSession:
         """A fresh session for one owner alone (a legacy client's session, app/fronts/legacy),
         until `close_owned`. Not counted against this pool's bounds: owned sessions
         cannot be closed to make room for a modern caller (their client holds state
-        on them), so they have a bound of their own (app/fronts/legacy/bound.py)."""
+        on them), so they have a bound of their own (app/fronts/legacy/bound.py).
+        A transport that bounds its sessions itself (stdio processes) may ask the
+        owner to end it through `end`."""
         pooled = await self._handshake(key, authorization, client_info, counted=False)
         pooled.detached = True
         if isinstance(pooled.session, Reclaimable):
-            pooled.session.mark_owned()
+            pooled.session.mark_owned(end)
         log.info("upstream_session_opened", upstream_version=pooled.version.name, owned=True)
         return pooled
 

@@ -164,8 +164,9 @@ def test_an_anonymous_flood_gets_its_own_429_while_others_are_served(
         error = refused.json()["error"]
         assert error["code"] == -32603
         assert "MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL" in error["message"]
-        # Nothing idle: a whole reclaim period before one could be taken.
-        assert int(refused.headers["retry-after"]) == round(RECLAIM_IDLE_S)
+        # What holds them, truly; and any of them may be idle in a second.
+        assert f"all busy: {PER_CREDENTIAL} with a GET stream open" in error["message"]
+        assert int(refused.headers["retry-after"]) == 1
         # Another credential's legacy client is served, and modern callers,
         # anonymous ones included, do not meet the legacy flood at all.
         with legacy_sessions(client, gateway.mcp, "Bearer served", 1) as (served,):
@@ -174,6 +175,25 @@ def test_an_anonymous_flood_gets_its_own_429_while_others_are_served(
         assert_echoed(modern_echo(gateway.mcp, "Bearer served", "served"), "served")
         # The flood's own sessions still work.
         assert ping(client, gateway.mcp, anonymous[0], None) == 200
+
+
+def test_a_full_share_ends_its_least_recently_used_idle_session_at_once(
+    gateway: Gateway, client: httpx.Client
+) -> None:
+    """Clients that drop the connection without DELETE fill their credential's
+    share: the next `initialize` ends the one used least recently, idle for far
+    less than the reclaim time, and its client gets 404."""
+    lru = "Bearer leaves-without-delete"
+    with legacy_sessions(client, gateway.mcp, lru, PER_CREDENTIAL) as left:
+        # The oldest is used last: the second oldest is the least recently used.
+        assert ping(client, gateway.mcp, left[0], lru) == 200
+        with get_streams(client, gateway.mcp, [left[1]], lru):
+            # ... but a GET stream is open on it: the next one goes instead.
+            with legacy_sessions(client, gateway.mcp, lru, 1) as (newest,):
+                assert ping(client, gateway.mcp, newest, lru) == 200
+                assert ping(client, gateway.mcp, left[2], lru) == 404
+                assert ping(client, gateway.mcp, left[1], lru) == 200
+                assert ping(client, gateway.mcp, left[0], lru) == 200
 
 
 def test_an_idle_session_is_reclaimed_under_pressure_and_its_client_gets_404(

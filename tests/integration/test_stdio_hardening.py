@@ -70,7 +70,7 @@ def zombies_of(parent: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------------
-# 8. The pool: legacy sessions are never reclaimed; a fair share per credential
+# 8. The pool: legacy sessions are taken only from their own credential's share
 # ---------------------------------------------------------------------------
 
 
@@ -90,7 +90,7 @@ def test_a_legacy_session_survives_anonymous_initializes(tmp_path: Path) -> None
         url = url_of(base)
         owner = "Bearer owner"
         session, _ = initialize(http, url, VERSION, authorization=owner)
-        statuses = []
+        statuses, anonymous = [], []
         for _ in range(4):
             response = http.post(
                 url,
@@ -107,10 +107,14 @@ def test_a_legacy_session_survives_anonymous_initializes(tmp_path: Path) -> None
                 headers={"content-type": "application/json", "accept": wire.ACCEPT_BOTH},
             )
             statuses.append(response.status_code)
+            anonymous.append(response.headers.get("mcp-session-id"))
         # Anonymous callers get their share of the processes (three of four by
-        # default), then a refusal: the owner's process is not theirs to take.
-        assert statuses[:3] == [200, 200, 200], statuses
-        assert statuses[3] in (429, 503), statuses
+        # default); the fourth makes room from their own, ending the least
+        # recently used idle one: the owner's process is not theirs to take.
+        assert statuses == [200, 200, 200, 200], statuses
+        gone = legacy_call(http, url, anonymous[0], VERSION, "ping", {})
+        assert gone.status_code == 404, gone.text
+        assert legacy_call(http, url, anonymous[3], VERSION, "ping", {}).status_code == 200
         answer = legacy_call(
             http,
             url,

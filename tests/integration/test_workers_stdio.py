@@ -31,6 +31,7 @@ import pytest
 from tests import procs
 from tests.integration import test_replicas as replicas
 from tests.integration import wire
+from tests.integration.everything import wait_for
 from tests.integration.test_workers import (
     Workers,
     _up,
@@ -150,16 +151,46 @@ def test_the_process_bound_holds_per_worker(logs_dir: Path) -> None:
     }
     with stdio_gateway(logs_dir, **settings) as two, httpx.Client(timeout=30.0) as http:
         urls = two.internal()
-        # A legacy session holds its process: never stopped to make room.
-        for url in (urls[0], urls[0], urls[1], urls[1]):
-            replicas.initialize(http, url)
+        # A legacy session holds its process.
+        held = [replicas.initialize(http, url) for url in (urls[0], urls[0], urls[1], urls[1])]
         assert len(servers(two)) == 4  # 2 per worker, twice the setting in all
         body = replicas.rpc(
             0,
             "initialize",
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}},
         )
-        refused = http.post(urls[0] + "/mcp", content=body, headers=replicas.headers())
+        with contextlib.ExitStack() as streams:
+            for session_id in held[:2]:
+                stream = streams.enter_context(
+                    http.stream(
+                        "GET",
+                        urls[0] + "/mcp",
+                        headers=replicas.headers(session_id, accept="text/event-stream"),
+                    )
+                )
+                assert stream.status_code == 200
+            # Both of worker 0's busy (a GET stream open): refused, saying so.
+            refused = http.post(urls[0] + "/mcp", content=body, headers=replicas.headers())
         assert refused.status_code == 503, refused.text
         assert "MCP_SHIM_STDIO_MAX_PROCESSES" in refused.text
+        assert "busy: 2 with a stream open" in refused.text
+        assert len(servers(two)) == 4
+        wait_for(
+            lambda: len([e for e in events(two, "call") if e.get("method") == "GET"]) == 2,
+            what="both GET streams ended at the gateway",
+        )
+        # Idle again: worker 0's least recently used session makes room (its
+        # client gets 404), and the bound still holds.
+        replicas.initialize(http, urls[0])
+        gone = http.post(
+            urls[0] + "/mcp", content=replicas.rpc(1, "ping"), headers=replicas.headers(held[0])
+        )
+        assert gone.status_code == 404, gone.text
+        # Ended for the other worker too, as by a DELETE.
+        with httpx.Client(timeout=30.0) as other:
+            ping = replicas.rpc(2, "ping")
+            elsewhere = other.post(
+                urls[1] + "/mcp", content=ping, headers=replicas.headers(held[0])
+            )
+        assert elsewhere.status_code == 404, elsewhere.text
         assert len(servers(two)) == 4

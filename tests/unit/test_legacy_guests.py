@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from app.call import Outgoing
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.calls import LegacyCalls
@@ -24,6 +26,7 @@ from app.fronts.legacy.notes import Notes
 from app.fronts.legacy.sessions import LegacySession, LegacySessions
 from app.mrtr.state import Sealer
 from app.replicas import OwnedIds
+from app.upstream.errors import SessionShareExceeded
 from app.upstream.pool import SessionPool
 from tests.seam_fake import Script, ScriptedSession, ScriptedTransport, result, server_request
 from translators.registry import Version, get_version
@@ -86,7 +89,9 @@ class Worker:
 
 
 @contextlib.asynccontextmanager
-async def two_workers(script: Script) -> AsyncIterator[tuple[Worker, Worker, SharingTransport]]:
+async def two_workers(
+    script: Script, share: int = 8
+) -> AsyncIterator[tuple[Worker, Worker, SharingTransport]]:
     transport = SharingTransport(script)
     loop = Loopback()
     made: list[Worker] = []
@@ -97,7 +102,7 @@ async def two_workers(script: Script) -> AsyncIterator[tuple[Worker, Worker, Sha
             pool,
             idle_s=300,
             ids=OwnedIds(sealer, me),
-            limits=Limits(total=8, share=8, reclaim_idle_s=60.0),
+            limits=Limits(total=8, share=share, reclaim_idle_s=60.0),
             notes=Notes(sealer, loop, me),  # type: ignore[arg-type]
         )
         loop.workers[me] = sessions
@@ -208,3 +213,31 @@ async def test_a_lost_release_is_not_waited_for_past_the_next_touch() -> None:
         await b.sessions._touch_once()
         outs = await asyncio.wait_for(waiting, 2.0)
         assert outs[-1].message["result"]["content"][0]["text"] == "ok"
+
+
+async def test_a_full_share_ends_its_idle_session_for_every_worker() -> None:
+    """The least recently used idle session makes room at once, and the copies
+    forget it as after a DELETE: its client's next request is relayed, and 404."""
+    async with two_workers(Script({}), share=1) as (a, b, _):
+        session = await opened(a)
+        copy = await b.sessions.guest(session.id, None, hopped=False)
+        assert copy is not None
+        newer = await opened(a)
+        assert session.ended and copy.ended and not newer.ended
+        assert await b.sessions.guest(session.id, None, hopped=False) is None
+        assert a.sessions.find(session.id, None) is None
+
+
+async def test_a_full_share_takes_no_session_a_copy_is_using() -> None:
+    """A request on a guest copy is unseen at the owner: a copy said used at the
+    last touch keeps the session from being taken, and the refusal says so."""
+    async with two_workers(Script({"tools/call": [TOOL]}), share=1) as (a, b, _):
+        session = await opened(a)
+        copy = await b.sessions.guest(session.id, None, hopped=False)
+        assert copy is not None
+        await call(b, copy, 7)
+        await b.sessions._touch_once()
+        with pytest.raises(SessionShareExceeded) as refused:
+            await opened(a)
+        assert "all busy: 1 in use on another worker" in refused.value.message
+        assert not session.ended and not copy.ended

@@ -14,14 +14,14 @@ async def test_a_process_is_not_reclaimed_before_its_openers_first_request() -> 
     transport, session = await spawned(["sh", "-c", "cat >/dev/null"], grace_s=0.3)
     try:
         session.initialized = True  # as open_session leaves it, to its opener
-        transport._reclaim_one()
+        await transport._reclaim_one()
         assert not session.closing and session.gone is None
         exchange = await session.request({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        transport._reclaim_one()
+        await transport._reclaim_one()
         assert not session.closing  # in flight
         await exchange.aclose()
         # Its opener's first request is over: an idle process like any other.
-        transport._reclaim_one()
+        await transport._reclaim_one()
         assert session.closing
     finally:
         await transport.aclose()

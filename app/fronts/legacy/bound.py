@@ -6,12 +6,16 @@ as a pooled session can: closing it costs the client a 404 and a new
 `initialize`. The gateway therefore holds these sessions apart from the
 pooled ones modern callers share (never one of them makes a modern call wait),
 within their own bound and a per-credential share of it, and makes room only
-under pressure: when a new session would pass the bound (or its credential's
-share), a session idle for at least `reclaim_idle_s` is ended, oldest idle
-first, taken from the credential that holds the most (so one credential's
-sessions never starve another's). A session with a request in flight or an
-open GET stream is never taken. When nothing can be taken the caller is
-refused: 429 for its own credential's share, 503 for the whole bound, with
+under pressure. A credential at its share makes room from its own sessions:
+the least recently used idle one is ended, however short its idle time, since
+most clients end a session by dropping the connection, never with `DELETE`,
+and a share of sessions their clients left would lock the credential out
+until the idle timeout. At the whole bound a session idle for at least
+`reclaim_idle_s` is ended, oldest idle first, taken from the credential that
+holds the most (so one credential's sessions never starve another's). A
+session with a request in flight or an open GET stream is never taken. When
+nothing can be taken the caller is refused: 429 for its own credential's share
+(all of it busy: one may be idle any moment), 503 for the whole bound, with
 the seconds after which a retry may find room.
 """
 
@@ -28,9 +32,17 @@ class Held:
     """A session as the bound sees it."""
 
     credentials: str
-    # Seconds with nothing in flight; None: busy (a request, a GET stream) or
-    # still being opened.
+    # Seconds with nothing in flight; None: busy (`busy` says with what).
     idle_s: float | None
+    busy: str = ""  # REQUEST, STREAM, OPENING or ELSEWHERE when idle_s is None
+
+
+# What keeps a session busy, as the refusal names it.
+REQUEST = "with a request in flight"
+STREAM = "with a GET stream open"
+OPENING = "being opened"
+# Used on another worker (a guest copy) since shortly: a request may run there.
+ELSEWHERE = "in use on another worker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +70,8 @@ class Refuse:
     # whole bound is held (503).
     share: bool
     retry_after_s: int
+    # The share's sessions by what keeps them busy: "2 with a request in flight, ..."
+    holding: str = ""
 
 
 ADMIT = Admit()
@@ -67,11 +81,12 @@ def decide(held: Sequence[Held], credentials: str, limits: Limits) -> Admit | Re
     """Whether a session for `credentials` fits among `held`, and what to end if not."""
     mine = [i for i, h in enumerate(held) if h.credentials == credentials]
     if len(mine) >= limits.share:
-        # Its own load: only its own sessions make room for it.
-        victim = _oldest_idle(held, mine, limits.reclaim_idle_s)
+        # Its own load: only its own sessions make room for it, the least
+        # recently used idle one whatever its idle time.
+        victim = _oldest_idle(held, mine, 0.0)
         if victim is not None:
             return Reclaim(victim)
-        return Refuse(True, _retry_after(held, mine, limits.reclaim_idle_s))
+        return Refuse(True, 1, holding(held, mine))
     if len(held) >= limits.total:
         counts = Counter(h.credentials for h in held)
         takeable = [
@@ -106,3 +121,10 @@ def _retry_after(held: Sequence[Held], among: Sequence[int], reclaim_idle_s: flo
     idle = [held[i].idle_s for i in among]
     longest = max((s for s in idle if s is not None), default=0.0)
     return max(1, math.ceil(reclaim_idle_s - longest))
+
+
+def holding(held: Sequence[Held], among: Sequence[int]) -> str:
+    """How many of `among` each thing keeps busy: "2 with a request in flight, 1 ..."."""
+    counts = Counter(held[i].busy or "idle" for i in among)
+    order = (REQUEST, STREAM, OPENING, ELSEWHERE, "idle")
+    return ", ".join(f"{counts[what]} {what}" for what in order if counts[what])

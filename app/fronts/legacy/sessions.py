@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 import time
 from collections import Counter, OrderedDict
@@ -80,7 +81,11 @@ class LegacySession:
     client_version: Version
     upstream: PooledSession
     last_used: float = field(default_factory=time.monotonic)
-    in_flight: int = 0
+    in_flight: int = 0  # leases held: requests and GET streams
+    streams: int = 0  # GET streams among them
+    # The owner's: when a guest copy last said it was used (a touch), since a
+    # request may run there unseen here.
+    used_elsewhere: float = -math.inf
     ended: bool = False
     # Requests the upstream sent the client, by id: their method, so the
     # client's answer is translated as the result of that method.
@@ -122,18 +127,21 @@ class _Lease:
     manager, since every legacy call takes one (a generator costs more to enter
     and leave)."""
 
-    __slots__ = ("_session",)
+    __slots__ = ("_session", "_stream")
 
-    def __init__(self, session: LegacySession) -> None:
+    def __init__(self, session: LegacySession, stream: bool) -> None:
         self._session = session
+        self._stream = stream
 
     async def __aenter__(self) -> LegacySession:
         self._session.in_flight += 1
+        self._session.streams += self._stream
         self._session.last_used = time.monotonic()
         return self._session
 
     async def __aexit__(self, *_exc: object) -> None:
         self._session.in_flight -= 1
+        self._session.streams -= self._stream
         self._session.last_used = time.monotonic()
 
 
@@ -225,8 +233,20 @@ class LegacySessions:
         # Counted from here; no await between the room made and the count.
         self._opening[credentials] += 1
         self._held[credentials] += 1
+        opened: LegacySession | None = None
+
+        async def end_for_room() -> bool:
+            # The upstream transport needs the room its session holds (a stdio
+            # process): ended as at the share, if idle.
+            now = time.monotonic()
+            if opened is None or self._busy(opened, now):
+                return False
+            log.info("legacy_session_reclaimed", idle_s=round(now - opened.last_used, 1))
+            await self.end(opened, "reclaimed")
+            return True
+
         try:
-            upstream = await self._pool.open_owned(key, authorization, client_info)
+            upstream = await self._pool.open_owned(key, authorization, client_info, end_for_room)
         except BaseException:
             self._uncount(credentials)
             raise
@@ -236,6 +256,7 @@ class LegacySessions:
                 del self._opening[credentials]
         session = LegacySession(self.ids.mint(credentials), credentials, client_version, upstream)
         self._sessions[session.id] = session
+        opened = session
         log.info(
             "legacy_session_opened",
             client_version=client_version.name,
@@ -465,6 +486,7 @@ class LegacySessions:
                 gone.append(session_id)
                 continue
             session.last_used = max(session.last_used, now)
+            session.used_elsewhere = now
             if session.holds:
                 held[session_id] = list(session.holds)
         gone += [i for i in _strings(unused) if i not in self._sessions]
@@ -487,11 +509,14 @@ class LegacySessions:
     async def _touch_owners(self) -> None:
         """Every few seconds, the owners hear which of their sessions were used here
         (or are in use): their idle reaper and the bound's reclaim count that use."""
-        period = min(max(min(self._idle_s, self._limits.reclaim_idle_s) / 4, 0.2), 10.0)
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(self._touch_period)
             with contextlib.suppress(Exception):
                 await self._touch_once()
+
+    @property
+    def _touch_period(self) -> float:
+        return min(max(min(self._idle_s, self._limits.reclaim_idle_s) / 4, 0.2), 10.0)
 
     async def _touch_once(self) -> None:
         assert self._notes is not None
@@ -537,9 +562,10 @@ class LegacySessions:
             if session_id in self._guests:
                 _let_go(self._guests.pop(session_id))
 
-    def lease(self, session: LegacySession) -> _Lease:
-        """Counted as in use while held: the idle reaper leaves it alone."""
-        return _Lease(session)
+    def lease(self, session: LegacySession, *, stream: bool = False) -> _Lease:
+        """Counted as in use while held (`stream`: a GET stream): the idle reaper
+        and the bound leave it alone."""
+        return _Lease(session, stream)
 
     async def end(self, session: LegacySession, reason: str) -> None:
         """End both sides: forget the id, close the upstream session (DELETE), and
@@ -583,10 +609,12 @@ class LegacySessions:
         while self._held[credentials] >= limits.share or self.held >= limits.total:
             now = time.monotonic()
             live = list(self._sessions.values())
-            held = [
-                bound.Held(s.credentials, None if s.in_flight else now - s.last_used) for s in live
+            held = [self._held_now(s, now) for s in live]
+            held += [
+                bound.Held(c, None, bound.OPENING)
+                for c, n in self._opening.items()
+                for _ in range(n)
             ]
-            held += [bound.Held(c, None) for c, n in self._opening.items() for _ in range(n)]
             decision = bound.decide(held, credentials, limits)
             if isinstance(decision, bound.Reclaim):
                 victim = live[decision.index]
@@ -597,6 +625,22 @@ class LegacySessions:
                 raise self._refusal(decision)
             return
 
+    def _busy(self, session: LegacySession, now: float) -> str:
+        """What keeps `session` busy ("": idle), so it is not ended for room. A
+        guest copy's request is unseen here: a copy used within two of its
+        touch periods may have one under way."""
+        if session.streams:
+            return bound.STREAM
+        if session.in_flight:
+            return bound.REQUEST
+        if now - session.used_elsewhere < 2 * self._touch_period:
+            return bound.ELSEWHERE
+        return ""
+
+    def _held_now(self, session: LegacySession, now: float) -> bound.Held:
+        busy = self._busy(session, now)
+        return bound.Held(session.credentials, None if busy else now - session.last_used, busy)
+
     def _refusal(self, refused: bound.Refuse) -> PoolExhausted:
         limits = self._limits
         if refused.share:
@@ -604,11 +648,12 @@ class LegacySessions:
                 "session_share_exceeded",
                 limit=limits.share,
                 setting="MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL",
+                holding=refused.holding,
             )
             return SessionShareExceeded(
                 f"this caller's credentials already hold {limits.share} legacy sessions, "
-                f"none idle for {limits.reclaim_idle_s:g} s "
-                "(MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL); end one with DELETE or retry later",
+                f"all busy: {refused.holding} (MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL); "
+                "retry later",
                 refused.retry_after_s,
             )
         log.warning(

@@ -31,7 +31,7 @@ async def server_stream(
     last_event_id: str | None,
     keepalive_s: float,
 ) -> AsyncGenerator[Outgoing, None]:
-    async with sessions.lease(session):
+    async with sessions.lease(session, stream=True):
         try:
             exchange: Exchange = await session.upstream.session.listen(last_event_id)
         except UpstreamAuthChallenge:

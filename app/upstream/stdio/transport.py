@@ -54,7 +54,7 @@ import structlog
 
 from app import jsonio, write_coalescer
 from app.quoting import quoted
-from app.upstream.base import Message, SharedFlag
+from app.upstream.base import Message, OwnerEnd, SharedFlag
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
@@ -65,6 +65,7 @@ from app.upstream.errors import (
 )
 from app.upstream.pool import credential_hash
 from app.upstream.routing import Exchange, Router, id_key, initialize_result
+from app.upstream.stdio import room
 from app.upstream.stdio.containment import Cgroup, OrphanReaper, ServerCgroups
 
 log = structlog.get_logger("mcp_shim.stdio")
@@ -254,8 +255,10 @@ class StdioSession:
         self.pid = proc.pid
         self.credentials = credentials  # whose share of the processes it counts in
         # A legacy client's own session (SessionPool.open_owned): its client holds
-        # state on it, so it is never stopped to make room.
+        # state on it, so it is stopped to make room only by its owner, through
+        # `end_owned`, which ends the client's session with it (False: busy).
         self.owned = False
+        self.end_owned: OwnerEnd | None = None
         # Where it and all it starts run, when the gateway could make one (containment.py).
         self.cgroup: Cgroup | None = None
         self._request_timeout_s = request_timeout_s
@@ -305,6 +308,10 @@ class StdioSession:
     def listening(self) -> bool:
         return self._routes.listening is not None
 
+    @property
+    def stopped(self) -> bool:
+        return self.gone is not None
+
     async def request(self, message: Message) -> StdioExchange:
         if self.gone is not None or self.closing:
             # Never written: its handler never ran, a new process may take it.
@@ -342,8 +349,9 @@ class StdioSession:
             raise SessionExpired("the stdio upstream process has ended")
         return self._routes.listen()
 
-    def mark_owned(self) -> None:
+    def mark_owned(self, end: OwnerEnd | None = None) -> None:
         self.owned = True
+        self.end_owned = end
 
     def close_stdin(self) -> None:
         """End of input for the server, after the lines still queued for it."""
@@ -703,11 +711,16 @@ class StdioTransport:
                 full = credentials
             else:
                 break
-            self._reclaim_one(full)
+            # Cleared first: a process may end while its owner is asked (an await).
+            self._freed.clear()
+            reclaimed = await self._reclaim_one(full)
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._refusal(full)
-            self._freed.clear()
+                if not reclaimed:
+                    raise self._refusal(full)
+                # One found idle at the last moment: its stop has a bound of its own.
+                remaining = self._stdin_grace_s + self._term_grace_s + 1
+                deadline = loop.time() + remaining
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await self._freed.wait()
@@ -716,24 +729,31 @@ class StdioTransport:
         self._held[credentials] += 1
 
     def _refusal(self, credentials: str | None) -> PoolExhausted:
+        """What each process is busy with, counted now, so the message is true."""
         if credentials is None:
+            holding = room.holding(self._live, self._starting)
             log.warning(
                 "stdio_processes_exhausted",
                 limit=self.max_processes,
                 setting="MCP_SHIM_STDIO_MAX_PROCESSES",
+                holding=holding,
             )
             return PoolExhausted(
-                f"all {self.max_processes} stdio upstream processes are busy; raise "
-                "MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
+                f"all {self.max_processes} stdio upstream processes are busy: {holding}; "
+                "raise MCP_SHIM_STDIO_MAX_PROCESSES or retry later"
             )
+        mine = [s for s in self._live if s.credentials == credentials]
+        holding = room.holding(mine, max(0, self._held[credentials] - len(mine)))
         log.warning(
             "stdio_process_share_exceeded",
             limit=self.max_per_credential,
             setting="MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL",
+            holding=holding,
         )
         return SessionShareExceeded(
             f"this caller's credentials already hold {self.max_per_credential} stdio upstream "
-            "processes, all busy (MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL); retry later"
+            f"processes, all busy: {holding} (MCP_SHIM_STDIO_MAX_PROCESSES_PER_CREDENTIAL); "
+            "retry later"
         )
 
     def _release(self, credentials: str) -> None:
@@ -742,25 +762,29 @@ class StdioTransport:
             del self._held[credentials]
         self._freed.set()
 
-    def _reclaim_one(self, credentials: str | None = None) -> None:
-        """Stop the least recently used process with no call in flight (of these
-        credentials, or of any), one without a listen stream first. Never one a
-        legacy client owns (its session would be gone), nor one still starting or
-        whose opener has not sent its first request yet.
-        Whoever held it sees `SessionExpired` next time and gets a new process, as
-        after any exit (the pool, the lanes, the hub)."""
-        mine = [s for s in self._live if credentials is None or s.credentials == credentials]
-        if any(s.closing or s.gone is not None for s in mine):
-            return  # one is already on its way out
-        idle = [
-            s for s in mine if s.in_flight == 0 and s.initialized and not s.owned and not s.unused
-        ]
-        if not idle:
-            return
-        victim = min(idle, key=lambda s: (s.listening, s.last_active))
-        log.info("upstream_process_reclaimed", pid=victim.pid, processes=self.processes)
-        victim.closing = True
-        self.stop_in_background(victim)
+    async def _reclaim_one(self, credentials: str | None = None) -> bool:
+        """Stop one idle process (of these credentials, or of any), in the order of
+        room.candidates. Whoever held a pooled one sees `SessionExpired` next time
+        and gets a new process, as after any exit (the pool, the lanes, the hub);
+        a legacy client's own is ended by its owner, with the client's session.
+        False: none could be."""
+        for victim in room.candidates(self._live, credentials):
+            if victim.owned:
+                # Its owner may find it busy meanwhile (a request under way there).
+                if victim.end_owned is None or not await victim.end_owned():
+                    continue
+                await victim.close()  # its owner closed it already: in case it could not
+            else:
+                victim.closing = True
+                self.stop_in_background(victim)
+            log.info(
+                "upstream_process_reclaimed",
+                pid=victim.pid,
+                owned=victim.owned,
+                processes=self.processes,
+            )
+            return True
+        return False
 
     async def _spawn(self, credentials: str = "-") -> StdioSession:
         if self._reaper is not None:
