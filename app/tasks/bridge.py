@@ -60,7 +60,8 @@ from app.rejections import (
 from app.replicas import reachable
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids, own
-from app.tasks.live import LiveTask, started
+from app.tasks.bounds import UNBOUNDED, Hold, Refusal, TaskBounds, TaskLimits, refusal_reply
+from app.tasks.live import LiveTask, poll_interval_s, started
 from app.tasks.shutdown import LiveTask as Running
 from app.tasks.shutdown import WindDown, wind_down
 from app.tasks.store import (
@@ -103,6 +104,8 @@ class TaskSettings:
     round_ttl_s: float = 120.0
     # MCP_SHIM_TASK_TOOLS: tools the gateway runs as tasks itself (app/tasks/own.py).
     tools: tuple[str, ...] = ()
+    # What tasks may hold of the upstream (app/tasks/bounds.py).
+    limits: TaskLimits = UNBOUNDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,7 @@ class TaskBridge:
         self._sealer = sealer
         self._settings = settings
         self._live: dict[str, LiveTask] = {}
+        self.bounds = TaskBounds(settings.limits)
         self._local_ids = 0
         self._reaper: asyncio.Task[None] | None = None
         # subscriptions/listen streams watching a task (notifications/tasks).
@@ -175,7 +179,15 @@ class TaskBridge:
 
     @property
     def live_tasks(self) -> int:
-        return len(self._live)
+        return len(self._live) + len(self._own)
+
+    @property
+    def task_sessions(self) -> int:
+        return self.bounds.sessions
+
+    @property
+    def task_connections(self) -> int:
+        return self.bounds.connections
 
     # -- what the client is told ------------------------------------------
 
@@ -272,22 +284,33 @@ class TaskBridge:
         params = dict(outbound.get("params") or {})
         params.pop("_meta", None)  # the progress token belongs to a call, not a task
         params["task"] = wire.legacy_task_param(self._settings.ttl_ms)
+        # Counted before anything starts upstream, so creations racing each
+        # other never pass the tasks' bounds together.
+        hold = self.bounds.hold(pooled, owner)
+        if isinstance(hold, Refusal):
+            return refusal_reply(call.id, hold, state)
         fresh: PooledSession | None = None
+        live: LiveTask | None = None
         try:
-            reply = await ask(pooled, "tools/call", params)
-        except SessionExpired:
-            # The upstream forgot the session: its handler never ran, so the call
-            # goes once more on a fresh session, which the task then pins.
-            caps = jsonio.loads(pooled.key.capabilities)
-            fresh = pooled = await self._pool.renew(pooled, caps, authorization)
-        try:
-            if fresh is not None:
+            try:
+                reply = await ask(pooled, "tools/call", params)
+            except SessionExpired:
+                # The upstream forgot the session: its handler never ran, so the call
+                # goes once more on a fresh session, which the task then pins.
+                caps = jsonio.loads(pooled.key.capabilities)
+                fresh = pooled = await self._pool.renew(pooled, caps, authorization)
+                hold.move(fresh)
                 reply = await ask(pooled, "tools/call", params)
             task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
             if task is None:
                 return _upstream_answer(call, pooled, reply, state)
-            live = self._pin(call, pooled, owner, task)
+            live = self._pin(call, pooled, owner, task, hold)
+            live.stream_at_once = mode == "required" and mrtr_capabilities.declares_input(
+                call.client_capabilities
+            )
         finally:
+            if live is None:
+                hold.release()
             if fresh is not None:
                 self._pool.release(fresh)  # renew's lease; the task holds its own
         fields = self._fields(live, task)
@@ -368,7 +391,16 @@ class TaskBridge:
         """Start the call on a lane of its own and answer with its task at once."""
         assert self._lanes is not None
         owner = credential_hash(authorization)
-        lane, exchange = await self._start_on_lane(pooled, outbound, authorization)
+        # A lane is a session of this task alone (the token stands for it); its
+        # call's stream and its GET stream stay open while the task runs.
+        hold = self.bounds.hold(object(), owner, connections=2)
+        if isinstance(hold, Refusal):
+            return refusal_reply(call.id, hold, state)
+        try:
+            lane, exchange = await self._start_on_lane(pooled, outbound, authorization)
+        except BaseException:
+            hold.release()
+            raise
         self._local_ids += 1
         ref = ids.TaskRef(ids.owner_of(owner), self._settings.replica, "", str(self._local_ids))
         task = own.OwnTask(
@@ -380,6 +412,7 @@ class TaskBridge:
             client_version=call.version,
             deadline=time.monotonic() + self._settings.ttl_ms / 1000,
             client_capabilities=call.client_capabilities,
+            hold=hold,
         )
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
         try:
@@ -428,7 +461,9 @@ class TaskBridge:
                 await self._lanes.release(held, reusable=False)
             raise
 
-    def _pin(self, call: ModernCall, pooled: PooledSession, owner: str, task: Message) -> LiveTask:
+    def _pin(
+        self, call: ModernCall, pooled: PooledSession, owner: str, task: Message, hold: Hold
+    ) -> LiveTask:
         self._local_ids += 1
         ref = ids.TaskRef(
             owner=ids.owner_of(owner),
@@ -451,6 +486,9 @@ class TaskBridge:
             deadline=time.monotonic() + ttl_s,
             max_payload_bytes=self._settings.max_result_bytes,
             client_capabilities=call.client_capabilities,
+            hold=hold,
+            bounds=self.bounds,
+            poll_s=poll_interval_s(task.get("pollInterval"), self._settings.poll_ms / 1000),
         )
 
     def _fields(self, live: LiveTask, task: Message) -> Message:
@@ -563,6 +601,8 @@ class TaskBridge:
             live._settle_lost("the upstream no longer knows this task")
         fields = self._fields(live, task or record["fields"])
         status = str(fields.get("status"))
+        if status in wire.TERMINAL or status == "input_required":
+            live.wake.set()  # the watcher looks now, not at its next poll
         if status in wire.TERMINAL or live.settled.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(PAYLOAD_WAIT_S):
@@ -763,6 +803,7 @@ class TaskBridge:
                     await ask(live.pooled, "tasks/cancel", {"taskId": live.upstream_id})
             await live.stop()
         finally:
+            live.hold.release()
             self._pool.release(live.pooled)
 
     async def _reap(self) -> None:
