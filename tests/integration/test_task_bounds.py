@@ -152,3 +152,117 @@ def test_tasks_leave_sessions_for_a_credential_that_has_none(
         "MCP_SHIM_TASK_MAX_SESSIONS",
         "MCP_SHIM_TASK_MAX_SESSIONS_PER_CREDENTIAL",
     }
+
+
+@pytest.mark.slow
+def test_working_tasks_hold_no_upstream_connection(fixture_url: str, tmp_path: Path) -> None:
+    """At MCP_SHIM_MAX_UPSTREAM_CONNECTIONS=66 (its least with one parked call),
+    three credentials create 23 long tasks each, every one within its own
+    bounds: a fourth credential's plain call is answered at once (before, each
+    task held a tasks/result stream for its whole life: the 67th found no
+    connection and the call ran into its deadline)."""
+    env = {
+        "MCP_SHIM_MAX_UPSTREAM_CONNECTIONS": "66",
+        "MCP_SHIM_MAX_PARKED": "1",
+        "MCP_SHIM_CALL_DEADLINE_S": "5",
+    }
+    log = tmp_path / "gateway.log"
+    with (
+        procs.gateway(fixture_url, procs.free_port(), env=env, log_path=log) as base,
+        httpx.Client(timeout=30) as client,
+    ):
+        created = [
+            call(client, base, "tools/call", slow(60, f"{who}{n}"), caps=WITH_EXT, auth=who)[:2]
+            for who in ("a", "b", "c")
+            for n in range(23)
+        ]
+        started = time.monotonic()
+        status, plain, _ = call(
+            client,
+            base,
+            "tools/call",
+            {"name": "greet", "arguments": {"name": "d"}},
+            caps={},
+            auth="d",
+        )
+        took = time.monotonic() - started
+        assert status == 200, plain
+        assert took < 2, took
+        assert plain["result"]["content"][0]["text"] == "Hello, d!"
+        assert [status for status, _ in created] == [200] * 69, created
+        assert task_gauges(base) == {
+            "mcp_shim_tasks_live": 69.0,
+            "mcp_shim_task_upstream_sessions": 3.0,
+            "mcp_shim_task_upstream_connections": 0.0,
+        }
+
+
+def _until(check: Any, what: str, timeout_s: float = 15) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_a_tasks_questions_wait_for_room_on_the_tasks_connection_bound(
+    fixture_url: str, tmp_path: Path
+) -> None:
+    """A 2025-11-25 server delivers a task's questions only on a tasks/result
+    stream, which holds a connection: with MCP_SHIM_TASK_MAX_CONNECTIONS_PER_CREDENTIAL
+    =2, a credential's third asking task is polled (shown `working`, its question
+    not yet fetched) until one of the first two ends and gives its stream back;
+    another credential has its own share."""
+    env = {"MCP_SHIM_TASK_MAX_CONNECTIONS_PER_CREDENTIAL": "2"}
+    caps = {**WITH_EXT, "elicitation": {}}
+    log = tmp_path / "gateway.log"
+    with (
+        procs.gateway(fixture_url, procs.free_port(), env=env, log_path=log) as base,
+        httpx.Client(timeout=30) as client,
+    ):
+
+        def get(task_id: str, who: str = "a") -> dict[str, Any]:
+            status, answer, _ = call(
+                client, base, "tasks/get", {"taskId": task_id}, caps=caps, auth=who
+            )
+            assert status == 200, answer
+            result: dict[str, Any] = answer["result"]
+            return result
+
+        def create(label: str, who: str = "a") -> str:
+            params = {"name": "confirm_delete", "arguments": {"filename": label}}
+            status, answer, _ = call(client, base, "tools/call", params, caps=caps, auth=who)
+            assert status == 200, answer
+            task_id: str = answer["result"]["taskId"]
+            return task_id
+
+        first, second = create("one"), create("two")
+        for task_id in (first, second):
+            _until(lambda t=task_id: get(t)["status"] == "input_required", "no question shown")
+        third = create("three")
+        theirs = create("theirs", "b")
+        _until(lambda: get(theirs, "b")["status"] == "input_required", "b's share was taken")
+        time.sleep(1.5)  # three of the fixture's poll intervals: the third stays unasked
+        waiting = get(third)
+        assert waiting["status"] == "working" and not waiting.get("inputRequests"), waiting
+        assert task_gauges(base)["mcp_shim_task_upstream_connections"] == 3.0
+
+        asked = get(first)["inputRequests"]
+        (key,) = asked
+        answer = {"action": "accept", "content": {"confirm": True}}
+        status, ack, _ = call(
+            client,
+            base,
+            "tasks/update",
+            {"taskId": first, "inputResponses": {key: answer}},
+            caps=caps,
+            auth="a",
+        )
+        assert status == 200, ack
+        done = _until(lambda: get(first) if get(first)["status"] == "completed" else None, "end")
+        assert done["result"]["content"][0]["text"] == "deleted one"
+        # The first task's stream given back: the third's question is fetched.
+        _until(lambda: get(third)["status"] == "input_required", "the third never asked")
+        assert task_gauges(base)["mcp_shim_task_upstream_connections"] == 3.0
