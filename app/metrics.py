@@ -184,6 +184,16 @@ class BridgeLike(Protocol):
     def parked(self) -> int: ...
 
 
+class HeldLike(Protocol):
+    """What is read of the tasks' bounds (app/tasks/bounds.py)."""
+
+    @property
+    def sessions(self) -> int: ...
+
+    @property
+    def connections(self) -> int: ...
+
+
 class TasksLike(Protocol):
     """What is read of the task bridge (app/tasks/bridge.py)."""
 
@@ -191,10 +201,7 @@ class TasksLike(Protocol):
     def live_tasks(self) -> int: ...
 
     @property
-    def task_sessions(self) -> int: ...
-
-    @property
-    def task_connections(self) -> int: ...
+    def bounds(self) -> HeldLike: ...
 
 
 class HubLike(Protocol):
@@ -489,8 +496,8 @@ class Metrics:
             state = dataclasses.replace(
                 state,
                 tasks_live=lambda: tasks.live_tasks,
-                task_sessions=lambda: tasks.task_sessions,
-                task_connections=lambda: tasks.task_connections,
+                task_sessions=lambda: tasks.bounds.sessions,
+                task_connections=lambda: tasks.bounds.connections,
             )
         self.watch(state)
         if port is not None:

@@ -55,11 +55,11 @@ from app.rejections import (
     METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY,
     Rejection,
-    http_status_for,
 )
 from app.replicas import reachable
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids, own
+from app.tasks.answers import payload_in, payload_up, upstream_answer
 from app.tasks.bounds import UNBOUNDED, Hold, Refusal, TaskBounds, TaskLimits, refusal_reply
 from app.tasks.live import LiveTask, poll_interval_s, started
 from app.tasks.shutdown import LiveTask as Running
@@ -79,7 +79,6 @@ from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
 from translators import tasks as wire
 from translators import translate
-from translators.registry import Version
 
 log = structlog.get_logger("mcp_shim.tasks")
 
@@ -180,14 +179,6 @@ class TaskBridge:
     @property
     def live_tasks(self) -> int:
         return len(self._live) + len(self._own)
-
-    @property
-    def task_sessions(self) -> int:
-        return self.bounds.sessions
-
-    @property
-    def task_connections(self) -> int:
-        return self.bounds.connections
 
     # -- what the client is told ------------------------------------------
 
@@ -303,7 +294,7 @@ class TaskBridge:
                 reply = await ask(pooled, "tools/call", params)
             task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
             if task is None:
-                return _upstream_answer(call, pooled, reply, state)
+                return upstream_answer(call, pooled, reply, state)
             live = self._pin(call, pooled, owner, task, hold)
             live.stream_at_once = mode == "required" and mrtr_capabilities.declares_input(
                 call.client_capabilities
@@ -614,7 +605,7 @@ class TaskBridge:
             if status in wire.TERMINAL or status == "input_required":
                 fields = {**fields, "status": "working"}
             return wire.detailed_task(fields, None, live.input_requests())
-        final, inline = wire.inline_payload(status, _payload_up(live))
+        final, inline = wire.inline_payload(status, payload_up(live))
         fields, inline = await self._keep(owner, task_id, {**fields, "status": final}, inline)
         await self._release(live, cancel_upstream=False)
         log.info("task_settled", status=final)
@@ -674,7 +665,7 @@ class TaskBridge:
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
         if not task.settled.is_set():
             return wire.detailed_task(fields, None, task.input_requests())
-        payload = _payload_in(task.payload or {}, task.pooled_version, task.client_version)
+        payload = payload_in(task.payload or {}, task.pooled_version, task.client_version)
         final, inline = wire.inline_payload(task.status, payload)
         fields, inline = await self._keep(owner, task.task_id, {**fields, "status": final}, inline)
         await self._release_own(task)
@@ -943,38 +934,3 @@ def _without_task_param(call: ModernCall) -> ModernCall:
         return call
     params = {k: v for k, v in call.params.items() if k != "task"}
     return dataclasses.replace(call, params=params, message={**call.message, "params": params})
-
-
-def _payload_up(live: LiveTask) -> Message:
-    """The tasks/result response with its result in the client's version."""
-    return _payload_in(live.payload or {}, live.pooled.version, live.client_version)
-
-
-def _payload_in(payload: Message, src: Version, dst: Version) -> Message:
-    """A tools/call response's result or error moved to the client's version."""
-    result = payload.get("result")
-    if isinstance(result, dict):
-        return {**payload, "result": translate.result(result, "tools/call", src, dst)}
-    error = payload.get("error")
-    if isinstance(error, dict):
-        return {**payload, "error": translate.error(error, src, dst)}
-    return payload
-
-
-def _upstream_answer(
-    call: ModernCall, pooled: PooledSession, reply: Message, state: CallState
-) -> Outgoing:
-    """The upstream answered the call itself (an error, or a result at once)."""
-    version: Version = pooled.version
-    error = reply.get("error")
-    if isinstance(error, dict):
-        translated = translate.error(error, version, call.version)
-        code = translated.get("code")
-        state.outcome = f"error {code}"
-        status = http_status_for(code) if isinstance(code, int) else 200
-        return Outgoing({"jsonrpc": "2.0", "id": call.id, "error": translated}, True, status)
-    result = reply.get("result")
-    translated_result = translate.result(
-        result if isinstance(result, dict) else {}, "tools/call", version, call.version
-    )
-    return _result(call, translated_result, state)

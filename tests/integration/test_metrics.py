@@ -433,8 +433,8 @@ def test_label_cardinality_stays_bounded(legacy_url: str, logs_dir: Path) -> Non
     }
     assert [v for (name, _), v in series.items() if name == "mcp_shim_calls_total"] == [50]
     # Every mcp_shim series of this gateway: 1 build info, the error kinds, 2
-    # rejections, 1 call, 2 histograms of 19 samples, 7 gauges.
-    expected = 1 + len(UPSTREAM_KINDS) + 2 + 1 + 2 * (len(BUCKETS) + 1 + 2) + 7
+    # rejections, 1 call, 2 histograms of 19 samples, 7 gauges and the 3 of tasks.
+    expected = 1 + len(UPSTREAM_KINDS) + 2 + 1 + 2 * (len(BUCKETS) + 1 + 2) + 7 + len(NO_TASKS)
     assert len(series) == expected, sorted(series)
 
 
