@@ -266,3 +266,44 @@ def test_a_tasks_questions_wait_for_room_on_the_tasks_connection_bound(
         # The first task's stream given back: the third's question is fetched.
         _until(lambda: get(third)["status"] == "input_required", "the third never asked")
         assert task_gauges(base)["mcp_shim_task_upstream_connections"] == 3.0
+
+
+def test_gateway_run_tasks_count_their_lane_and_two_connections(
+    legacy_url: str, tmp_path: Path
+) -> None:
+    """A task the gateway runs itself (MCP_SHIM_TASK_TOOLS, a server without
+    tasks) holds a lane and two connections for its whole life: at
+    MCP_SHIM_TASK_MAX_CONNECTIONS_PER_CREDENTIAL=2 a credential's second one is
+    refused (429, nothing started), another credential's starts, and a task's
+    end gives its room back."""
+    env = {"MCP_SHIM_TASK_TOOLS": "slow_*", "MCP_SHIM_TASK_MAX_CONNECTIONS_PER_CREDENTIAL": "2"}
+    log = tmp_path / "gateway.log"
+    echo = {"name": "slow_echo", "arguments": {"ms": 60_000, "steps": 1, "text": "late"}}
+    with (
+        procs.gateway(legacy_url, procs.free_port(), env=env, log_path=log) as base,
+        httpx.Client(timeout=30) as client,
+    ):
+        status, first, _ = call(client, base, "tools/call", echo, caps=WITH_EXT, auth="a")
+        assert status == 200 and first["result"]["resultType"] == "task", first
+        status, refused, headers = call(client, base, "tools/call", echo, caps=WITH_EXT, auth="a")
+        assert status == 429, refused
+        assert "MCP_SHIM_TASK_MAX_CONNECTIONS_PER_CREDENTIAL" in refused["error"]["message"]
+        assert headers["retry-after"] == "1"
+        status, theirs, _ = call(client, base, "tools/call", echo, caps=WITH_EXT, auth="b")
+        assert status == 200, theirs
+        assert task_gauges(base) == {
+            "mcp_shim_tasks_live": 2.0,
+            "mcp_shim_task_upstream_sessions": 2.0,
+            "mcp_shim_task_upstream_connections": 4.0,
+        }
+        task_id = first["result"]["taskId"]
+        status, _, _ = call(
+            client, base, "tasks/cancel", {"taskId": task_id}, caps=WITH_EXT, auth="a"
+        )
+        assert status == 200
+        _until(
+            lambda: task_gauges(base)["mcp_shim_task_upstream_connections"] == 2.0,
+            "the cancelled task kept its connections",
+        )
+        status, again, _ = call(client, base, "tools/call", echo, caps=WITH_EXT, auth="a")
+        assert status == 200, again
