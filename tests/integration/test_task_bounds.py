@@ -154,7 +154,6 @@ def test_tasks_leave_sessions_for_a_credential_that_has_none(
     }
 
 
-@pytest.mark.slow
 def test_working_tasks_hold_no_upstream_connection(fixture_url: str, tmp_path: Path) -> None:
     """At MCP_SHIM_MAX_UPSTREAM_CONNECTIONS=66 (its least with one parked call),
     three credentials create 23 long tasks each, every one within its own
