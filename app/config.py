@@ -19,6 +19,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.tasks.bounds import TaskLimits, default_limits
 from app.tasks.store import DEFAULT_MAX_RECORD_BYTES
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -307,6 +308,34 @@ class Settings(BaseSettings):
         description="how long a task and its result are kept (the ttl asked of the "
         "upstream; an upstream's longer grant is cut to it)",
     )
+    # What running tasks may hold of the upstream (app/tasks/bounds.py): a task
+    # outlives its request, so without bounds of their own tasks could take every
+    # session and connection from the calls that are not tasks. Unset: three
+    # quarters, so that a quarter always stays for the rest.
+    task_max_sessions: int | None = Field(
+        default=None,
+        ge=1,
+        description="upstream sessions tasks may pin (below MCP_SHIM_MAX_SESSIONS); unset: "
+        "three quarters of it",
+    )
+    task_max_sessions_per_credential: int | None = Field(
+        default=None,
+        ge=1,
+        description="upstream sessions one credential's tasks may pin; unset: three "
+        "quarters of MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL",
+    )
+    task_max_connections: int | None = Field(
+        default=None,
+        ge=2,
+        description="upstream connections tasks may hold open (below "
+        "MCP_SHIM_MAX_UPSTREAM_CONNECTIONS); unset: three quarters of it",
+    )
+    task_max_connections_per_credential: int | None = Field(
+        default=None,
+        ge=2,  # a gateway-run task holds two
+        description="upstream connections one credential's tasks may hold open; unset: a "
+        "quarter of MCP_SHIM_TASK_MAX_CONNECTIONS",
+    )
     # The multi round-trip bridge (app/mrtr).
     state_key: SecretStr | None = Field(
         default=None,
@@ -520,6 +549,30 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("task_max_sessions")
+    @classmethod
+    def _task_sessions_leave_a_reserve(cls, value: int | None, info: ValidationInfo) -> int | None:
+        sessions = info.data.get("max_sessions")
+        if value is not None and isinstance(sessions, int) and value >= sessions:
+            raise ValueError(
+                f"must be below MCP_SHIM_MAX_SESSIONS ({sessions}): calls that are not tasks "
+                "keep the rest"
+            )
+        return value
+
+    @field_validator("task_max_connections")
+    @classmethod
+    def _task_connections_leave_a_reserve(
+        cls, value: int | None, info: ValidationInfo
+    ) -> int | None:
+        connections = info.data.get("max_upstream_connections")
+        if value is not None and isinstance(connections, int) and value >= connections:
+            raise ValueError(
+                f"must be below MCP_SHIM_MAX_UPSTREAM_CONNECTIONS ({connections}): calls "
+                "that are not tasks keep the rest"
+            )
+        return value
+
     @field_validator("mrtr_gather_max_ms")
     @classmethod
     def _gather_after_quiet(cls, value: int, info: ValidationInfo) -> int:
@@ -554,6 +607,27 @@ class Settings(BaseSettings):
         if self.max_sessions_per_credential is not None:
             return min(self.max_sessions_per_credential, self.max_sessions)
         return max(1, self.max_sessions // 4)
+
+    def task_limits(self, max_sessions: int) -> TaskLimits:
+        """What tasks may hold of `max_sessions` upstream sessions (the upstream's
+        bound) and of the upstream connections: the MCP_SHIM_TASK_MAX_* settings,
+        or three quarters (app/tasks/bounds.py); a share never above its total."""
+        share = min(self.session_share(), max_sessions)
+        default = default_limits(max_sessions, share, self.max_upstream_connections)
+        sessions = min(self.task_max_sessions or default.sessions, max_sessions)
+        connections = self.task_max_connections or default.connections
+        return TaskLimits(
+            sessions=sessions,
+            sessions_per_credential=min(
+                self.task_max_sessions_per_credential or default.sessions_per_credential,
+                sessions,
+            ),
+            connections=connections,
+            connections_per_credential=min(
+                self.task_max_connections_per_credential or max(2, connections // 4),
+                connections,
+            ),
+        )
 
     def legacy_session_share(self) -> int:
         """MCP_SHIM_MAX_LEGACY_SESSIONS_PER_CREDENTIAL, or its default: a quarter of the bound."""

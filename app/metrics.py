@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
@@ -118,6 +119,8 @@ OUTCOMES: frozenset[str] = frozenset(
         "era_changed",
         "passed_through",
         "upstream_error",
+        # A task-creating call beyond the tasks' own bounds (app/tasks/bounds.py).
+        "task_limit",
         *UPSTREAM_ERROR_KINDS,
     }
 )
@@ -155,6 +158,10 @@ class LiveState:
     lanes_idle: Callable[[], int]
     parked: Callable[[], int]
     listen_streams: Callable[[], int]
+    # Tasks (app/tasks/bridge.py): running, and what they hold of the upstream.
+    tasks_live: Callable[[], int] = lambda: 0
+    task_sessions: Callable[[], int] = lambda: 0
+    task_connections: Callable[[], int] = lambda: 0
 
 
 class LanesLike(Protocol):
@@ -175,6 +182,26 @@ class BridgeLike(Protocol):
 
     @property
     def parked(self) -> int: ...
+
+
+class HeldLike(Protocol):
+    """What is read of the tasks' bounds (app/tasks/bounds.py)."""
+
+    @property
+    def sessions(self) -> int: ...
+
+    @property
+    def connections(self) -> int: ...
+
+
+class TasksLike(Protocol):
+    """What is read of the task bridge (app/tasks/bridge.py)."""
+
+    @property
+    def live_tasks(self) -> int: ...
+
+    @property
+    def bounds(self) -> HeldLike: ...
 
 
 class HubLike(Protocol):
@@ -254,6 +281,28 @@ class _LiveCollector(Collector):
                     "mcp_shim_listen_streams",
                     "Open subscriptions/listen streams",
                     state.listen_streams,
+                )
+            )
+            out.append(
+                _gauge(
+                    "mcp_shim_tasks_live",
+                    "Tasks this process follows upstream or runs itself, not yet settled "
+                    "or expired",
+                    state.tasks_live,
+                )
+            )
+            out.append(
+                _gauge(
+                    "mcp_shim_task_upstream_sessions",
+                    "Upstream sessions leased by tasks (MCP_SHIM_TASK_MAX_SESSIONS)",
+                    state.task_sessions,
+                )
+            )
+            out.append(
+                _gauge(
+                    "mcp_shim_task_upstream_connections",
+                    "Upstream connections held open by tasks (MCP_SHIM_TASK_MAX_CONNECTIONS)",
+                    state.task_connections,
                 )
             )
         server = self.server
@@ -432,18 +481,25 @@ class Metrics:
         subscriptions: HubLike,
         host: str,
         port: int | None,
+        tasks: TasksLike | None = None,
     ) -> None:
         """At the app's start: report the gateway's live objects, and serve the
         metrics on `port` if one is set (MCP_SHIM_METRICS_PORT)."""
-        self.watch(
-            LiveState(
-                sessions=lambda: len(pool),
-                lanes_busy=lambda: bridge.lanes.busy,
-                lanes_idle=lambda: bridge.lanes.idle,
-                parked=lambda: bridge.parked,
-                listen_streams=lambda: subscriptions.active,
-            )
+        state = LiveState(
+            sessions=lambda: len(pool),
+            lanes_busy=lambda: bridge.lanes.busy,
+            lanes_idle=lambda: bridge.lanes.idle,
+            parked=lambda: bridge.parked,
+            listen_streams=lambda: subscriptions.active,
         )
+        if tasks is not None:
+            state = dataclasses.replace(
+                state,
+                tasks_live=lambda: tasks.live_tasks,
+                task_sessions=lambda: tasks.bounds.sessions,
+                task_connections=lambda: tasks.bounds.connections,
+            )
+        self.watch(state)
         if port is not None:
             self._server = self.serve(host, port)
 

@@ -126,7 +126,12 @@ async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]
             **found,
         )
         metrics.start(
-            wiring.pool, wiring.bridge, wiring.subscriptions, settings.host, settings.metrics_port
+            wiring.pool,
+            wiring.bridge,
+            wiring.subscriptions,
+            settings.host,
+            settings.metrics_port,
+            tasks=wiring.tasks,
         )
         yield wiring
     finally:
@@ -167,7 +172,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
     legacy_sessions.start()
     legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)
     bridge = build_bridge(settings, pool, replicas)
-    tasks = build_tasks(settings, pool, replicas, bridge)
+    tasks = build_tasks(settings, pool, replicas, bridge, upstream.max_sessions)
     gateway = Gateway(
         pool,
         offered_version=offered,
@@ -201,7 +206,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
 
 
 def build_tasks(
-    settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge
+    settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge, max_sessions: int
 ) -> TaskBridge:
     """The tasks extension's bridge (app/tasks), its records in the store
     MCP_SHIM_TASK_STORE names, its ids sealed and named like the replicas' own."""
@@ -222,6 +227,7 @@ def build_tasks(
             quiet_s=settings.mrtr_quiet_ms / 1000,
             round_ttl_s=settings.mrtr_ttl_s,
             tools=tuple(settings.task_tools),
+            limits=settings.task_limits(max_sessions),
         ),
         lanes=bridge.lanes,
         forwarder=ReplicaForwarder(replicas.relay),

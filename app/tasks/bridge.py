@@ -56,12 +56,13 @@ from app.rejections import (
     METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY,
     Rejection,
-    http_status_for,
 )
 from app.replicas import reachable
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids, own
-from app.tasks.live import LiveTask, started
+from app.tasks.answers import payload_in, payload_up, upstream_answer
+from app.tasks.bounds import UNBOUNDED, Hold, Refusal, TaskBounds, TaskLimits, refusal_reply
+from app.tasks.live import LiveTask, poll_interval_s, started
 from app.tasks.shutdown import LiveTask as Running
 from app.tasks.shutdown import WindDown, wind_down
 from app.tasks.store import (
@@ -79,7 +80,6 @@ from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.pool import PooledSession, SessionPool, credential_hash
 from translators import tasks as wire
 from translators import translate
-from translators.registry import Version
 
 log = structlog.get_logger("mcp_shim.tasks")
 
@@ -104,6 +104,8 @@ class TaskSettings:
     round_ttl_s: float = 120.0
     # MCP_SHIM_TASK_TOOLS: tools the gateway runs as tasks itself (app/tasks/own.py).
     tools: tuple[str, ...] = ()
+    # What tasks may hold of the upstream (app/tasks/bounds.py).
+    limits: TaskLimits = UNBOUNDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +166,7 @@ class TaskBridge:
         self._sealer = sealer
         self._settings = settings
         self._live: dict[str, LiveTask] = {}
+        self.bounds = TaskBounds(settings.limits)
         self._local_ids = 0
         self._reaper: asyncio.Task[None] | None = None
         # subscriptions/listen streams watching a task (notifications/tasks).
@@ -176,7 +179,7 @@ class TaskBridge:
 
     @property
     def live_tasks(self) -> int:
-        return len(self._live)
+        return len(self._live) + len(self._own)
 
     # -- what the client is told ------------------------------------------
 
@@ -273,22 +276,33 @@ class TaskBridge:
         params = dict(outbound.get("params") or {})
         params.pop("_meta", None)  # the progress token belongs to a call, not a task
         params["task"] = wire.legacy_task_param(self._settings.ttl_ms)
+        # Counted before anything starts upstream, so creations racing each
+        # other never pass the tasks' bounds together.
+        hold = self.bounds.hold(pooled, owner)
+        if isinstance(hold, Refusal):
+            return refusal_reply(call.id, hold, state)
         fresh: PooledSession | None = None
+        live: LiveTask | None = None
         try:
-            reply = await ask(pooled, "tools/call", params)
-        except SessionExpired:
-            # The upstream forgot the session: its handler never ran, so the call
-            # goes once more on a fresh session, which the task then pins.
-            caps = jsonio.loads(pooled.key.capabilities)
-            fresh = pooled = await self._pool.renew(pooled, caps, authorization)
-        try:
-            if fresh is not None:
+            try:
+                reply = await ask(pooled, "tools/call", params)
+            except SessionExpired:
+                # The upstream forgot the session: its handler never ran, so the call
+                # goes once more on a fresh session, which the task then pins.
+                caps = jsonio.loads(pooled.key.capabilities)
+                fresh = pooled = await self._pool.renew(pooled, caps, authorization)
+                hold.move(fresh)
                 reply = await ask(pooled, "tools/call", params)
             task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
             if task is None:
-                return _upstream_answer(call, pooled, reply, state)
-            live = self._pin(call, pooled, owner, task)
+                return upstream_answer(call, pooled, reply, state)
+            live = self._pin(call, pooled, owner, task, hold)
+            live.stream_at_once = mode == "required" and mrtr_capabilities.declares_input(
+                call.client_capabilities
+            )
         finally:
+            if live is None:
+                hold.release()
             if fresh is not None:
                 self._pool.release(fresh)  # renew's lease; the task holds its own
         fields = self._fields(live, task)
@@ -369,7 +383,16 @@ class TaskBridge:
         """Start the call on a lane of its own and answer with its task at once."""
         assert self._lanes is not None
         owner = credential_hash(authorization)
-        lane, exchange = await self._start_on_lane(pooled, outbound, authorization)
+        # A lane is a session of this task alone (the token stands for it); its
+        # call's stream and its GET stream stay open while the task runs.
+        hold = self.bounds.hold(object(), owner, connections=2)
+        if isinstance(hold, Refusal):
+            return refusal_reply(call.id, hold, state)
+        try:
+            lane, exchange = await self._start_on_lane(pooled, outbound, authorization)
+        except BaseException:
+            hold.release()
+            raise
         self._local_ids += 1
         ref = ids.TaskRef(ids.owner_of(owner), self._settings.replica, "", str(self._local_ids))
         task = own.OwnTask(
@@ -381,6 +404,7 @@ class TaskBridge:
             client_version=call.version,
             deadline=time.monotonic() + self._settings.ttl_ms / 1000,
             client_capabilities=call.client_capabilities,
+            hold=hold,
         )
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
         try:
@@ -429,7 +453,9 @@ class TaskBridge:
                 await self._lanes.release(held, reusable=False)
             raise
 
-    def _pin(self, call: ModernCall, pooled: PooledSession, owner: str, task: Message) -> LiveTask:
+    def _pin(
+        self, call: ModernCall, pooled: PooledSession, owner: str, task: Message, hold: Hold
+    ) -> LiveTask:
         self._local_ids += 1
         ref = ids.TaskRef(
             owner=ids.owner_of(owner),
@@ -452,6 +478,9 @@ class TaskBridge:
             deadline=time.monotonic() + ttl_s,
             max_payload_bytes=self._settings.max_result_bytes,
             client_capabilities=call.client_capabilities,
+            hold=hold,
+            bounds=self.bounds,
+            poll_s=poll_interval_s(task.get("pollInterval"), self._settings.poll_ms / 1000),
         )
 
     def _fields(self, live: LiveTask, task: Message) -> Message:
@@ -564,6 +593,8 @@ class TaskBridge:
             live._settle_lost("the upstream no longer knows this task")
         fields = self._fields(live, task or record["fields"])
         status = str(fields.get("status"))
+        if status in wire.TERMINAL or status == "input_required":
+            live.wake.set()  # the watcher looks now, not at its next poll
         if status in wire.TERMINAL or live.settled.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(PAYLOAD_WAIT_S):
@@ -575,7 +606,7 @@ class TaskBridge:
             if status in wire.TERMINAL or status == "input_required":
                 fields = {**fields, "status": "working"}
             return wire.detailed_task(fields, None, live.input_requests())
-        final, inline = wire.inline_payload(status, _payload_up(live))
+        final, inline = wire.inline_payload(status, payload_up(live))
         fields, inline = await self._keep(owner, task_id, {**fields, "status": final}, inline)
         await self._release(live, cancel_upstream=False)
         log.info("task_settled", status=final)
@@ -635,7 +666,7 @@ class TaskBridge:
         fields = task.fields(self._settings.poll_ms, self._settings.ttl_ms)
         if not task.settled.is_set():
             return wire.detailed_task(fields, None, task.input_requests())
-        payload = _payload_in(task.payload or {}, task.pooled_version, task.client_version)
+        payload = payload_in(task.payload or {}, task.pooled_version, task.client_version)
         final, inline = wire.inline_payload(task.status, payload)
         fields, inline = await self._keep(owner, task.task_id, {**fields, "status": final}, inline)
         await self._release_own(task)
@@ -764,6 +795,7 @@ class TaskBridge:
                     await ask(live.pooled, "tasks/cancel", {"taskId": live.upstream_id})
             await live.stop()
         finally:
+            live.hold.release()
             self._pool.release(live.pooled)
 
     async def _reap(self) -> None:
@@ -903,38 +935,3 @@ def _without_task_param(call: ModernCall) -> ModernCall:
         return call
     params = {k: v for k, v in call.params.items() if k != "task"}
     return dataclasses.replace(call, params=params, message={**call.message, "params": params})
-
-
-def _payload_up(live: LiveTask) -> Message:
-    """The tasks/result response with its result in the client's version."""
-    return _payload_in(live.payload or {}, live.pooled.version, live.client_version)
-
-
-def _payload_in(payload: Message, src: Version, dst: Version) -> Message:
-    """A tools/call response's result or error moved to the client's version."""
-    result = payload.get("result")
-    if isinstance(result, dict):
-        return {**payload, "result": translate.result(result, "tools/call", src, dst)}
-    error = payload.get("error")
-    if isinstance(error, dict):
-        return {**payload, "error": translate.error(error, src, dst)}
-    return payload
-
-
-def _upstream_answer(
-    call: ModernCall, pooled: PooledSession, reply: Message, state: CallState
-) -> Outgoing:
-    """The upstream answered the call itself (an error, or a result at once)."""
-    version: Version = pooled.version
-    error = reply.get("error")
-    if isinstance(error, dict):
-        translated = translate.error(error, version, call.version)
-        code = translated.get("code")
-        state.outcome = f"error {code}"
-        status = http_status_for(code) if isinstance(code, int) else 200
-        return Outgoing({"jsonrpc": "2.0", "id": call.id, "error": translated}, True, status)
-    result = reply.get("result")
-    translated_result = translate.result(
-        result if isinstance(result, dict) else {}, "tools/call", version, call.version
-    )
-    return _result(call, translated_result, state)

@@ -3,13 +3,22 @@ its payload.
 
 A 2025-11-25 server delivers a task's questions (`elicitation/create`,
 `sampling/createMessage`, `roots/list` with the related-task `_meta`) only on
-an open `tasks/result` stream, and its payload as that request's response. The
-watcher holds one such stream open for the task's whole life (re-opened if the
-upstream or a proxy cuts it), files each question under a key of the
-gateway's choosing, and keeps the payload once it comes. The task's session is
-leased from the pool for as long as the task lives: a 2025-11-25 task id is
-valid only on the session that created it, and a leased session is never
-reclaimed or reaped.
+an open `tasks/result` stream, and its payload as that request's response.
+Such a stream holds an upstream connection for as long as it is open, so the
+watcher holds one only when it is needed: it polls `tasks/get` at the
+upstream's `pollInterval` (kept within MIN_POLL_S..MAX_POLL_S) while the task
+works, and opens `tasks/result` once the task is `input_required` (then held,
+re-opened if cut, until the payload) or terminal (answered at once). A
+`required` tool whose caller can answer is watched on a stream from the start,
+as it will ask at once (the input round before the task, app/tasks/bridge.py).
+Streams held for questions count against the tasks' connection bound
+(app/tasks/bounds.py); without room the task is polled until there is some.
+
+The task's session is leased from the pool for as long as the task lives: a
+2025-11-25 task id is valid only on the session that created it (the spec
+binds a task to its authorization context and lets a server bind it more
+narrowly; the Python SDK 1.x binds it to the session), and a leased session is
+never reclaimed or reaped.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ from app import jsonio
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
 from app.mrtr.keys import KeyAssigner
-from app.tasks.upstream import request_message
+from app.tasks.bounds import Hold, TaskBounds
+from app.tasks.upstream import ask, request_message
 from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.listener import default_answer
@@ -41,8 +51,14 @@ log = structlog.get_logger("mcp_shim.tasks")
 MAX_QUESTIONS = 32
 # Between two tasks/result streams after one was cut (not after an answer).
 REOPEN_PAUSE_S = 0.5
-# tasks/result streams one task may open before it is given up as lost.
+# tasks/result streams one task may open (or polls that may fail) before it is
+# given up as lost.
 MAX_REOPENS = 100
+# The poll interval an upstream may ask for, bounded: no faster (a poll costs a
+# request), no slower (the client's own tasks/get also wakes the watcher).
+MIN_POLL_S = 0.05
+MAX_POLL_S = 5.0
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 @dataclass
@@ -61,6 +77,7 @@ class LiveTask:
     deadline: float  # monotonic: the task's TTL
     max_payload_bytes: int
     client_capabilities: Mapping[str, Any]  # of the call that created the task
+    hold: Hold  # its pin on the session, against the tasks' bounds
     questions: dict[str, Question] = field(default_factory=dict)
     keys: KeyAssigner = field(default_factory=KeyAssigner)
     payload: Message | None = None  # the tasks/result response
@@ -77,6 +94,12 @@ class LiveTask:
     on_change: Callable[[], None] | None = None
     # Told once the payload is in: the gateway keeps it and lets the session go.
     on_settled: Callable[[], None] | None = None
+    # Where the stream held for questions is counted; None: not counted.
+    bounds: TaskBounds | None = None
+    poll_s: float = 1.0  # the upstream's pollInterval, bounded
+    stream_at_once: bool = False  # watched on a stream from the start
+    # Set to poll at once (a client's tasks/get saw the task move on).
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def changed(self) -> None:
         if self.on_change is not None:
@@ -94,20 +117,82 @@ class LiveTask:
         return self.pooled.version
 
     async def watch(self) -> None:
-        """Hold the task's tasks/result stream until its payload arrives."""
-        for _ in range(MAX_REOPENS):
+        """Follow the task until its payload arrives: polled while it works, on a
+        tasks/result stream while it has questions or once it is over."""
+        stream = self.stream_at_once
+        failures = 0
+        while failures < MAX_REOPENS:
             try:
-                if await self._one_stream():
+                no_room = False
+                if stream:
+                    done = await self._stream_if_room(counted=True)
+                    if done:
+                        return
+                    no_room = done is None
+                    if done is False:  # cut: polled again before another stream
+                        failures += 1
+                        await asyncio.sleep(REOPEN_PAUSE_S)
+                status = await self._poll()
+                if status is None:
+                    self._settle_lost("the upstream no longer knows this task")
                     return
+                if status in TERMINAL:
+                    # Answered at once: a request like the poll itself, not counted.
+                    if await self._stream_if_room(counted=False):
+                        return
+                    failures += 1
+                    await asyncio.sleep(REOPEN_PAUSE_S)
+                    continue
+                stream = status == "input_required"
+                if not stream or no_room:
+                    await self._pause()
             except SessionExpired:
                 self._settle_lost("the upstream session of this task expired")
                 return
             except UpstreamError as exc:
-                log.info("task_result_stream_cut", error=exc.message)
-            await asyncio.sleep(REOPEN_PAUSE_S)
-        self._settle_lost("the upstream's tasks/result stream kept failing")
+                log.info("task_poll_failed", error=exc.message)
+                failures += 1
+                await asyncio.sleep(REOPEN_PAUSE_S)
+        self._settle_lost("the upstream's tasks/get and tasks/result kept failing")
+
+    async def _stream_if_room(self, *, counted: bool) -> bool | None:
+        """The payload read on a tasks/result stream: True once in, False if the
+        stream was cut, None if the tasks' connection bound left no room."""
+        bounds = self.bounds if counted else None
+        if bounds is not None and bounds.take_connections(self.owner) is not None:
+            return None
+        try:
+            return await self._one_stream()
+        except SessionExpired:
+            raise
+        except UpstreamError as exc:
+            log.info("task_result_stream_cut", error=exc.message)
+            return False
+        finally:
+            if bounds is not None:
+                bounds.give_connections(self.owner)
+
+    async def _poll(self) -> str | None:
+        """The upstream's status of the task (its pollInterval kept); None for an
+        error answer: the upstream no longer knows the task."""
+        reply = await ask(self.pooled, "tasks/get", {"taskId": self.upstream_id})
+        task = reply.get("result")
+        if not isinstance(task, dict):
+            return None
+        self.poll_s = poll_interval_s(task.get("pollInterval"), self.poll_s)
+        status = task.get("status")
+        return status if isinstance(status, str) else "working"
+
+    async def _pause(self) -> None:
+        """One poll interval, cut short by `wake` (set before it began, too)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.poll_s):
+                await self.wake.wait()
+        self.wake.clear()
 
     def _settle_lost(self, why: str) -> None:
+        if self.settled.is_set():
+            return
         log.warning("task_lost", reason=why)
         self.payload = {"error": {"code": -32603, "message": f"Internal error: {why}"}}
         self.settled.set()
@@ -216,9 +301,21 @@ def unshown_reply(
     return None
 
 
+def poll_interval_s(interval_ms: Any, default_s: float) -> float:
+    """The upstream's pollInterval (ms) in seconds, kept within MIN_POLL_S..MAX_POLL_S;
+    `default_s` when it names none."""
+    if (
+        isinstance(interval_ms, int | float)
+        and not isinstance(interval_ms, bool)
+        and interval_ms > 0
+    ):
+        return float(min(max(interval_ms / 1000, MIN_POLL_S), MAX_POLL_S))
+    return default_s
+
+
 def started(task: LiveTask) -> LiveTask:
     task.watcher = asyncio.get_running_loop().create_task(task.watch())
     return task
 
 
-__all__ = ["LiveTask", "Question", "started"]
+__all__ = ["LiveTask", "Question", "poll_interval_s", "started"]

@@ -28,6 +28,7 @@ from app.call import upstream_sent
 from app.mrtr import results as mrtr_results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
 from app.mrtr.lanes import Lane, Lanes
+from app.tasks.bounds import Hold
 from app.tasks.live import unshown_reply
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
@@ -57,6 +58,7 @@ class OwnTask:
     client_version: Version
     deadline: float  # monotonic: the task's TTL
     client_capabilities: Mapping[str, Any]  # of the call that created the task
+    hold: Hold  # its lane and two connections, against the tasks' bounds
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     status: str = "working"
@@ -172,6 +174,7 @@ class OwnTask:
             else:
                 await self.exchange.close_stream(answered=answered)
         finally:
+            self.hold.release()
             await self.lanes.release(self.lane, reusable=answered)
 
 

@@ -52,6 +52,12 @@ UPSTREAM_KINDS = (
     "StdioProcessExited",
     "EraInconclusive",
 )
+# The task gauges of a gateway that runs none (their counts: test_task_bounds.py).
+NO_TASKS = {
+    ("mcp_shim_tasks_live", frozenset()): 0.0,
+    ("mcp_shim_task_upstream_sessions", frozenset()): 0.0,
+    ("mcp_shim_task_upstream_connections", frozenset()): 0.0,
+}
 HISTOGRAMS = ("mcp_shim_call_duration_seconds", "mcp_shim_upstream_duration_seconds")
 
 
@@ -205,6 +211,7 @@ def test_every_series_after_a_known_sequence(chain: Chain) -> None:
         key("mcp_shim_mrtr_lanes", state="idle"): 0.0,
         key("mcp_shim_mrtr_parked"): 0.0,
         key("mcp_shim_listen_streams"): 0.0,
+        **NO_TASKS,
         key("mcp_shim_client_connections"): 1.0,
         key("mcp_shim_client_requests_in_progress"): 1.0,
     }
@@ -351,6 +358,7 @@ def test_every_series_after_a_known_sequence(chain: Chain) -> None:
         key("mcp_shim_mrtr_lanes", state="idle"): 1.0,
         key("mcp_shim_mrtr_parked"): 0.0,
         key("mcp_shim_listen_streams"): 0.0,
+        **NO_TASKS,
         key("mcp_shim_client_connections"): 1.0,
         key("mcp_shim_client_requests_in_progress"): 1.0,
     }
@@ -425,8 +433,8 @@ def test_label_cardinality_stays_bounded(legacy_url: str, logs_dir: Path) -> Non
     }
     assert [v for (name, _), v in series.items() if name == "mcp_shim_calls_total"] == [50]
     # Every mcp_shim series of this gateway: 1 build info, the error kinds, 2
-    # rejections, 1 call, 2 histograms of 19 samples, 7 gauges.
-    expected = 1 + len(UPSTREAM_KINDS) + 2 + 1 + 2 * (len(BUCKETS) + 1 + 2) + 7
+    # rejections, 1 call, 2 histograms of 19 samples, 7 gauges and the 3 of tasks.
+    expected = 1 + len(UPSTREAM_KINDS) + 2 + 1 + 2 * (len(BUCKETS) + 1 + 2) + 7 + len(NO_TASKS)
     assert len(series) == expected, sorted(series)
 
 

@@ -153,6 +153,9 @@ async def test_gauges_are_read_on_the_event_loop_even_from_another_thread() -> N
             lanes_idle=lambda: read(2),
             parked=lambda: read(4),
             listen_streams=lambda: read(5),
+            tasks_live=lambda: read(6),
+            task_sessions=lambda: read(7),
+            task_connections=lambda: read(8),
         )
     )
     # The separate metrics port scrapes from its own thread.
@@ -164,6 +167,9 @@ async def test_gauges_are_read_on_the_event_loop_even_from_another_thread() -> N
     assert values["mcp_shim_mrtr_lanes", frozenset({("state", "idle")})] == 2
     assert values["mcp_shim_mrtr_parked", frozenset()] == 4
     assert values["mcp_shim_listen_streams", frozenset()] == 5
+    assert values["mcp_shim_tasks_live", frozenset()] == 6
+    assert values["mcp_shim_task_upstream_sessions", frozenset()] == 7
+    assert values["mcp_shim_task_upstream_connections", frozenset()] == 8
     registry.unwatch()
     assert "mcp_shim_upstream_sessions" not in generate_latest(registry.registry).decode()
 
