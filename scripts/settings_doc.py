@@ -127,6 +127,10 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("task_store_prefix", "First part of every Redis key"),
             ("task_store_timeout_s", "Longest wait for one Redis operation"),
             ("max_tasks_per_credential", "Live tasks per `Authorization` value"),
+            ("task_max_sessions", "Upstream sessions tasks may pin; the rest stays for calls"),
+            ("task_max_sessions_per_credential", "Of those, per `Authorization` value"),
+            ("task_max_connections", "Upstream connections tasks may hold open"),
+            ("task_max_connections_per_credential", "Of those, per `Authorization` value"),
             ("max_task_result_bytes", "Bytes of one task's result as kept"),
             ("task_ttl_ms", "How long a task and its result are kept"),
             ("task_tools", "Tools the gateway runs as tasks itself (globs)"),
@@ -161,6 +165,10 @@ UNSET_MEANS = {
     "max_legacy_sessions_per_credential": "a quarter of the bound",
     "stdio_max_processes_per_credential": "three quarters of the bound",
     "task_store": "`memory`",
+    "task_max_sessions": "three quarters of `MCP_SHIM_MAX_SESSIONS`",
+    "task_max_sessions_per_credential": "three quarters of the session share",
+    "task_max_connections": "three quarters of the connections",
+    "task_max_connections_per_credential": "a quarter of the tasks'",
     "state_key": "random, per start",
 }
 
