@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,85 @@ def test_an_mcp1_client_session_loads_no_aiohttp_in_the_gateway(
     assert out["initialize"]["protocolVersion"] == "2025-11-25", out
     assert "GET" in log.read_text()  # the client's GET stream reached the gateway
     assert "/aiohttp/" not in maps and "/yarl/" not in maps
+
+
+# -- a large answer ---------------------------------------------------------------
+
+ANSWER_BYTES = 50 * 1000 * 1000
+# Peak RSS growth while one answer passes, as a multiple of the answer: the
+# upstream's bytes once, and what the writer and the allocator hold around them
+# (bench/answers.py measures 1.23-1.29x on the development image; 3x as JSON and
+# 4x as SSE before the answer was parsed as its skeleton, app/splice.py).
+ANSWER_GROWTH_BOUND = 1.5
+
+
+def _peak_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field}")
+
+
+def _large_call(http: httpx.Client, url: str, client: str, accept: str) -> httpx.Response:
+    arguments = {"bytes": ANSWER_BYTES}
+    if client == "modern":
+        message = wire.body("tools/call", {"name": "large_result", "arguments": arguments})
+        return http.post(url, json=message, headers={**wire.headers_for(message), "accept": accept})
+    base = {"content-type": "application/json", "accept": accept}
+    opened = http.post(url, json=wire.legacy_initialize(), headers=base)
+    assert opened.status_code == 200, opened.text[:300]
+    session = {
+        **base,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": wire.answer_messages(opened)[-1]["result"]["protocolVersion"],
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert http.post(url, json=note, headers=session).status_code == 202
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "large_result", "arguments": arguments},
+    }
+    return http.post(url, json=call, headers=session)
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def answer_form(request: pytest.FixtureRequest, logs_dir: Path) -> Iterator[tuple[str, str]]:
+    """The SDK's legacy server answering in JSON (`--json-response`) or on SSE."""
+    extra = ["--json-response"] if request.param == "json" else []
+    log = logs_dir / f"memory-large-{request.param}-upstream.log"
+    with procs.legacy_server(procs.free_port(), *extra, log_path=log) as upstream:
+        yield request.param, upstream
+
+
+@pytest.mark.parametrize("client", ["modern", "legacy"])
+def test_a_50_mb_answer_costs_the_gateway_at_most_one_and_a_half_times_its_size(
+    answer_form: tuple[str, str], client: str, logs_dir: Path
+) -> None:
+    """JSON: the upstream answers in JSON, the gateway too. SSE: the upstream
+    answers on SSE and the client accepts only SSE, so the gateway frames the
+    answer as an event. Checked failing before the answer was parsed as its
+    skeleton: +143 MiB (JSON) and +191 MiB (SSE) for the 47.7 MiB answer."""
+    form, upstream = answer_form
+    accept = wire.ACCEPT_BOTH if form == "json" else "text/event-stream"
+    log = logs_dir / f"memory-large-{form}-{client}-gateway.log"
+    env = {"MCP_SHIM_WORKERS": "1"}
+    with (
+        procs.gateway_process(upstream, procs.free_port(), env, log_path=log) as (base, proc),
+        httpx.Client(timeout=120.0) as http,
+    ):
+        # What any call loads, loaded first.
+        small = wire.body("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        assert wire.post(http, base + "/mcp", small, wire.headers_for(small)).status_code == 200
+        before = _peak_kib(proc.pid, "VmRSS")
+        answer = _large_call(http, base + "/mcp", client, accept)
+        grown_mib = (_peak_kib(proc.pid, "VmHWM") - before) / 1024
+    assert answer.status_code == 200, answer.text[:300]
+    expected_type = "application/json" if form == "json" else "text/event-stream"
+    assert answer.headers["content-type"].startswith(expected_type)
+    text = wire.answer_messages(answer)[-1]["result"]["content"][0]["text"]
+    assert len(text) == ANSWER_BYTES
+    answer_mib = ANSWER_BYTES / (1024 * 1024)
+    print(f"{form} {client}: +{grown_mib:.1f} MiB peak ({grown_mib / answer_mib:.2f}x)")
+    assert grown_mib <= ANSWER_GROWTH_BOUND * answer_mib, f"+{grown_mib:.1f} MiB"
