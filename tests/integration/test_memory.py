@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,8 +172,10 @@ def _peak_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field}")
 
 
-def _large_call(http: httpx.Client, url: str, client: str, accept: str) -> httpx.Response:
-    arguments = {"bytes": ANSWER_BYTES}
+def _large_call(
+    http: httpx.Client, url: str, client: str, accept: str, size: int = ANSWER_BYTES
+) -> httpx.Response:
+    arguments = {"bytes": size}
     if client == "modern":
         message = wire.body("tools/call", {"name": "large_result", "arguments": arguments})
         return http.post(url, json=message, headers={**wire.headers_for(message), "accept": accept})
@@ -234,3 +237,43 @@ def test_a_50_mb_answer_costs_the_gateway_at_most_one_and_a_half_times_its_size(
     answer_mib = ANSWER_BYTES / (1024 * 1024)
     print(f"{form} {client}: +{grown_mib:.1f} MiB peak ({grown_mib / answer_mib:.2f}x)")
     assert grown_mib <= ANSWER_GROWTH_BOUND * answer_mib, f"+{grown_mib:.1f} MiB"
+
+
+@pytest.mark.parametrize("client", ["modern", "legacy"])
+def test_answers_beyond_the_bytes_in_flight_wait_then_get_503(
+    client: str, legacy_url: str, logs_dir: Path
+) -> None:
+    """An answer held by a client that does not read it (the whole bound's
+    worth, let in alone) leaves no room: a second large answer waits 5 s, then
+    its caller gets 503 with Retry-After and the setting's name; small answers
+    are not counted. Once the first is read, the second comes through."""
+    log = logs_dir / f"memory-room-{client}-gateway.log"
+    env = {"MCP_SHIM_WORKERS": "1", "MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT": str(1024 * 1024)}
+    with (
+        procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, _),
+        httpx.Client(timeout=120.0) as http,
+    ):
+        url = base + "/mcp"
+        held = {"name": "large_result", "arguments": {"bytes": 40 * 1000 * 1000}}
+        message = wire.body("tools/call", held)
+        # Larger than loopback's socket buffers: most of it stays in the gateway.
+        with http.stream("POST", url, json=message, headers=wire.headers_for(message)) as first:
+            assert first.status_code == 200
+            started = time.monotonic()
+            second = _large_call(http, url, client, wire.ACCEPT_BOTH, 2 * 1000 * 1000)
+            waited = time.monotonic() - started
+            small = wire.body("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+            echo = wire.post(http, url, small, wire.headers_for(small))
+            assert echo.status_code == 200, echo.text[:300]
+            first.read()
+            answer = wire.answer_messages(first)[-1]
+        assert len(answer["result"]["content"][0]["text"]) == 40 * 1000 * 1000
+        assert second.status_code == 503, second.text[:300]
+        assert second.headers["retry-after"] == "5"
+        error = wire.answer_messages(second)[-1]["error"]
+        assert "MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT" in error["message"], error
+        assert waited >= 5
+        again = _large_call(http, url, client, wire.ACCEPT_BOTH, 2 * 1000 * 1000)
+        assert again.status_code == 200, again.text[:300]
+    refused = [e for e in wire.log_lines(log) if e.get("event") == "answer_room_full"]
+    assert refused and refused[0]["setting"] == "MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT"
