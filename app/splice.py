@@ -9,15 +9,17 @@ least `MIN_STRING` bytes replaced by a short marker (`Spliced`, a `str` whose
 value names the string and which holds the answer's bytes of it). The
 skeleton is small; it is parsed by orjson, translated like any message, and
 serialised by orjson; the markers in that output are then replaced by the
-original strings' bytes, which are valid JSON as they came (the checks below
-are the parser's). The answer writer sends the pieces as they are
+original strings' bytes, which are valid JSON as they came (orjson checks
+each of them, a piece at a time). The answer writer sends the pieces as they are
 (`dumps_chunks`, memoryviews of the upstream's bytes); `dumps` joins them for
 every other use (a task's stored result, a relay), so a marker never leaves
 the process.
 
-What the skeleton cannot take is parsed whole, as before: a string that could
-not be checked here (an escaped surrogate, invalid JSON: the parser says why),
-a body of too many strings (the walk is in Python), one with no large string.
+What the skeleton cannot take is parsed whole, as before: a string the
+parser's check refuses (invalid JSON: the parser says why on the whole body;
+a surrogate pair cut between two pieces), a body with too many quotes (the
+walk steps from quote to quote in Python: JSON written as text), one with no
+large string.
 
 The answer's bytes stay alive as long as a `Spliced` of them does; the bytes
 of answers in flight are bounded across callers by `AnswerRoom`
@@ -28,7 +30,6 @@ bench/answers.py measures the peak RSS and CPU per MB this gives.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import re
 import secrets
 import weakref
@@ -37,13 +38,15 @@ from typing import Any
 
 import orjson
 
-# Bodies below this are parsed whole: the walk would cost more than the copies.
-MIN_BODY = 1024 * 1024
+# Bodies below this are parsed whole: their copies are small.
+MIN_BODY = 512 * 1024
 # String values at least this long (their JSON bytes) stay in the answer's bytes.
 MIN_STRING = 64 * 1024
-# The walk visits every string of the body in Python: past this many, the
-# body is parsed whole (a list of many small items gains nothing from it).
-MAX_STRINGS = 20_000
+# The walk visits every string of the body in Python (about 1 us each): past
+# one per this many bytes, the body is parsed whole (a list of many small
+# items gains nothing from it), the walk having cost at most a third of
+# orjson's parse of it.
+BYTES_PER_STRING = 1024
 
 # A marker's value: NUL (escaped by every JSON writer, never in a key the
 # translators look for), a per-process nonce an upstream cannot guess, an index.
@@ -52,19 +55,13 @@ _MARK = "\x00mcp-shim-splice:" + _NONCE + ":"
 # The marker as orjson writes it (NUL as \u0000), up to its index.
 _MARK_JSON = b'"\\u0000mcp-shim-splice:' + _NONCE.encode() + b":"
 
-# One JSON string, checked as the parser would check it (no raw control
-# character, only the escapes JSON has), its bytes otherwise taken as they
-# are (UTF-8 is checked apart, for the large ones only). Possessive: a string
-# is matched in one pass, and one that fails, fails at once.
-_STRING = re.compile(
-    rb'"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+"'
-)
-_QUOTE_OR_END = re.compile(rb'[^"]*+"')
+# After a string: a colon makes it a key (keys are never left in the bytes).
 _SPACE_COLON = re.compile(rb"[ \t\n\r]*+:")
-# A \uD800..\uDFFF escape: orjson refuses an unpaired one; such a string is
-# left to the parser.
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
-_UTF8_PIECE = 1024 * 1024
+# A long string is checked by the parser itself, a piece at a time (each piece
+# copied twice and decoded once: small, so a 1 MB answer is not held 3 times).
+_PIECE = 64 * 1024
+# Backslashes before a quote counted this far: a longer run is the parser's.
+_MAX_RUN = 64
 
 Buffer = bytes | bytearray | memoryview
 
@@ -90,7 +87,9 @@ class _Held:
         self.data = data
 
 
-def loads(body: Buffer, *, min_body: int = MIN_BODY, min_string: int = MIN_STRING) -> Any:
+def loads(
+    body: bytes | bytearray, *, min_body: int = MIN_BODY, min_string: int = MIN_STRING
+) -> Any:
     """`orjson.loads(body)`, with a large body's large strings left in it
     (`Spliced`). Raises orjson.JSONDecodeError where orjson.loads would."""
     if len(body) < min_body:
@@ -121,47 +120,71 @@ def hold(value: Any, release: Any) -> bool:
     return False
 
 
-def _large_strings(body: Buffer, min_string: int) -> list[tuple[int, int]]:
+def _large_strings(body: bytes | bytearray, min_string: int) -> list[tuple[int, int]]:
     """The spans (quotes included) of the string values of at least
-    `min_string` bytes that the parser would take; [] when the body is left
-    to the parser whole."""
+    `min_string` bytes, each checked as the parser would check it; [] when
+    the body is left to the parser whole. The walk finds each string's end as
+    a JSON lexer does (the next quote after an even run of backslashes), at
+    C speed between quotes; every quote it meets (a string's, an escaped one)
+    counts against its budget, one per BYTES_PER_STRING bytes."""
     found: list[tuple[int, int]] = []
-    pos, seen, size = 0, 0, len(body)
+    pos, size = 0, len(body)
+    budget = max(size // BYTES_PER_STRING, 64)
     while pos < size:
-        quote = _QUOTE_OR_END.match(body, pos)
-        if quote is None:
+        begin = body.find(b'"', pos)
+        if begin == -1:
             break
-        begin = quote.end() - 1
-        string = _STRING.match(body, begin)
-        seen += 1
-        if string is None or seen > MAX_STRINGS:
-            # Not a string the parser takes: it says why, on the whole body.
-            return []
-        end = string.end()
+        end = begin
+        while True:
+            budget -= 1
+            end = body.find(b'"', end + 1)
+            if budget < 0 or end == -1:
+                return []
+            run = _backslashes(body, end, begin + 1)
+            if run < 0:
+                return []
+            if run % 2 == 0:
+                break
+        end += 1
         if end - begin >= min_string and not _SPACE_COLON.match(body, end):
-            if not _checked(body, begin + 1, end - 1):
+            if not _valid(body, begin + 1, end - 1):
                 return []
             found.append((begin, end))
         pos = end
     return found
 
 
-def _checked(body: Buffer, begin: int, end: int) -> bool:
-    """The string's bytes are UTF-8 and hold no escaped surrogate (left to the
-    parser, which knows the pairs); checked a piece at a time, never whole."""
-    view = memoryview(body)[begin:end]
-    if _SURROGATE.search(view):
-        return False
-    decode = codecs.getincrementaldecoder("utf-8")("strict")
-    try:
-        for at in range(0, len(view), _UTF8_PIECE):
-            piece = view[at : at + _UTF8_PIECE].tobytes()
-            # ASCII (most large strings: base64, text) is UTF-8: no decoding.
-            if not (piece.isascii() and decode.getstate()[0] == b""):
-                decode.decode(piece)
-        decode.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
+def _backslashes(body: bytes | bytearray, at: int, floor: int) -> int:
+    """How many backslashes come right before `at` (not before `floor`); -1:
+    more than _MAX_RUN (left to the parser)."""
+    run = 0
+    while at - run > floor and body[at - run - 1] == 0x5C:
+        run += 1
+        if run > _MAX_RUN:
+            return -1
+    return run
+
+
+def _valid(body: bytes | bytearray, start: int, stop: int) -> bool:
+    """The string's content `body[start:stop]` is what the parser takes (its
+    escapes, no raw control character, UTF-8): the parser checks it, a piece
+    at a time, never whole. A piece ends before an escape (escapes are at
+    most 6 bytes, a surrogate pair 12), so no escape is cut; a pair cut
+    anyway reads as invalid, and the body is parsed whole."""
+    view = memoryview(body)
+    while start < stop:
+        cut = min(start + _PIECE, stop)
+        if cut < stop:
+            first = body.find(b"\\", max(start, cut - 12), cut)
+            if first != -1:
+                cut = first - _backslashes(body, first, start)
+                if cut <= start or cut > first:
+                    return False
+        try:
+            orjson.loads(b'"' + view[start:cut].tobytes() + b'"')
+        except orjson.JSONDecodeError:
+            return False
+        start = cut
     return True
 
 

@@ -2,25 +2,25 @@
 
     .venv/bin/python bench/answers.py [--sizes 1,10,50] [--calls 2] [--source DIR]
 
-For each cell (answer size in MB, the upstream's answer form, JSON or SSE,
-and the client, modern or legacy; SSE: the upstream answers on SSE and the
-client accepts only `text/event-stream`, so the gateway answers on SSE too) a fresh gateway process (VmHWM cannot be
-reset) in front of the legacy fixture (mcp 1.x; `--json-response` for JSON
-answers): one small call to load what a call loads, then `--calls` calls of
-`large_result` one after another. Printed per cell: the growth of the peak
-RSS (VmHWM after the calls minus VmRSS before them) in MiB and as a multiple
-of the answer, and the gateway's CPU (utime + stime, /proc/<pid>/stat) per
-MB of answer, the median of the calls. `--source DIR` runs the gateway of
-another source tree (a checkout of an older commit), with this script and
-the fixture of this one. The machine's load shows in the CPU figures:
-compare runs made side by side.
+For each cell (answer size in MB, the answer's form, and the client, modern
+or legacy) a fresh gateway process (VmHWM cannot be reset) in front of the
+legacy fixture (mcp 1.x): JSON, the fixture answers in JSON
+(`--json-response`) and so does the gateway; SSE, the fixture answers on SSE
+and the client accepts only `text/event-stream`, so the gateway answers on
+SSE too. A small call and a 0.6 MB one load what a call loads, then `--calls` calls of
+`large_result` one after another (more for small answers: 50 MB in all).
+Printed per cell: the growth of the peak RSS (VmHWM after the first call
+minus VmRSS before it) in MiB and as a multiple of the answer, and the
+gateway's CPU (utime + stime, /proc/<pid>/stat) per MB of answer over all
+the calls. `--source DIR` runs the gateway of another source tree (a
+checkout of an older commit) with this script and fixture. The machine's
+load shows in the CPU figures: compare runs made side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -87,21 +87,29 @@ def _cell(
             answer = http.post(url, content=body, headers=session)
             return _text_length(answer), answer.headers.get("content-type", "")
 
-        call(1000, 1)
+        # What a call and a large answer load (code, buffers), loaded first: the
+        # growth measured is the answer's own.
+        call(1000, 0)
+        call(600 * 1000, 1)
         before = _status_kib(proc.pid, "VmRSS")
-        cpu: list[float] = []
         kind = ""
-        for i in range(calls):
-            started = common.cpu_seconds(proc.pid)
+        # At least 50 MB in all: CPU time comes in clock ticks (10 ms).
+        repeats = max(calls, -(-50 * MB // size))
+        started = common.cpu_seconds(proc.pid)
+        grown = 0.0
+        for i in range(repeats):
             length, kind = call(size, 2 + i)
-            cpu.append(common.cpu_seconds(proc.pid) - started)
             assert length == size, (length, size)
-        grown = (_status_kib(proc.pid, "VmHWM") - before) / 1024
+            if i == 0:
+                # One answer's peak: the next call may start before the gateway
+                # has dropped this one (its log line, its cleanup).
+                grown = (_status_kib(proc.pid, "VmHWM") - before) / 1024
+        cpu = common.cpu_seconds(proc.pid) - started
     answer_mib = size / (1024 * 1024)
     return {
         "grown_mib": grown,
         "times": grown / answer_mib,
-        "cpu_ms_per_mb": statistics.median(cpu) * 1000 / (size / MB),
+        "cpu_ms_per_mb": cpu * 1000 / (repeats * size / MB),
         "client_gets": kind.partition(";")[0],
     }
 

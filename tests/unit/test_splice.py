@@ -151,13 +151,37 @@ def test_the_writer_gets_the_upstreams_bytes_not_a_copy() -> None:
     assert [bytes(v) for v in views] == [b'"' + BIG.encode() + b'"']
 
 
-def test_a_large_string_on_the_real_thresholds() -> None:
-    text = 'line "one"\n\\ é ' * 100_000
+@pytest.mark.parametrize(
+    ("line", "left_in_bytes"),
+    [
+        # Escapes on every line, a quote now and then: the walk takes it.
+        ("a line of text\twith tabs\\ and é ☃ " * 60 + '"quoted"\n', True),
+        # A quote every few bytes (JSON in text): each one is a step of the
+        # walk in Python, so it is parsed whole, as fast as before.
+        ('{"k": "v", "n": 1}\n', False),
+    ],
+)
+def test_a_large_string_on_the_real_thresholds(line: str, left_in_bytes: bool) -> None:
+    text = line * (2 * 1024 * 1024 // len(line))
     body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"text": text}]}})
     assert len(body) >= splice.MIN_BODY
     parsed = splice.loads(body)
-    assert isinstance(parsed["result"]["content"][0]["text"], splice.Spliced)
+    assert isinstance(parsed["result"]["content"][0]["text"], splice.Spliced) is left_in_bytes
     assert splice.dumps(parsed) == body
+
+
+def test_a_piece_never_cuts_an_escape() -> None:
+    """Escapes (a surrogate pair among them) across every piece boundary of
+    the parser's check: all taken as the parser takes them."""
+    spliced = 0
+    for shift in range(14):
+        text = "x" * (splice._PIECE - 8 + shift) + '\\"é\u0001😀\n' * 3 + "y" * 600_000
+        body = json.dumps({"id": 1, "result": {"text": text}}).encode()
+        parsed = splice.loads(body)
+        spliced += isinstance(parsed["result"]["text"], splice.Spliced)
+        assert orjson.loads(splice.dumps(parsed)) == orjson.loads(body)
+    # Only where a surrogate pair is cut is the body parsed whole.
+    assert spliced >= 10
 
 
 # -- the room of answers in flight ---------------------------------------------

@@ -49,7 +49,7 @@ class LongEvent(Event):
     its bytes undecoded in `raw` (`data` is empty), one copy of a large answer
     where joining, splitting and decoding made four."""
 
-    raw: memoryview
+    raw: bytearray
 
 
 # A line this long, of a decoder made with `long_data`, grows in one buffer
@@ -87,7 +87,7 @@ class SSEDecoder:
         self._partial_size = 0
         self._skip_lf = False  # the previous chunk ended with CR: a leading LF is its CRLF
         self._start = True  # nothing of the stream seen yet: a BOM may come
-        self._data: list[str | memoryview] = []
+        self._data: list[str | bytearray] = []
         self._event = ""
         self._id = ""  # the last event ID buffer
         # The reconnection time the stream asked for (`retry`, milliseconds).
@@ -182,9 +182,10 @@ class SSEDecoder:
         if not line.startswith(b"data:"):
             self._field(bytes(line))
             return
-        start = 6 if line[5:6] == b" " else 5
-        self._data.append(memoryview(line)[start:])
-        self._data_size += len(line) - start
+        # In place: a bytearray drops its first bytes without moving the rest.
+        del line[: 6 if line[5:6] == b" " else 5]
+        self._data.append(line)
+        self._data_size += len(line)
 
     def _check_size(self) -> None:
         if self._max is not None and self._partial_size + self._data_size > self._max:
@@ -215,7 +216,7 @@ class SSEDecoder:
             return None
         self._data = []
         self._data_size = 0
-        if len(data) == 1 and isinstance(data[0], memoryview):
+        if len(data) == 1 and isinstance(data[0], bytearray):
             long = LongEvent(event or "message", "", self._id)
             long.raw = data[0]
             return long

@@ -197,7 +197,7 @@ class HttpExchange:
             await self._response.aclose()
 
 
-async def _parsed_event(raw: memoryview, what: str) -> Any:
+async def _parsed_event(raw: bytearray, what: str) -> Any:
     """A long SSE data line: as a JSON body, unless it is not UTF-8, which the
     decoder would have replaced (WHATWG "UTF-8 decode") before parsing."""
     try:
@@ -212,7 +212,7 @@ async def _parsed_event(raw: memoryview, what: str) -> Any:
 _SPLICED = frozenset({"tools/call", "resources/read", "prompts/get"})
 
 
-async def _parsed(body: splice.Buffer, what: str) -> Any:
+async def _parsed(body: bytes | bytearray, what: str) -> Any:
     """A JSON answer's body parsed; a large answer to a call with its large
     strings left in its bytes (app/splice.py), once there is room for them
     among the answers in flight, given back when they are freed
