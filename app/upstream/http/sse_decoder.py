@@ -109,13 +109,17 @@ class SSEDecoder:
         if self._partial:
             self._partial.append(chunk)
             self._partial_size += len(chunk)
+            if self._long_ok and not self._start and self._partial_size >= LONG_LINE:
+                # A long line from here on, whether or not this chunk ends it.
+                self._partial.pop()
+                self._partial_size -= len(chunk)
+                self._long = bytearray()
+                for piece in self._partial:
+                    self._long += piece
+                self._partial = []
+                return self._feed_long(chunk)
             if not self._start and b"\n" not in chunk and b"\r" not in chunk:
                 self._check_size()  # the line goes on
-                if self._long_ok and self._partial_size >= LONG_LINE:
-                    self._long = bytearray()
-                    for piece in self._partial:
-                        self._long += piece
-                    self._partial = []
                 return []
             chunk = b"".join(self._partial)
             self._partial = []
