@@ -180,6 +180,15 @@ class Settings(BaseSettings):
         description="bytes of one upstream answer (decoded); a larger one ends the call "
         "with -32603 and its connection is closed",
     )
+    # The bytes of large upstream answers (from app/splice.py's MIN_BODY up) held
+    # at once, across all callers: an answer waits up to 5 s for room, then its
+    # caller gets 503; one larger than this is served alone (bench/answers.py).
+    max_answer_bytes_in_flight: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="bytes of large upstream answers in flight across all callers; beyond "
+        "them an answer waits up to 5 s, then its caller gets 503 with Retry-After",
+    )
     # An idle pooled upstream connection is dropped after this long: shorter
     # than the idle timeout of the common servers (uvicorn's and Node's are
     # 5 s), so the gateway never picks a connection the server is closing at

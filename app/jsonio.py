@@ -7,15 +7,19 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from app import splice
+
 JSONDecodeError = orjson.JSONDecodeError
 
 
-def loads(data: bytes | bytearray | str) -> Any:
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
     return orjson.loads(data)
 
 
 def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
+    # A large answer's strings still in its bytes (app/splice.py) are written
+    # out whole here; the answer writer sends them as pieces (splice.dumps_chunks).
+    return splice.dumps(obj)
 
 
 def dumps_sorted(obj: Any) -> bytes:

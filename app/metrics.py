@@ -70,6 +70,8 @@ UPSTREAM_ERROR_KINDS = (
     "SessionExpired",
     "PoolExhausted",
     "SessionShareExceeded",
+    # Large answers in flight held MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT (app/splice.py).
+    "AnswerRoomFull",
     "StdioProcessExited",
     # The era probe a caller's call needed was refused with an answer naming no era.
     "EraInconclusive",

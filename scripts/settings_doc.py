@@ -64,6 +64,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("request_timeout_s", "Seconds an upstream request may go without data"),
             ("max_upstream_connections", "HTTP connections to the upstream, per pool"),
             ("max_upstream_answer_bytes", "Bytes of one upstream answer or SSE event"),
+            ("max_answer_bytes_in_flight", "Bytes of large answers held at once, all callers"),
         ],
     ),
     (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from app import splice
 from app.config import Settings, command_argv
 from app.upstream.base import Transport
 from app.upstream.era import Era, EraProbe
@@ -94,6 +95,8 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
         # calls the transport could make room for.
         return stdio, settings.max_sessions
     assert settings.upstream_url is not None  # one of the two: app/config.py
+    # One bound for the whole process: every upstream's answers share it.
+    splice.ROOM.limit = settings.max_answer_bytes_in_flight
     client = build_client(
         connect_timeout_s=settings.connect_timeout_s,
         max_connections=settings.max_upstream_connections,

@@ -76,6 +76,11 @@ class SessionShareExceeded(PoolExhausted):
     status = 429
 
 
+class AnswerRoomFull(PoolExhausted):
+    """Large answers in flight already hold MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT
+    and none gave room back within the wait (app/splice.py): 503, Retry-After."""
+
+
 def too_large(limit: int, what: str) -> UpstreamAnswerTooLarge:
     """An answer over MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES (every transport's), logged."""
     log.warning(

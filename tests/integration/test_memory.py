@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,128 @@ def test_task_results_nobody_polls_leave_memory_at_their_ttl(
     assert peak - before > TASK_OWNERS * RESULT_MB / 2, (before, peak)
     assert after < peak - TASK_OWNERS * RESULT_MB / 2, (before, peak, after)
     assert _swept(log) == TASK_OWNERS
+
+
+# -- a large answer ---------------------------------------------------------------
+
+ANSWER_BYTES = 50 * 1000 * 1000
+# Peak RSS growth while one answer passes, as a multiple of the answer: the
+# upstream's bytes once, and what the writer and the allocator hold around them
+# (bench/answers.py measures 1.0-1.06x at 10 and 50 MB on the development image;
+# 3x as JSON and 4x as SSE before the answer was parsed as its skeleton,
+# app/splice.py).
+ANSWER_GROWTH_BOUND = 1.5
+
+
+def _peak_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field}")
+
+
+def _large_call(
+    http: httpx.Client, url: str, client: str, accept: str, size: int = ANSWER_BYTES
+) -> httpx.Response:
+    arguments = {"bytes": size}
+    if client == "modern":
+        message = wire.body("tools/call", {"name": "large_result", "arguments": arguments})
+        return http.post(url, json=message, headers={**wire.headers_for(message), "accept": accept})
+    base = {"content-type": "application/json", "accept": accept}
+    opened = http.post(url, json=wire.legacy_initialize(), headers=base)
+    assert opened.status_code == 200, opened.text[:300]
+    session = {
+        **base,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": wire.answer_messages(opened)[-1]["result"]["protocolVersion"],
+    }
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert http.post(url, json=note, headers=session).status_code == 202
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "large_result", "arguments": arguments},
+    }
+    return http.post(url, json=call, headers=session)
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def answer_form(request: pytest.FixtureRequest, logs_dir: Path) -> Iterator[tuple[str, str]]:
+    """The SDK's legacy server answering in JSON (`--json-response`) or on SSE."""
+    extra = ["--json-response"] if request.param == "json" else []
+    log = logs_dir / f"memory-large-{request.param}-upstream.log"
+    with procs.legacy_server(procs.free_port(), *extra, log_path=log) as upstream:
+        yield request.param, upstream
+
+
+@pytest.mark.parametrize("client", ["modern", "legacy"])
+def test_a_50_mb_answer_costs_the_gateway_at_most_one_and_a_half_times_its_size(
+    answer_form: tuple[str, str], client: str, logs_dir: Path
+) -> None:
+    """JSON: the upstream answers in JSON, the gateway too. SSE: the upstream
+    answers on SSE and the client accepts only SSE, so the gateway frames the
+    answer as an event. Checked failing before the answer was parsed as its
+    skeleton: +143 MiB (JSON) and +191 MiB (SSE) for the 47.7 MiB answer."""
+    form, upstream = answer_form
+    accept = wire.ACCEPT_BOTH if form == "json" else "text/event-stream"
+    log = logs_dir / f"memory-large-{form}-{client}-gateway.log"
+    env = {"MCP_SHIM_WORKERS": "1"}
+    with (
+        procs.gateway_process(upstream, procs.free_port(), env, log_path=log) as (base, proc),
+        httpx.Client(timeout=120.0) as http,
+    ):
+        # What any call loads, loaded first.
+        small = wire.body("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        assert wire.post(http, base + "/mcp", small, wire.headers_for(small)).status_code == 200
+        before = _peak_kib(proc.pid, "VmRSS")
+        answer = _large_call(http, base + "/mcp", client, accept)
+        grown_mib = (_peak_kib(proc.pid, "VmHWM") - before) / 1024
+    assert answer.status_code == 200, answer.text[:300]
+    expected_type = "application/json" if form == "json" else "text/event-stream"
+    assert answer.headers["content-type"].startswith(expected_type)
+    text = wire.answer_messages(answer)[-1]["result"]["content"][0]["text"]
+    assert len(text) == ANSWER_BYTES
+    answer_mib = ANSWER_BYTES / (1024 * 1024)
+    print(f"{form} {client}: +{grown_mib:.1f} MiB peak ({grown_mib / answer_mib:.2f}x)")
+    assert grown_mib <= ANSWER_GROWTH_BOUND * answer_mib, f"+{grown_mib:.1f} MiB"
+
+
+@pytest.mark.parametrize("client", ["modern", "legacy"])
+def test_answers_beyond_the_bytes_in_flight_wait_then_get_503(
+    client: str, legacy_url: str, logs_dir: Path
+) -> None:
+    """An answer held by a client that does not read it (the whole bound's
+    worth, let in alone) leaves no room: a second large answer waits 5 s, then
+    its caller gets 503 with Retry-After and the setting's name; small answers
+    are not counted. Once the first is read, the second comes through."""
+    log = logs_dir / f"memory-room-{client}-gateway.log"
+    env = {"MCP_SHIM_WORKERS": "1", "MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT": str(1024 * 1024)}
+    with (
+        procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, _),
+        httpx.Client(timeout=120.0) as http,
+    ):
+        url = base + "/mcp"
+        held = {"name": "large_result", "arguments": {"bytes": 40 * 1000 * 1000}}
+        message = wire.body("tools/call", held)
+        # Larger than loopback's socket buffers: most of it stays in the gateway.
+        with http.stream("POST", url, json=message, headers=wire.headers_for(message)) as first:
+            assert first.status_code == 200
+            started = time.monotonic()
+            second = _large_call(http, url, client, wire.ACCEPT_BOTH, 2 * 1000 * 1000)
+            waited = time.monotonic() - started
+            small = wire.body("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+            echo = wire.post(http, url, small, wire.headers_for(small))
+            assert echo.status_code == 200, echo.text[:300]
+            first.read()
+            answer = wire.answer_messages(first)[-1]
+        assert len(answer["result"]["content"][0]["text"]) == 40 * 1000 * 1000
+        assert second.status_code == 503, second.text[:300]
+        assert second.headers["retry-after"] == "5"
+        error = wire.answer_messages(second)[-1]["error"]
+        assert "MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT" in error["message"], error
+        assert waited >= 5
+        again = _large_call(http, url, client, wire.ACCEPT_BOTH, 2 * 1000 * 1000)
+        assert again.status_code == 200, again.text[:300]
+    refused = [e for e in wire.log_lines(log) if e.get("event") == "answer_room_full"]
+    assert refused and refused[0]["setting"] == "MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT"

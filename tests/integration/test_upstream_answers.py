@@ -200,9 +200,9 @@ def test_large_tool_results_of_the_sdk_server_come_through(
 def test_large_answers_come_through_with_flat_memory(
     client: str, sse: bool, size: int, tmp_path: Path
 ) -> None:
-    """The gateway's peak RSS grows by a small multiple of the answer: it
-    holds the body, its parsed form and the client's bytes, not copies of
-    them per buffer."""
+    """The gateway's peak RSS grows by about the answer: it holds the body
+    once, its large strings written to the client from there (app/splice.py),
+    not copies of it per buffer."""
     with misbehaving_upstream() as upstream, gateway(upstream, tmp_path / "gw.log") as (url, pid):
         call = modern_call if client == "modern" else legacy_call
         before = memory_kib(pid, "VmRSS")
@@ -210,7 +210,8 @@ def test_large_answers_come_through_with_flat_memory(
         grown_mb = (memory_kib(pid, "VmHWM") - before) / 1024
         assert len(text) == size
         print(f"{client} {'sse' if sse else 'json'} {size / MB:g} MB: +{grown_mb:.0f} MiB peak")
-        # Measured (2 cores, shared): 50 MB JSON +143-151 MiB, SSE +191-199 MiB,
-        # about 3 and 4 times the answer's 47.7 MiB: the body, its parsed form
-        # and the client's bytes (and, for SSE, its framed event) at once.
-        assert grown_mb < 5 * size / (1024 * 1024) + 16, grown_mb
+        # Measured (2 cores, shared): 50 MB +143-151 MiB as JSON and +191-199 MiB
+        # on SSE, 3 and 4 times the answer's 47.7 MiB, while the body, its parsed
+        # form and the client's bytes were held at once; about 1.1 times since
+        # (bench/answers.py).
+        assert grown_mb < 1.5 * size / (1024 * 1024) + 16, grown_mb

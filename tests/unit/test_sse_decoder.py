@@ -165,3 +165,51 @@ async def test_events_of_chunks_and_the_chunks_closed_with_them() -> None:
 async def _first(stream: AsyncIterator[Event], n: int) -> AsyncIterator[Event]:
     for _ in range(n):
         yield await anext(stream)
+
+
+# -- long data lines kept as bytes (long_data) -------------------------------------
+
+_LONG = b"x" * (sse_decoder.LONG_LINE + 100)
+LONG_STREAMS = [
+    b"event: message\r\ndata: " + _LONG + b"\r\n\r\n",
+    b"id: 7\ndata:" + _LONG + b"\n\ndata: small\n\n",
+    b"data: " + _LONG + b"\ndata: second line\n\n",  # two data lines: joined, decoded
+    b": comment " + _LONG + b"\rdata: after\r\r",
+    b"data: " + _LONG + b"\xff\xfe\n\n",  # not UTF-8: decoded with replacement
+    b"event: " + _LONG[:300_000] + b"\ndata: d\n\n",
+]
+
+
+def _decoded(events: list[Event]) -> list[tuple[str, str, str]]:
+    out = []
+    for event in events:
+        if isinstance(event, sse_decoder.LongEvent):
+            out.append((event.event, str(event.raw, "utf-8", "replace"), event.id))
+        else:
+            out.append((event.event, event.data, event.id))
+    return out
+
+
+@pytest.mark.parametrize("stream", LONG_STREAMS, ids=range(len(LONG_STREAMS)))
+@pytest.mark.parametrize("piece", [1000, 65536, 200_000, 300_000, 10**7])
+def test_long_lines_kept_as_bytes_mean_what_the_decoded_ones_mean(
+    stream: bytes, piece: int
+) -> None:
+    plain, long = SSEDecoder(), SSEDecoder(long_data=True)
+    expected: list[Event] = []
+    got: list[Event] = []
+    for at in range(0, len(stream), piece):
+        expected += plain.feed(stream[at : at + piece])
+        got += long.feed(stream[at : at + piece])
+    assert _decoded(got) == _decoded(expected)
+    assert long.last_event_id == plain.last_event_id
+    # A data line that came in pieces past LONG_LINE is handed over as bytes.
+    if piece < len(stream) and stream.startswith((b"event: message", b"id: 7")):
+        assert isinstance(got[0], sse_decoder.LongEvent)
+
+
+def test_a_long_line_counts_against_the_event_bound() -> None:
+    decoder = SSEDecoder(sse_decoder.LONG_LINE * 2, long_data=True)
+    with pytest.raises(sse_decoder.EventTooLarge):
+        for at in range(0, 3 * sse_decoder.LONG_LINE, 65536):
+            decoder.feed(b"data: " + b"x" * 65536 if at == 0 else b"x" * 65536)

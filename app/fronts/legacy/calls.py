@@ -30,6 +30,7 @@ from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
 from app.upstream.base import Exchange, Message, read_stopper
 from app.upstream.errors import (
+    PoolExhausted,
     SessionExpired,
     UpstreamAuthChallenge,
     UpstreamError,
@@ -190,7 +191,13 @@ class LegacyCalls:
                 progress.answered = True
                 session.open_requests.pop(request.id, None)
                 failure = upstream_failure(exc, request.id)
-                yield Outgoing(failure.to_message(), True, failure.http_status)
+                # A gateway's bound (the answers in flight, app/splice.py): when to retry.
+                retry = (
+                    (("retry-after", str(exc.retry_after_s)),)
+                    if isinstance(exc, PoolExhausted)
+                    else ()
+                )
+                yield Outgoing(failure.to_message(), True, failure.http_status, headers=retry)
             finally:
                 if self._cancels.get(call_key) is cancel:
                     del self._cancels[call_key]

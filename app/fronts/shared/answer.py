@@ -10,10 +10,12 @@ from typing import Any
 
 from starlette.responses import Response
 
-from app import jsonio, write_coalescer
+from app import splice, write_coalescer
 from app.call import Outgoing, mark
 from app.client_held import ClientHeld, Receive, Scope, Send
 from app.http_protocol import ConnectionLink
+
+Chunk = bytes | bytearray | memoryview
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
@@ -25,11 +27,21 @@ _SSE_HEADERS = [
 
 
 def sse_event(message: dict[str, Any], event_id: str | None = None) -> bytes:
-    data = b"data: " + jsonio.dumps(message) + b"\n\n"
-    if event_id is None:
-        return b"event: message\n" + data
+    return b"".join(sse_event_chunks(message, event_id))
+
+
+def sse_event_chunks(message: dict[str, Any], event_id: str | None = None) -> list[Chunk]:
+    """One event in pieces: the framing is not concatenated with a large
+    message, and its large strings stay the upstream's bytes (app/splice.py;
+    bench/answers.py measures the peak RSS of an answer)."""
     # An SSE line cannot hold a line break; ids come from the upstream's own SSE lines.
-    return b"id: " + event_id.encode() + b"\nevent: message\n" + data
+    head = b"event: message\ndata: "
+    if event_id is not None:
+        head = b"id: " + event_id.encode() + b"\n" + head
+    body = splice.dumps_chunks(message)
+    if len(body) == 1 and len(body[0]) <= _PIECE:
+        return [head + body[0] + b"\n\n"]
+    return [head, *body, b"\n\n"]
 
 
 _KEEPALIVE = b":\n\n"
@@ -37,7 +49,7 @@ _KEEPALIVE = b":\n\n"
 _PIECE = 64 * 1024
 
 
-def _frame(out: Outgoing) -> bytes:
+def _frame(out: Outgoing) -> bytes | list[Chunk]:
     # streamable-http "Receiving Messages": a comment line keeps quiet
     # long-lived streams open through intermediaries.
     if out.keepalive:
@@ -46,7 +58,7 @@ def _frame(out: Outgoing) -> bytes:
         return (
             _KEEPALIVE if out.event_id is None else b"id: " + out.event_id.encode() + b"\ndata:\n\n"
         )
-    return sse_event(out.message, out.event_id)
+    return sse_event_chunks(out.message, out.event_id)
 
 
 class ClientStalled(Exception):
@@ -126,7 +138,7 @@ class CallAnswer(Response):
                 # inspects first; not a 200 around an error event.
                 self._status = final.status
                 await self._start_sse(send, final.status, final.headers)
-                await self._write(send, sse_event(final.message), more=False)
+                await self._write(send, sse_event_chunks(final.message), more=False)
             return
         await self._start_sse(send)
         await self._write(send, _frame(first), more=True)
@@ -137,7 +149,7 @@ class CallAnswer(Response):
             await self._write(send, _frame(out), more=True)
         await self._write(send, b"", more=False)
 
-    async def _write(self, send: Send, body: bytes, *, more: bool) -> None:
+    async def _write(self, send: Send, body: bytes | list[Chunk], *, more: bool) -> None:
         # uvicorn's send waits for the transport to drain only before a write
         # that finds it already paused; the write itself never blocks, so one
         # large body would go whole into the transport's buffer and a client
@@ -148,23 +160,31 @@ class CallAnswer(Response):
         # not wait (uvicorn's `RequestResponseCycle.send`): it is timed only
         # when it can wait, an asyncio.timeout per write was 2-3% of the hot
         # path (bench/README.md).
+        chunks = [body] if isinstance(body, bytes) else body
         try:
-            for start in range(0, max(len(body), 1), _PIECE):
-                piece = body[start : start + _PIECE]
-                last = start + _PIECE >= len(body)
-                message: dict[str, Any] = {
-                    "type": "http.response.body",
-                    "body": piece,
-                    "more_body": more or not last,
-                }
-                if self._link is not None and not self._link.write_paused:
-                    # The send cannot wait: nothing to time.
-                    await send(message)
-                    continue
-                async with asyncio.timeout(self._write_timeout_s):
-                    await send(message)
+            for i, chunk in enumerate(chunks):
+                last_chunk = i == len(chunks) - 1
+                await self._write_chunk(send, chunk, more=more or not last_chunk)
         except TimeoutError:
             raise ClientStalled from None
+
+    async def _write_chunk(self, send: Send, chunk: Chunk, *, more: bool) -> None:
+        for start in range(0, max(len(chunk), 1), _PIECE):
+            # A piece of an upstream's bytes (a memoryview: app/splice.py)
+            # becomes bytes of its own, as a slice of bytes does.
+            piece = bytes(chunk[start : start + _PIECE])
+            last = start + _PIECE >= len(chunk)
+            message: dict[str, Any] = {
+                "type": "http.response.body",
+                "body": piece,
+                "more_body": more or not last,
+            }
+            if self._link is not None and not self._link.write_paused:
+                # The send cannot wait: nothing to time.
+                await send(message)
+                continue
+            async with asyncio.timeout(self._write_timeout_s):
+                await send(message)
 
     async def _start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         message: dict[str, Any] = {
@@ -183,22 +203,26 @@ class CallAnswer(Response):
         self._started = True
 
     async def _send_json(self, send: Send, out: Outgoing) -> None:
-        body = jsonio.dumps(out.message)
+        # A large answer's strings stay the upstream's bytes (app/splice.py):
+        # no second copy of them is made to write it (bench/answers.py).
+        chunks = splice.dumps_chunks(out.message)
         self._status = out.status
         link = self._link
-        if len(body) <= _PIECE and link is not None:
-            # One write for the whole answer when the connection allows it; a
-            # larger body goes in pieces, each waiting for the client to read.
-            if link.write_whole(out.status, [*_JSON_HEADERS, *_encoded(out.headers)], body):
-                self._started = True
-                return
+        if len(chunks) == 1:
+            body = chunks[0]
+            if len(body) <= _PIECE and link is not None and isinstance(body, bytes):
+                # One write for the whole answer when the connection allows it; a
+                # larger body goes in pieces, each waiting for the client to read.
+                if link.write_whole(out.status, [*_JSON_HEADERS, *_encoded(out.headers)], body):
+                    self._started = True
+                    return
         headers = [
             *_JSON_HEADERS,
-            (b"content-length", str(len(body)).encode()),
+            (b"content-length", str(sum(len(c) for c in chunks)).encode()),
             *_encoded(out.headers),
         ]
         await self._start(send, out.status, headers)
-        await self._write(send, body, more=False)
+        await self._write(send, chunks, more=False)
 
     async def _start_sse(
         self, send: Send, status: int = 200, extra: tuple[tuple[str, str], ...] = ()

@@ -44,12 +44,28 @@ class Event(NamedTuple):
     id: str = ""
 
 
+class LongEvent(Event):
+    """An event of a decoder made with `long_data` whose data is one long line:
+    its bytes undecoded in `raw` (`data` is empty), one copy of a large answer
+    where joining, splitting and decoding made four."""
+
+    raw: bytearray
+
+
+# A line this long, of a decoder made with `long_data`, grows in one buffer
+# (in place, mremap), not in pieces joined, split and decoded at its end
+# (bench/answers.py measures the peak RSS of a large answer on SSE).
+LONG_LINE = 256 * 1024
+
+
 class SSEDecoder:
     __slots__ = (
         "_data",
         "_data_size",
         "_event",
         "_id",
+        "_long",
+        "_long_ok",
         "_max",
         "_partial",
         "_partial_size",
@@ -59,8 +75,11 @@ class SSEDecoder:
         "retry",
     )
 
-    def __init__(self, max_event_bytes: int | None = None) -> None:
+    def __init__(self, max_event_bytes: int | None = None, *, long_data: bool = False) -> None:
         self._max = max_event_bytes
+        self._long_ok = long_data
+        # A long line being read (`long_data`): its bytes so far, in one buffer.
+        self._long: bytearray | None = None
         self._data_size = 0  # bytes of the data lines buffered for the event
         # An unfinished line (or the first bytes, for the BOM), in the pieces it
         # came in: a long line is joined once, when it ends, not at every chunk.
@@ -68,7 +87,7 @@ class SSEDecoder:
         self._partial_size = 0
         self._skip_lf = False  # the previous chunk ended with CR: a leading LF is its CRLF
         self._start = True  # nothing of the stream seen yet: a BOM may come
-        self._data: list[str] = []
+        self._data: list[str | bytearray] = []
         self._event = ""
         self._id = ""  # the last event ID buffer
         # The reconnection time the stream asked for (`retry`, milliseconds).
@@ -85,9 +104,20 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
+        if self._long is not None:
+            return self._feed_long(chunk)
         if self._partial:
             self._partial.append(chunk)
             self._partial_size += len(chunk)
+            if self._long_ok and not self._start and self._partial_size >= LONG_LINE:
+                # A long line from here on, whether or not this chunk ends it.
+                self._partial.pop()
+                self._partial_size -= len(chunk)
+                self._long = bytearray()
+                for piece in self._partial:
+                    self._long += piece
+                self._partial = []
+                return self._feed_long(chunk)
             if not self._start and b"\n" not in chunk and b"\r" not in chunk:
                 self._check_size()  # the line goes on
                 return []
@@ -123,6 +153,44 @@ class SSEDecoder:
         self._check_size()
         return events
 
+    def _feed_long(self, chunk: bytes) -> list[Event]:
+        """A chunk of a long line: appended up to the line's end, if it has one."""
+        assert self._long is not None
+        ends = [at for at in (chunk.find(b"\n"), chunk.find(b"\r")) if at != -1]
+        if not ends:
+            self._long += chunk
+            self._partial_size += len(chunk)
+            self._check_size()
+            return []
+        cut = min(ends)
+        self._long += chunk[:cut]
+        self._partial_size += cut
+        self._check_size()
+        line, self._long = self._long, None
+        self._partial_size = 0
+        self._long_field(line)
+        rest = chunk[cut:]
+        if rest.startswith(b"\r\n"):
+            rest = rest[2:]
+        elif rest == b"\r":
+            self._skip_lf = True
+            return []
+        else:
+            rest = rest[1:]
+        return self.feed(rest)
+
+    def _long_field(self, line: bytearray) -> None:
+        """A long line: a data line's value kept as bytes (the rest as any line)."""
+        if line.startswith(b":"):
+            return
+        if not line.startswith(b"data:"):
+            self._field(bytes(line))
+            return
+        # In place: a bytearray drops its first bytes without moving the rest.
+        del line[: 6 if line[5:6] == b" " else 5]
+        self._data.append(line)
+        self._data_size += len(line)
+
     def _check_size(self) -> None:
         if self._max is not None and self._partial_size + self._data_size > self._max:
             raise EventTooLarge(self._max)
@@ -152,7 +220,12 @@ class SSEDecoder:
             return None
         self._data = []
         self._data_size = 0
-        return Event(event or "message", "\n".join(data), self._id)
+        if len(data) == 1 and isinstance(data[0], bytearray):
+            long = LongEvent(event or "message", "", self._id)
+            long.raw = data[0]
+            return long
+        text = [d if isinstance(d, str) else str(d, "utf-8", "replace") for d in data]
+        return Event(event or "message", "\n".join(text), self._id)
 
 
 async def events(

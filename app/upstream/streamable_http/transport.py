@@ -15,12 +15,13 @@ from typing import Any
 import httpx
 import structlog
 
-from app import jsonio, tracing
+from app import jsonio, splice, tracing
 from app.call import mark
 from app.deadline import StepDeadline
 from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import (
+    AnswerRoomFull,
     SessionExpired,
     UpstreamAuthChallenge,
     UpstreamError,
@@ -31,7 +32,7 @@ from app.upstream.errors import (
 from app.upstream.http import h1
 from app.upstream.http.client import UpstreamClient, library_errors
 from app.upstream.http.interface import Answer
-from app.upstream.http.sse_decoder import SSEDecoder
+from app.upstream.http.sse_decoder import LongEvent, SSEDecoder
 from translators.registry import Version, get_version
 
 SESSION_HEADER = "mcp-session-id"
@@ -136,7 +137,7 @@ class HttpExchange:
     async def _read_json(self) -> list[Message]:
         with library_errors(self._what):
             body = await self._body()
-            parsed = jsonio.loads(body) if body else None
+            parsed = await _parsed(body, self._what) if body else None
         if parsed is None:
             return []
         if not isinstance(parsed, dict | list):
@@ -156,15 +157,20 @@ class HttpExchange:
 
     async def _read_events(self) -> AsyncGenerator[Message, None]:
         response = self._response
-        decoder = SSEDecoder(self._limit)
+        decoder = SSEDecoder(self._limit, long_data=True)
         with library_errors(self._what):
             async for chunk in response.aiter_bytes():
                 for event in decoder.feed(chunk):
                     if event.id:
                         self.last_event_id = event.id
-                    if not event.data or event.event != "message":
+                    long = isinstance(event, LongEvent)
+                    if event.event != "message" or not (event.data or long):
                         continue
-                    for message in _messages_of(jsonio.loads(event.data)):
+                    if isinstance(event, LongEvent):
+                        parsed = await _parsed_event(event.raw, self._what)
+                    else:
+                        parsed = jsonio.loads(event.data)
+                    for message in _messages_of(parsed):
                         yield message
                 # 2025-11-25 priming events carry an id and no data: not
                 # dispatched, but their id is the stream's last one.
@@ -190,6 +196,49 @@ class HttpExchange:
                 await events.aclose()
         with contextlib.suppress(Exception):
             await self._response.aclose()
+
+
+async def _parsed_event(raw: bytearray, what: str) -> Any:
+    """A long SSE data line: as a JSON body, unless it is not UTF-8, which the
+    decoder would have replaced (WHATWG "UTF-8 decode") before parsing."""
+    try:
+        return await _parsed(raw, what)
+    except jsonio.JSONDecodeError:
+        return jsonio.loads(str(raw, "utf-8", "replace"))
+
+
+# The answers whose large strings stay in their bytes (app/splice.py): what a
+# call answers with, written to its caller and dropped. Others (a list the
+# gateway caches, a GET stream's events) are parsed whole, outside the bound.
+_SPLICED = frozenset({"tools/call", "resources/read", "prompts/get"})
+
+
+async def _parsed(body: bytes | bytearray, what: str) -> Any:
+    """A JSON answer's body parsed; a large answer to a call with its large
+    strings left in its bytes (app/splice.py), once there is room for them
+    among the answers in flight, given back when they are freed
+    (bench/answers.py measures both)."""
+    size = len(body)
+    if size < splice.MIN_BODY or what not in _SPLICED:
+        return jsonio.loads(body)
+    room = splice.ROOM
+    if not await room.take(size):
+        log.warning(
+            "answer_room_full",
+            size=size,
+            in_flight=room.in_flight,
+            setting="MCP_SHIM_MAX_ANSWER_BYTES_IN_FLIGHT",
+        )
+        raise AnswerRoomFull(room.refusal(size), retry_after_s=max(1, round(room.wait_s)))
+    try:
+        parsed = splice.loads(body)
+    except BaseException:
+        room.give(size)
+        raise
+    if not splice.hold(parsed, lambda: room.give(size)):
+        # Parsed whole: the body is freed on return, its parsed form is the call's.
+        room.give(size)
+    return parsed
 
 
 async def _close(response: Answer) -> None:
