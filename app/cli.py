@@ -11,7 +11,7 @@ import os
 import resource
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from importlib import metadata
 
 import structlog
@@ -481,7 +481,7 @@ def received_state_key(args: argparse.Namespace) -> str | None:
         sys.exit(2)
 
 
-def checked_settings(key: str | None) -> Settings:
+def checked_settings(key: str | None, flags: Collection[str] = ()) -> Settings:
     """The settings every command runs with, checked as `serve` checks them
     (unknown variables, every value, the workers' ports); exit 2 with the
     message otherwise. Whether the address can be listened on is serve's alone:
@@ -490,7 +490,7 @@ def checked_settings(key: str | None) -> Settings:
         settings = load_settings(state_key=key)
         workers.worker_addresses(settings, workers.worker_count(settings))
     except SettingsError as exc:
-        print(f"mcp-shim: {exc}", file=sys.stderr)
+        print(f"mcp-shim: {settings_command.with_flag_names(str(exc), flags)}", file=sys.stderr)
         sys.exit(2)
     return settings
 
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     from_environment = {name.upper() for name in os.environ}
     flags = settings_command.apply_flags(args, os.environ)
-    settings = checked_settings(key)
+    settings = checked_settings(key, flags)
     if args.command == "config":
         table = settings_command.rows(settings, flags, from_environment)
         render = settings_command.as_json if args.json else settings_command.render

@@ -97,6 +97,16 @@ def apply_flags(args: argparse.Namespace, environ: MutableMapping[str, str]) -> 
     return given
 
 
+def with_flag_names(message: str, given: Collection[str]) -> str:
+    """A settings error `message` naming, under it, the flag that set each
+    variable it names: a `--port 70000` is reported as MCP_SHIM_PORT='70000'."""
+    for flag in FLAGS:
+        name = variable(flag.field)
+        if name in given and name in message:
+            message += f"\n  ({name} was given as {flag.option})"
+    return message
+
+
 def _unset(environ: MutableMapping[str, str], name: str) -> None:
     # pydantic-settings reads names without regard to case.
     for key in [key for key in environ if key.upper() == name]:

@@ -255,3 +255,10 @@ def test_flag_help_names_the_variable() -> None:
     text = parser.format_help()
     for flag in settings_command.FLAGS:
         assert flag.option in text and f"MCP_SHIM_{flag.field.upper()}" in text
+
+
+def test_an_error_names_the_flag_that_set_the_variable() -> None:
+    message = "invalid configuration:\n  MCP_SHIM_PORT='70000' is out of range"
+    noted = settings_command.with_flag_names(message, {"MCP_SHIM_PORT", "MCP_SHIM_HOST"})
+    assert noted == message + "\n  (MCP_SHIM_PORT was given as --port)"
+    assert settings_command.with_flag_names(message, set()) == message
