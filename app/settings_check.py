@@ -91,9 +91,13 @@ def csv_list(value: object, field: str) -> object:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+# A URL's user:password@, its scheme optional (a value missing it is quoted too).
+_USERINFO = re.compile(r"^(\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^/@:]*:)[^/@]*@")
+
+
 def mask_userinfo(text: str) -> str:
     """`text` with a URL's password, if any, replaced by ***."""
-    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", text)
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def error_lines(exc: ValidationError, model: type[BaseModel]) -> list[str]:
