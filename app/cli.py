@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import difflib
 import functools
 import os
 import resource
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from importlib import metadata
 
 import structlog
@@ -19,7 +20,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import jsonio, logs, metrics, probe, state_key, workers
+from app import jsonio, logs, metrics, probe, settings_command, state_key, workers
 from app.accept_gate import AcceptGate
 from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError, load_settings
@@ -228,11 +229,27 @@ _DESCRIPTION = """\
 Run the mcp-shim gateway: an HTTP endpoint (POST /mcp) that lets MCP clients
 of any protocol revision use an MCP server of another revision.
 
-Configuration is by environment variables, not options: MCP_SHIM_UPSTREAM_URL
-(required) is the MCP endpoint of the server behind the gateway, e.g.
-http://127.0.0.1:3001/mcp; MCP_SHIM_HOST and MCP_SHIM_PORT (default
-127.0.0.1:8080) where the gateway listens. Every MCP_SHIM_* variable is listed
-in docs/settings.md; the few most deployments need are in README.md."""
+Settings are MCP_SHIM_* environment variables; the few people type are flags
+too, each equal to its variable (a flag wins). The upstream (required) is
+MCP_SHIM_UPSTREAM_URL (--upstream), the MCP endpoint of the server behind the
+gateway, e.g. http://127.0.0.1:3001/mcp, or MCP_SHIM_UPSTREAM_COMMAND (--stdio),
+a stdio server the gateway starts. MCP_SHIM_HOST and MCP_SHIM_PORT (--host,
+--port; default 127.0.0.1:8080) are where the gateway listens. An MCP_SHIM_*
+variable that is no setting stops start-up (exit 2) naming the closest one.
+`mcp-shim config` prints every effective setting and where it came from. Every
+variable is listed in docs/settings.md; the few most deployments need are in
+README.md."""
+
+_EPILOG = """\
+examples:
+  MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp mcp-shim
+  mcp-shim --upstream http://127.0.0.1:3001/mcp --port 9000
+  mcp-shim --stdio "npx -y @modelcontextprotocol/server-memory"
+  mcp-shim config --port 9000"""
+
+# The commands people run; `worker` is the supervisor's own (app/workers.py).
+COMMANDS = ("serve", "probe", "config")
+_WORKER = "worker"
 
 
 def _version() -> str:
@@ -242,26 +259,96 @@ def _version() -> str:
         return "unknown"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line: only --help, --version and the `serve` and `probe`
-    subcommands; the settings themselves are environment variables. Unknown
-    arguments exit 2."""
+def _command_word(argv: list[str]) -> str | None:
+    """The first argument that is neither an option nor an option's value: the
+    command, if any. Options are never abbreviated (allow_abbrev=False), so
+    the ones taking a value are known exactly."""
+    takes_value = {state_key.FD_OPTION, *(flag.option for flag in settings_command.FLAGS)}
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--":
+            return None
+        elif arg.startswith("-"):
+            skip = arg in takes_value
+        else:
+            return arg
+    return None
+
+
+def not_a_command(word: str) -> str:
+    """The error for `mcp-shim WORD` where WORD is no command: the commands, and
+    the flag or variable WORD was most likely meant for."""
+    message = f"{word!r} is not a command; the commands are serve (the default), probe and config"
+    guess = difflib.get_close_matches(word, COMMANDS, n=1)
+    if guess:
+        return f"{message}. Did you mean {guess[0]}?"
+    if word.isdigit():
+        hint = f"--port {word} or MCP_SHIM_PORT={word}"
+    elif "://" in word or "/" in word:
+        hint = f"--upstream {word} or MCP_SHIM_UPSTREAM_URL={word}"
+    else:
+        hint = "--upstream URL, --stdio 'CMD ARGS', --port PORT (see --help)"
+    return f"{message}. Settings are flags or MCP_SHIM_* variables, e.g. {hint}"
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-shim",
-        usage="%(prog)s [-h] [--version] [serve | probe [--json] [--timeout SECONDS]]",
+        usage="%(prog)s [-h] [--version] [--host HOST] [--port PORT] "
+        "[--upstream URL | --stdio 'CMD ARGS'] [--workers N]\n"
+        "                [serve | probe [--json] [--timeout SECONDS] | config [--json]]",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Example: MCP_SHIM_UPSTREAM_URL=http://127.0.0.1:3001/mcp mcp-shim",
+        epilog=_EPILOG,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"mcp-shim {_version()}")
     # Internal: MCP_SHIM_STATE_KEY comes from this descriptor (app/state_key.py).
     parser.add_argument(state_key.FD_OPTION, type=int, help=argparse.SUPPRESS)
+    settings_command.add_flags(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     # A subcommand from the start, so that others (a `probe`) can join it.
-    commands.add_parser("serve", help="run the gateway (the default when no command is given)")
-    # Internal: a worker process of MCP_SHIM_WORKERS > 1, started by the supervisor
-    # (app/workers.py). No `help`: not listed.
-    worker = commands.add_parser("worker")
+    serve_parser = commands.add_parser(
+        "serve",
+        prog="mcp-shim serve",
+        help="run the gateway (the default when no command is given)",
+        allow_abbrev=False,
+    )
+    settings_command.add_flags(serve_parser, suppress_defaults=True)
+    probe_parser = commands.add_parser(
+        "probe",
+        prog="mcp-shim probe",
+        help="connect to the upstream once, as the gateway would, and report what is there",
+        description=probe.DESCRIPTION,
+        epilog=probe.EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    probe.add_arguments(probe_parser)
+    settings_command.add_flags(probe_parser, suppress_defaults=True)
+    config_parser = commands.add_parser(
+        "config",
+        prog="mcp-shim config",
+        help="print every effective setting, its value and where it came from",
+        description=settings_command.CONFIG_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    settings_command.add_config_arguments(config_parser)
+    settings_command.add_flags(config_parser, suppress_defaults=True)
+    return parser
+
+
+def _worker_parser() -> argparse.ArgumentParser:
+    """A worker process of MCP_SHIM_WORKERS > 1, started by the supervisor
+    (app/workers.py): a parser of its own, so that neither --help nor an error
+    message names it. Its settings come from the environment the supervisor
+    passes on (flags included, applied there)."""
+    worker = argparse.ArgumentParser(prog="mcp-shim worker", allow_abbrev=False)
+    worker.add_argument(state_key.FD_OPTION, type=int)
+    worker.add_argument("command", choices=[_WORKER])
     worker.add_argument("--index", type=int, required=True)
     worker.add_argument("--listen-fd", type=int, required=True)
     worker.add_argument("--internal-fd", type=int, required=True)
@@ -273,17 +360,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # indexes and the shared load table.
     worker.add_argument("--sibling", action="append", default=[], metavar="INDEX=URL")
     worker.add_argument("--load-board", default=None, metavar="FD:SLOTS")
-    probe.add_arguments(
-        commands.add_parser(
-            "probe",
-            prog="mcp-shim probe",
-            help="connect to the upstream once, as the gateway would, and report what is there",
-            description=probe.DESCRIPTION,
-            epilog=probe.EXIT_CODES_HELP,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-    )
-    return parser.parse_args(argv)
+    return worker
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: --help, --version, the setting flags and the `serve`,
+    `probe` and `config` subcommands. Anything else exits 2 with a message."""
+    arguments = sys.argv[1:] if argv is None else argv
+    word = _command_word(arguments)
+    if word == _WORKER:
+        return _worker_parser().parse_args(arguments)
+    parser = _parser()
+    if word is not None and word not in COMMANDS:
+        parser.error(not_a_command(word))
+    return parser.parse_args(arguments)
 
 
 class NotOnMainPort:
@@ -391,22 +481,43 @@ def received_state_key(args: argparse.Namespace) -> str | None:
         sys.exit(2)
 
 
+def checked_settings(key: str | None, flags: Collection[str] = ()) -> Settings:
+    """The settings every command runs with, checked as `serve` checks them
+    (unknown variables, every value, the workers' ports); exit 2 with the
+    message otherwise. Whether the address can be listened on is serve's alone:
+    a probe or `config` beside a running gateway must not fail for its port."""
+    try:
+        settings = load_settings(state_key=key)
+        workers.worker_addresses(settings, workers.worker_count(settings))
+    except SettingsError as exc:
+        print(f"mcp-shim: {settings_command.with_flag_names(str(exc), flags)}", file=sys.stderr)
+        sys.exit(2)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     key = received_state_key(args)
+    if args.command == "worker":
+        run_worker(args, key)
+        return
     # The key in this process's environment: it is replaced by a process without
     # it (app/state_key.py), or stdio servers could read it in /proc/<pid>/environ.
     in_environ = state_key.ENV_NAME in os.environ
     arguments = sys.argv[1:] if argv is None else argv
+    from_environment = {name.upper() for name in os.environ}
+    flags = settings_command.apply_flags(args, os.environ)
+    settings = checked_settings(key, flags)
+    if args.command == "config":
+        table = settings_command.rows(settings, flags, from_environment)
+        render = settings_command.as_json if args.json else settings_command.render
+        print(render(table))
+        return
     if args.command == "probe":
         if in_environ:
             state_key.exec_module("app.cli", arguments, None)  # the probe has no use for it
         sys.exit(probe.main(args))
-    if args.command == "worker":
-        run_worker(args, key)
-        return
     try:
-        settings = load_settings(state_key=key)
         check_listen_address(settings)
         metrics.check_port(settings.host, settings.metrics_port)
     except SettingsError as exc:
@@ -418,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
         # The supervisor in a fresh interpreter that imports only what it needs
         # (38 MB of RSS instead of this one's 70: the app's modules are the
         # workers'). Same process id, so it may be PID 1 of a container. The
-        # key, if any, by a descriptor as well.
+        # key, if any, by a descriptor as well; the flags are in the environment.
         state_key.exec_module("app.workers", [], key)
     if in_environ:
         state_key.exec_module("app.cli", arguments, key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -19,6 +20,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app import settings_check
 from app.tasks.bounds import TaskLimits, default_limits
 from app.tasks.store import DEFAULT_MAX_RECORD_BYTES
 
@@ -29,14 +31,6 @@ _SPARE_CONNECTIONS = 64
 # processes in a pipe written at once (app/state_key.py), which holds at least
 # one page. About 90 keys of 32 bytes.
 STATE_KEY_MAX_CHARS = 4096
-
-
-def _split_csv(value: object) -> object:
-    # Lists come as comma-separated strings: JSON arrays in environment
-    # variables are a common source of quoting mistakes in compose files.
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    return value
 
 
 class Settings(BaseSettings):
@@ -419,8 +413,10 @@ class Settings(BaseSettings):
         "allowed_origins", "allowed_hosts", "upstream_env", "task_tools", mode="before"
     )
     @classmethod
-    def _csv(cls, value: object) -> object:
-        return _split_csv(value)
+    def _csv(cls, value: object, info: ValidationInfo) -> object:
+        # Lists come as comma-separated strings: JSON arrays in environment
+        # variables are a common source of quoting mistakes in compose files.
+        return settings_check.csv_list(value, info.field_name or "")
 
     @field_validator("metrics_port", "workers", "worker_port_base", mode="before")
     @classmethod
@@ -714,17 +710,13 @@ class SettingsError(Exception):
 
 def load_settings(state_key: str | None = None) -> Settings:
     """The settings from the environment; `state_key`: MCP_SHIM_STATE_KEY when it
-    was handed over by a descriptor rather than the environment (app/state_key.py)."""
+    was handed over by a descriptor rather than the environment (app/state_key.py).
+    An `MCP_SHIM_*` variable that is no setting is an error (app/settings_check.py)."""
+    lines = settings_check.unknown_variables(os.environ, Settings.model_fields)
     try:
-        if state_key is not None:
-            return Settings(state_key=SecretStr(state_key))
-        return Settings()
+        settings = Settings(state_key=SecretStr(state_key)) if state_key is not None else Settings()
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            if not err["loc"]:  # a rule across settings names them itself
-                lines.append(err["msg"].removeprefix("Value error, "))
-                continue
-            field = str(err["loc"][0])
-            lines.append(f"MCP_SHIM_{field.upper()}: {err['msg']}")
+        lines += settings_check.error_lines(exc, Settings)
+    if lines:
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    return settings
