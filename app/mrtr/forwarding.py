@@ -31,6 +31,7 @@ import structlog
 from app import jsonio
 from app.fronts.modern.checks import NAME_FIELD, ModernCall
 from app.mrtr.results import Frame
+from app.quoting import quoted
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.replicas import HOP_HEADER, RelayFailed, ReplicaRelay
 from app.upstream.errors import too_large
@@ -132,7 +133,7 @@ class ReplicaForwarder:
                 ending = "owner_broke_off:answer_too_large"
                 # What an oversized upstream answer gives (the caller's front
                 # turns it into its 502); the relayed connection is closed below.
-                raise too_large(self._limit, call.method) from None
+                raise too_large(self._limit, quoted(call.method)) from None
             finally:
                 await response.aclose()
         finally:

@@ -75,7 +75,7 @@ def test_a_forwarded_answer_over_the_bound_is_an_oversized_upstream_answer(
     assert big.status == direct.status == 502, (big.messages, direct.messages)
     assert big.error["code"] == direct.error["code"] == -32603
     # How the call ended is said first (the direct one's upstream broke its stream off).
-    said = f"the upstream answer to tools/call exceeded {BOUND} bytes (MCP_SHIM_MAX_UPSTREAM_"
+    said = f"the upstream answer to 'tools/call' exceeded {BOUND} bytes (MCP_SHIM_MAX_UPSTREAM_"
     assert said in big.error["message"] and said in direct.error["message"], (big, direct)
     forwarded = [line for line in wire.log_lines(log) if line.get("event") == "mrtr_forwarded"]
     assert len(forwarded) == 2, forwarded

@@ -127,7 +127,7 @@ async def test_an_answer_over_the_bound_is_an_oversized_upstream_answer(
     assert isinstance(failed, UpstreamAnswerTooLarge), frames
     assert failed.status == 502
     assert failed.message == (
-        f"the upstream answer to tools/call exceeded {LIMIT} bytes "
+        f"the upstream answer to 'tools/call' exceeded {LIMIT} bytes "
         "(MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES)"
     )
     # Nothing final was relayed (the progress before the event may have been).
