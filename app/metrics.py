@@ -77,7 +77,7 @@ UPSTREAM_ERROR_KINDS = (
     "EraInconclusive",
 )
 
-# `CallState.outcome` values the code sets (app/fronts/modern/gateway.py, app/mrtr/bridge.py,
+# `CallState.outcome` values the code sets (app/fronts/modern/gateway.py, app/mrtr/,
 # app/subscriptions/listen.py; tests/unit/test_metrics.py checks the list against
 # the source). "error <code>" carries the upstream's code: counted as "error".
 # How a request relayed to the replica (or worker) owning its state ended

@@ -22,5 +22,10 @@ I/O modules:
 - ``exchange``: one live upstream call and the events it produces;
 - ``parked``: the registry of parked exchanges, with TTL and bound;
 - ``forwarding``: the hop to the replica that holds an exchange;
-- ``bridge``: the orchestration, called by ``app.fronts.modern.gateway``.
+- ``turn``: one HTTP request's turn, the gateway's ``Codec``, the settings;
+- ``parking``: parking an exchange (``input_required``), settling a turn,
+  ending an exchange;
+- ``driving``: sending the call and reading its events to the next stop;
+- ``bridge``: the orchestration (a first call, a retry), called by
+  ``app.fronts.modern.gateway``.
 """

@@ -1,11 +1,11 @@
 """The registry of parked exchanges: by id, each with a deadline, at most a bounded number.
 
 An exchange is *parked* between the gateway's `input_required` answer and the
-client's retry. A retry checks it out with ``take`` (so two retries carrying
-the same state cannot both resume it); the bridge either puts it back
-unchanged (``put_back``, when the retry was refused) or parks it again for the
-next round. An entry not taken before its deadline is removed and handed to
-``on_expire``, which ends the upstream call cleanly.
+client's retry. A retry looks at it with ``peek`` first (a retry refused then
+leaves it parked, unchanged), then checks it out with ``take`` (so two
+retries carrying the same state cannot both resume it); the bridge parks it
+again for the next round, or ends it. An entry not taken before its deadline
+is removed and handed to ``on_expire``, which ends the upstream call cleanly.
 
 The bound applies to *new* exchanges: one that is already known (re-parked
 for its next round) is never turned away, so a caller in the middle of an
@@ -83,13 +83,6 @@ class ParkedRegistry(Generic[T]):
         entry.timer.cancel()
         self._left()
         return entry.item, entry.deadline - asyncio.get_running_loop().time()
-
-    def put_back(self, exchange_id: str, item: T, remaining_s: float) -> None:
-        """Return a checked-out exchange unchanged, with the time it had left."""
-        if remaining_s <= 0:
-            self._on_expire(item)
-            return
-        self.park(exchange_id, item, remaining_s, new=False)
 
     def _drop_timer(self, exchange_id: str) -> None:
         entry = self._entries.pop(exchange_id, None)

@@ -13,10 +13,11 @@ import orjson
 from app.call import CallState, Outgoing
 from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import Gateway
-from app.mrtr.bridge import Bridge, BridgeSettings
+from app.mrtr.bridge import Bridge
 from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.state import Sealer
+from app.mrtr.turn import BridgeSettings
 from app.replicas import ReplicaRelay
 from app.upstream.pool import SessionPool
 from tests.seam_fake import ScriptedTransport, drain

@@ -1,4 +1,4 @@
-"""Guest copies of legacy sessions (app/fronts/legacy/sessions.py, notes.py): two
+"""Guest copies of legacy sessions (app/fronts/legacy/guests.py, notes.py): two
 workers' `LegacySessions` over one scripted upstream, their notes delivered to
 each other in process (the HTTP between them is tests/integration/test_workers.py's).
 
@@ -23,7 +23,8 @@ from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.calls import LegacyCalls
 from app.fronts.legacy.checks import LegacyRequest
 from app.fronts.legacy.notes import Notes
-from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.session import LegacySession
+from app.fronts.legacy.sessions import LegacySessions
 from app.mrtr.state import Sealer
 from app.replicas import OwnedIds
 from app.upstream.errors import SessionShareExceeded
@@ -127,7 +128,7 @@ async def call(worker: Worker, session: LegacySession, rid: Any) -> list[Outgoin
 
 
 def loopback(worker: Worker) -> Loopback:
-    notes = worker.sessions._notes
+    notes = worker.sessions.copies._notes
     assert notes is not None
     relay: Loopback = notes._relay  # type: ignore[assignment]
     return relay
@@ -150,7 +151,7 @@ async def test_a_copy_speaks_on_the_owner_s_upstream_session_and_keeps_its_clock
         # Used only at B: the owner's clock moves with B's touch.
         session.last_used -= 1000
         stale = session.last_used
-        await b.sessions._touch_once()
+        await b.sessions.copies._touch_once()
         assert session.last_used > stale + 999
 
 
@@ -210,7 +211,7 @@ async def test_a_lost_release_is_not_waited_for_past_the_next_touch() -> None:
         waiting = asyncio.ensure_future(call(b, copy, 7))
         await asyncio.sleep(0.05)
         assert not waiting.done()
-        await b.sessions._touch_once()
+        await b.sessions.copies._touch_once()
         outs = await asyncio.wait_for(waiting, 2.0)
         assert outs[-1].message["result"]["content"][0]["text"] == "ok"
 
@@ -236,7 +237,7 @@ async def test_a_full_share_takes_no_session_a_copy_is_using() -> None:
         copy = await b.sessions.guest(session.id, None, hopped=False)
         assert copy is not None
         await call(b, copy, 7)
-        await b.sessions._touch_once()
+        await b.sessions.copies._touch_once()
         with pytest.raises(SessionShareExceeded) as refused:
             await opened(a)
         assert "all busy: 1 in use on another worker" in refused.value.message

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from app.fronts.legacy.front import _plain_request
 from app.fronts.legacy.notes import CLOCK_SKEW_S, NOTE_LIFETIME_S, Notes
-from app.fronts.legacy.sessions import shares_integer_text
+from app.fronts.legacy.session import shares_integer_text
 from app.mrtr.state import Sealer, generate_key
 from app.replicas import OwnedIds, ReplicaRelay
 from app.upstream.pool import credential_hash

@@ -41,23 +41,6 @@ async def test_taken_exchanges_do_not_expire() -> None:
     assert expired == []
 
 
-async def test_put_back_keeps_the_remaining_time() -> None:
-    parked, expired = registry()
-    parked.park("a", "exchange-a", 0.2, new=True)
-    taken = parked.take("a")
-    assert taken is not None
-    parked.put_back("a", taken[0], taken[1])
-    assert parked.peek("a") == "exchange-a"
-    await asyncio.sleep(0.3)
-    assert expired == ["exchange-a"]
-
-
-async def test_put_back_after_the_deadline_expires_at_once() -> None:
-    parked, expired = registry()
-    parked.put_back("a", "exchange-a", 0.0)
-    assert expired == ["exchange-a"] and parked.peek("a") is None
-
-
 async def test_parking_again_resets_the_deadline() -> None:
     parked, expired = registry()
     parked.park("a", "round-1", 0.05, new=True)

@@ -42,7 +42,8 @@ from app import jsonio
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.replies import guarded, refuse, session_not_found
-from app.fronts.legacy.sessions import LegacySession, LegacySessions
+from app.fronts.legacy.session import LegacySession
+from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.shared.answer import sse_event
 from app.fronts.shared.binding import held_by
 from app.http_protocol import RateLimitedLog, server_busy

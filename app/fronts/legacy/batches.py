@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator
 from app.call import Outgoing
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
-from app.fronts.legacy.sessions import LegacySession
+from app.fronts.legacy.session import LegacySession
 from app.upstream.base import Message
 
 

@@ -24,7 +24,8 @@ from app.fronts.legacy.replies import (
     session_not_found,
     upstream_failure,
 )
-from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_integer_text
+from app.fronts.legacy.session import LegacySession, shares_integer_text
+from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.legacy.turns import IdTurns
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
@@ -63,8 +64,8 @@ class LegacyCalls:
         self._turns = IdTurns()
         # A call served here on a guest copy, cancelled through its owner; and
         # the owner's hold on an id text, answered once no call of it is here.
-        sessions.on_cancel = self._cancel_here
-        sessions.on_hold = self._turns.free
+        sessions.copies.on_cancel = self._cancel_here
+        sessions.copies.on_hold = self._turns.free
 
     async def deliver(
         self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
@@ -102,7 +103,7 @@ class LegacyCalls:
         params = note.get("params")
         request_id = params.get("requestId") if isinstance(params, dict) else None
         if not self._cancel_here(session.id, request_id):
-            await self._sessions.spread_cancel(session, request_id)
+            await self._sessions.copies.spread_cancel(session, request_id)
 
     def _cancel_here(self, session_id: str, request_id: Any) -> bool:
         cancel = self._cancels.get((session_id, request_id))
@@ -240,7 +241,7 @@ class LegacyCalls:
     ) -> AsyncIterator[None]:
         """On a guest copy, the turn after the owner's request of the same id text,
         when it holds one; at the owner, that text held at the guests meanwhile
-        (`LegacySessions.held_elsewhere`)."""
+        (`GuestCopies.held_elsewhere`)."""
         while True:
             turn = self._turns.of(session.id, request_id)
             await turn.__aenter__()
@@ -250,7 +251,7 @@ class LegacyCalls:
             await turn.__aexit__()
             await held.wait()
         try:
-            async with self._sessions.held_elsewhere(session, request_id):
+            async with self._sessions.copies.held_elsewhere(session, request_id):
                 yield
         finally:
             await turn.__aexit__()

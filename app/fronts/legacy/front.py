@@ -37,7 +37,8 @@ from app.fronts.legacy.replies import (
     refuse,
     session_not_found,
 )
-from app.fronts.legacy.sessions import LegacySession, LegacySessions, shares_integer_text
+from app.fronts.legacy.session import LegacySession, shares_integer_text
+from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.shared.answer import CallAnswer, sse_event
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection, RequestId

@@ -12,7 +12,7 @@ request's relay:
 - `touch` (a worker to the owner, every few seconds while it uses copies): the
   owner's idle clock, which ends idle sessions and makes room at the bound,
   counts the other workers' use; the owner answers with the sessions it no
-  longer has, which the worker forgets;
+  longer has, which the worker forgets, and the id texts it holds (`hold`);
 - `end` (the owner to the workers that joined): the session ended (DELETE,
   idle, reclaimed, expired); they forget their copy before the client's
   DELETE is answered;
@@ -21,7 +21,10 @@ request's relay:
   client answers it with a POST, relayed to the owner) or a call left to be
   resumed on the GET stream (the owner's), so the owner translates them;
 - `cancel` (the owner to the workers that joined): a client's
-  `notifications/cancelled` for a call one of them serves.
+  `notifications/cancelled` for a call one of them serves;
+- `hold`, `release` (the owner to the workers that joined): a request of an id
+  text an integer id shares ("1") is in flight at the owner, and is no longer;
+  meanwhile they send none of that text upstream (`IdTurns` across workers).
 
 Each note is sealed with the state key (app/mrtr/state.py, its own purpose):
 only a replica of this deployment can send one or read its answer, and the

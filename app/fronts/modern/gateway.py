@@ -22,7 +22,8 @@ from app.fronts.modern.checks import LOG_LEVELS, ModernCall, supported_version_n
 from app.headers import param_headers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
-from app.mrtr.bridge import Bridge, Codec
+from app.mrtr.bridge import Bridge
+from app.mrtr.turn import Codec
 from app.rejections import INTERNAL_ERROR, Rejection, http_status_for
 from app.subscriptions import filters as subscription_filters
 from app.subscriptions import listen as subscriptions_listen
