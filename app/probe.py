@@ -57,7 +57,7 @@ from app.upstream.errors import (
 )
 from app.upstream.listener import default_answer
 from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
-from app.upstream.stdio.transport import StdioProcessExited
+from app.upstream.stdio.process import StdioProcessExited
 from translators import translate, v2024_11_05
 from translators._base import (
     META_CLIENT_CAPABILITIES,

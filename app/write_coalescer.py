@@ -13,7 +13,7 @@ running, and it reads them in one pass. A write waits at most for the rest of
 the iteration it was made in (the calls already under way there) and one
 `epoll_wait` that does not block; the writes to one transport keep their order
 and go out as one. A stdio server asleep in its read of stdin is woken the
-same way by each line (app/upstream/stdio/transport.py queues its lines here).
+same way by each line (app/upstream/stdio/session.py queues its lines here).
 
 Large writes go at once, after what is queued for their transport: the
 transport's flow control (`pause_writing` at its high-water mark) then sees

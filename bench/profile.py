@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, str, str]] = [
     ("httpx layers (client API, no transport)", "", "httpx/_"),
     ("httpx_aiohttp transport", "", "httpx_aiohttp/"),
     ("aiohttp (upstream connection)", "", "aiohttp/"),
-    ("h1 client (app/upstream/http/h1.py, session POSTs)", "", "app/upstream/http/h1.py"),
+    ("h1 client (app/upstream/http/h1*.py, session POSTs)", "", "app/upstream/http/h1"),
     ("SSE parsing (httpx_sse)", "", "httpx_sse/"),
     ("SSE parsing (app/upstream/http/sse_decoder.py)", "", "app/upstream/http/sse_decoder.py"),
     ("session pool (acquire/release)", "", "app/upstream/pool.py"),

@@ -15,7 +15,8 @@ from app.upstream.http.client import build_client
 from app.upstream.http_sse.transport import DetectingTransport
 from app.upstream.modern.passthrough import PassThroughUpstream
 from app.upstream.modern.upstream import ModernHttpUpstream
-from app.upstream.stdio.transport import StdioTransport, child_environment
+from app.upstream.stdio.process import child_environment
+from app.upstream.stdio.transport import StdioTransport
 from app.upstream.streamable_http.transport import StreamableHttpTransport
 
 

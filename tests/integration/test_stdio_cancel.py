@@ -38,7 +38,9 @@ from structlog.testing import capture_logs
 
 from app.load_board import CANCELS_WITHHELD, LoadBoard
 from app.upstream.errors import UpstreamError
-from app.upstream.stdio.transport import StdioSession, StdioTransport, child_environment
+from app.upstream.stdio.process import child_environment
+from app.upstream.stdio.session import StdioSession
+from app.upstream.stdio.transport import StdioTransport
 from tests import procs
 
 pytestmark = pytest.mark.peers

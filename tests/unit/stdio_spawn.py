@@ -1,5 +1,5 @@
 """One stdio server process started the way the gateway starts it (app/upstream/
-stdio.py), around a plain program (cat, sh) rather than an MCP server: for the unit
+stdio/transport.py), around a plain program (cat, sh) rather than an MCP server: for the unit
 tests of routing, stderr and stopping, where what is checked is the process
 handling, not MCP."""
 
@@ -9,7 +9,8 @@ import asyncio
 import os
 from collections.abc import Callable
 
-from app.upstream.stdio.transport import StdioSession, StdioTransport
+from app.upstream.stdio.session import StdioSession
+from app.upstream.stdio.transport import StdioTransport
 
 
 async def spawned(

@@ -14,10 +14,21 @@ from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "app"
 # The adapters, and the library they adapt: the only places that may ask.
-ADAPTERS = frozenset(("h1.py", "h1_adapter.py", "aiohttp_client.py", "httpx_adapter.py"))
+ADAPTERS = frozenset(
+    (
+        "h1.py",
+        "h1_connection.py",
+        "h1_errors.py",
+        "h1_adapter.py",
+        "aiohttp_client.py",
+        "httpx_adapter.py",
+    )
+)
 _LIBRARIES = ("httpx", "aiohttp", "httpx_aiohttp", "httpcore")
 _ADAPTER_MODULES = (
     "app.upstream.http.h1",
+    "app.upstream.http.h1_connection",
+    "app.upstream.http.h1_errors",
     "app.upstream.http.aiohttp_client",
     "app.upstream.http.httpx_adapter",
 )

@@ -57,7 +57,7 @@ def _outcomes_in_source() -> set[str]:
 
 
 def _import_every_app_module() -> None:
-    # Error kinds live beside their transport (app/upstream/stdio/transport.py...): a
+    # Error kinds live beside their transport (app/upstream/stdio/process.py...): a
     # subclass is only known once its module is imported.
     import app
 

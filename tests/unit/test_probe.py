@@ -16,7 +16,7 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.stdio.transport import StdioProcessExited
+from app.upstream.stdio.process import StdioProcessExited
 from translators.registry import LATEST_LEGACY, get_version
 
 

@@ -1,5 +1,5 @@
 """Where a message from a stdio server goes (StdioSession._dispatch in
-app/upstream/stdio/transport.py).
+app/upstream/stdio/session.py).
 
 stdout carries nothing but the message, so the session decides by the message:
 a response by id, progress by token, a server request or a log line to the one
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from app.fronts.legacy.calls import _Cancel
-from app.upstream.stdio.transport import StdioExchange, StdioSession
+from app.upstream.stdio.session import StdioExchange, StdioSession
 from tests.unit.stdio_spawn import spawned
 
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings, SettingsError, command_argv, load_settings
-from app.upstream.stdio.transport import child_environment
+from app.upstream.stdio.process import child_environment
 
 _UPSTREAM_VARS = (
     "MCP_SHIM_UPSTREAM_URL",

@@ -1,5 +1,5 @@
 """A stdio server's stderr is read continuously and logged within bounds
-(app/upstream/stdio/transport.py, StdioSession._read_stderr): a chatty server never blocks
+(app/upstream/stdio/process.py, read_stderr): a chatty server never blocks
 on a full pipe, and never floods the gateway's log. Driven with real processes
 writing to stderr (a shell), since what is checked is the pipe, not MCP."""
 
@@ -10,13 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from app.upstream.stdio.transport import (
-    STDERR_BURST,
-    STDERR_LINE_CHARS,
-    STDERR_LINES_PER_S,
-    StdioSession,
-    StdioTransport,
-)
+from app.upstream.stdio.process import STDERR_BURST, STDERR_LINE_CHARS, STDERR_LINES_PER_S
+from app.upstream.stdio.session import StdioSession
+from app.upstream.stdio.transport import StdioTransport
 from tests.unit.stdio_spawn import spawned, until
 
 

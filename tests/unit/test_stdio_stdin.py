@@ -1,5 +1,5 @@
 """A stdio server's stdin takes the lines of one loop iteration as one write at
-the next (app/upstream/stdio/transport.py over app/write_coalescer.py): over a
+the next (app/upstream/stdio/session.py over app/write_coalescer.py): over a
 real pipe, the lines keep the order they were written in, none is lost (a
 close sends what is queued first) and none is cut or merged with another,
 whatever their sizes and however many tasks write at once."""
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from app import jsonio
-from app.upstream.stdio.transport import StdioProcessExited
+from app.upstream.stdio.process import StdioProcessExited
 from app.write_coalescer import SMALL_WRITE, for_loop
 from tests.unit.stdio_spawn import spawned
 

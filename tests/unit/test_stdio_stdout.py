@@ -1,5 +1,5 @@
 """A stdio server's stdout is split into lines in the pipe's own callback
-(app/upstream/stdio/transport.py, ServerPipes): every line whole and in order
+(app/upstream/stdio/process.py, ServerPipes): every line whole and in order
 however the pipe cuts it, what comes before the session is attached kept for
 it, the last line without its end handed on, and a line past MAX_LINE_BYTES
 ending the reading (and the process). The splitting is driven directly with
@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
-from app.upstream.stdio import transport as stdio
-from app.upstream.stdio.transport import ServerPipes
+from app.upstream.stdio import process as stdio
+from app.upstream.stdio.process import ServerPipes
 from tests.unit.stdio_spawn import spawned, until
 
 

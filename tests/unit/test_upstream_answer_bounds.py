@@ -21,7 +21,7 @@ import pytest
 
 from app import jsonio
 from app.upstream.errors import UpstreamAnswerTooLarge
-from app.upstream.http import h1
+from app.upstream.http import h1, h1_errors
 from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.misbehaving.http_upstream import MisbehavingUpstream
@@ -194,7 +194,7 @@ async def test_one_credential_holds_at_most_half_the_connections(
     timeouts: dict[str, Any] = {"connect_timeout": 5.0, "read_timeout": 5.0}
     held = [await pool.request(mine, _post(), pool_timeout=1.0, **timeouts) for _ in range(2)]
     try:
-        with pytest.raises(h1.PoolTimeout):
+        with pytest.raises(h1_errors.PoolTimeout):
             await pool.request(mine, _post(), pool_timeout=0.2, **timeouts)
         other = await pool.request(theirs, _post(), pool_timeout=0.2, **timeouts)
         await other.aread()

@@ -22,7 +22,7 @@ import pytest
 
 from app import jsonio
 from app.upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
-from app.upstream.http import h1
+from app.upstream.http import h1, h1_errors
 from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
@@ -401,7 +401,7 @@ async def test_https_goes_through_tls_with_the_clients_context(tmp_path: Path) -
         untrusting = h1.H1Client(
             max_connections=1, keepalive_s=1.0, ssl_context=ssl.create_default_context()
         )
-        with pytest.raises(h1.ConnectFailed):  # a context that does not trust it
+        with pytest.raises(h1_errors.ConnectFailed):  # a context that does not trust it
             await untrusting.request(
                 untrusting.origin("https", "localhost", port),
                 b"POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n\r\n",

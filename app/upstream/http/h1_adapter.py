@@ -18,7 +18,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
     too_large,
 )
-from app.upstream.http import h1
+from app.upstream.http import h1, h1_errors
 from app.upstream.http.common import printable_ascii
 from app.upstream.http.interface import Post
 from app.upstream.pool import credential_hash
@@ -29,13 +29,13 @@ log = structlog.get_logger("mcp_shim.upstream")
 def upstream_error(exc: Exception, what: str) -> UpstreamError | None:
     """The gateway's error for one of h1's exceptions (the same errors and
     messages as aiohttp's), None for another's."""
-    if not isinstance(exc, h1.H1Error):
+    if not isinstance(exc, h1_errors.H1Error):
         return None
-    if isinstance(exc, h1.H1Timeout):
+    if isinstance(exc, h1_errors.H1Timeout):
         return UpstreamTimeout(f"upstream timed out during {what}")
-    if isinstance(exc, h1.AnswerTooLarge):
+    if isinstance(exc, h1_errors.AnswerTooLarge):
         return too_large(exc.limit, what)
-    if isinstance(exc, h1.MalformedAnswer):
+    if isinstance(exc, h1_errors.MalformedAnswer):
         return UpstreamProtocolError(f"upstream sent a malformed HTTP answer during {what}")
     return UpstreamUnavailable(f"upstream unreachable during {what}: {type(exc).__name__}")
 
@@ -119,7 +119,7 @@ def poster(
                 pool_timeout=pool,
                 whole=True,
             )
-        except h1.StaleConnection as exc:
+        except h1_errors.StaleConnection as exc:
             # `_stale`'s rule: a reused connection that failed before any answer.
             if not resend:
                 raise

@@ -18,9 +18,11 @@ from multidict import CIMultiDictProxy
 
 class Answer(Protocol):
     """An upstream's answer: its status and headers at once, its body read
-    whole (`aread`, at most MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES, decoded) or
-    chunk by chunk as it comes (`aiter_bytes`), and `aclose`, which leaves its
-    connection to the pool only if the body was read to its end."""
+    whole (`aread`, decoded: at most MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES on
+    aiohttp and httpx, and on h1 for the answer of a POST or one-off request,
+    not of a GET) or chunk by chunk as it comes (`aiter_bytes`), and `aclose`,
+    which leaves its connection to the pool only if the body was read to its
+    end."""
 
     @property
     def status_code(self) -> int: ...

@@ -1,1 +1,3 @@
-"""stdio upstreams: server processes (transport.py) and their containment."""
+"""stdio upstreams: a server process (process.py), one process as a legacy
+session (session.py), the processes and their bounds (transport.py, room.py)
+and their containment (containment.py)."""

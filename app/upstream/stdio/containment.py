@@ -316,8 +316,8 @@ class OrphanReaper:
         return out
 
     async def aclose(self) -> None:
-        """Stop sweeping, after a last sweep (the gateway stays a subreaper: unsetting
-        the flag this late is of no use)."""
+        """Stop sweeping, then sweep once more (the gateway stays a subreaper:
+        unsetting the flag this late is of no use)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
