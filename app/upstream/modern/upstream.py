@@ -32,7 +32,12 @@ from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
 from app.upstream.http.client import UpstreamClient, library_errors
 from app.upstream.http.interface import Answer
-from app.upstream.streamable_http.transport import HttpExchange, _content_type, _refuse_challenge
+from app.upstream.streamable_http.transport import (
+    SPLICED_METHODS,
+    HttpExchange,
+    _content_type,
+    _refuse_challenge,
+)
 
 VERSION_HEADER = "mcp-protocol-version"
 # What a modern client's request carries that the upstream needs (2026-07-28
@@ -166,7 +171,8 @@ class ModernHttpUpstream:
     ) -> HttpExchange:
         """POST a message the gateway built; its answer as messages. A 401/403
         raises `UpstreamAuthChallenge`, any other non-JSON error `UpstreamHttpError`."""
-        what = quoted(message.get("method"))
+        method = message.get("method")
+        what = quoted(method)
         content = jsonio.dumps(message)
         sent = {
             "accept": _ACCEPT,
@@ -193,4 +199,5 @@ class ModernHttpUpstream:
             status = response.status_code
             await response.aclose()
             raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
-        return HttpExchange(response, what, self._client.max_answer_bytes)
+        spliced = method in SPLICED_METHODS
+        return HttpExchange(response, what, self._client.max_answer_bytes, spliced=spliced)

@@ -97,10 +97,17 @@ class HttpExchange:
     close of its own (bench/README.md, "Fifth round")."""
 
     def __init__(
-        self, response: Answer, what: str, limit: int = h1.DEFAULT_MAX_ANSWER_BYTES
+        self,
+        response: Answer,
+        what: str,
+        limit: int = h1.DEFAULT_MAX_ANSWER_BYTES,
+        spliced: bool = False,
     ) -> None:
         self._response = response
+        # `what` names the request in messages (quoted); `spliced` says whether its
+        # answer is a call's, whose large strings may stay in their bytes.
         self._what = what
+        self._spliced = spliced
         # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON answer's body, an SSE event.
         self._limit = limit
         # A modern server answers a session's request with 400 (upstream/era_transport.py).
@@ -137,7 +144,7 @@ class HttpExchange:
     async def _read_json(self) -> list[Message]:
         with library_errors(self._what):
             body = await self._body()
-            parsed = await _parsed(body, self._what) if body else None
+            parsed = await _parsed(body, self._spliced) if body else None
         if parsed is None:
             return []
         if not isinstance(parsed, dict | list):
@@ -167,7 +174,7 @@ class HttpExchange:
                     if event.event != "message" or not (event.data or long):
                         continue
                     if isinstance(event, LongEvent):
-                        parsed = await _parsed_event(event.raw, self._what)
+                        parsed = await _parsed_event(event.raw, self._spliced)
                     else:
                         parsed = jsonio.loads(event.data)
                     for message in _messages_of(parsed):
@@ -198,11 +205,11 @@ class HttpExchange:
             await self._response.aclose()
 
 
-async def _parsed_event(raw: bytearray, what: str) -> Any:
+async def _parsed_event(raw: bytearray, spliced: bool) -> Any:
     """A long SSE data line: as a JSON body, unless it is not UTF-8, which the
     decoder would have replaced (WHATWG "UTF-8 decode") before parsing."""
     try:
-        return await _parsed(raw, what)
+        return await _parsed(raw, spliced)
     except jsonio.JSONDecodeError:
         return jsonio.loads(str(raw, "utf-8", "replace"))
 
@@ -210,16 +217,16 @@ async def _parsed_event(raw: bytearray, what: str) -> Any:
 # The answers whose large strings stay in their bytes (app/splice.py): what a
 # call answers with, written to its caller and dropped. Others (a list the
 # gateway caches, a GET stream's events) are parsed whole, outside the bound.
-_SPLICED = frozenset({"tools/call", "resources/read", "prompts/get"})
+SPLICED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 
 
-async def _parsed(body: bytes | bytearray, what: str) -> Any:
+async def _parsed(body: bytes | bytearray, spliced: bool) -> Any:
     """A JSON answer's body parsed; a large answer to a call with its large
     strings left in its bytes (app/splice.py), once there is room for them
     among the answers in flight, given back when they are freed
     (bench/answers.py measures both)."""
     size = len(body)
-    if size < splice.MIN_BODY or what not in _SPLICED:
+    if size < splice.MIN_BODY or not spliced:
         return jsonio.loads(body)
     room = splice.ROOM
     if not await room.take(size):
@@ -295,13 +302,14 @@ class StreamableHttpSession:
         return response
 
     async def request(self, message: Message) -> HttpExchange:
-        what = quoted(message.get("method"))
+        method = message.get("method")
+        what = quoted(method)
         response = await self._post(message, what)
         if response.status_code >= 400 and _content_type(response) != "application/json":
             status = response.status_code
             await _close(response)
             raise UpstreamHttpError(f"upstream answered {what} with HTTP {status}", status)
-        return HttpExchange(response, what, self._limit)
+        return HttpExchange(response, what, self._limit, spliced=method in SPLICED_METHODS)
 
     async def _post_expect_accepted(self, message: Message, what: str) -> None:
         response = await self._post(message, what)
