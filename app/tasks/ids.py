@@ -18,7 +18,7 @@ from app import jsonio
 from app.mrtr.state import Sealer, caller_digest
 
 PURPOSE: Final = b"mcp-shim task id v1"
-# The requestState of an input round before a task is shown (app/tasks/bridge.py).
+# The requestState of an input round before a task is shown (app/tasks/create.py).
 ROUND_PURPOSE: Final = b"mcp-shim task round v1"
 # A sealed id is ~200 characters; an upstream task id longer than this is
 # refused rather than sealed into something no header can carry.
