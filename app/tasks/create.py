@@ -14,10 +14,12 @@ itself, on a lane of the MRTR bridge (app/tasks/own.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import structlog
 
@@ -44,7 +46,7 @@ from app.tasks.replies import (
 from app.tasks.store import TaskLimitReached, TaskStoreUnavailable
 from app.tasks.upstream import ask
 from app.upstream.base import Message
-from app.upstream.errors import SessionExpired
+from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
 from app.upstream.pool import PooledSession, credential_hash
 from translators import tasks as wire
 
@@ -163,6 +165,8 @@ class TaskCreator:
             task = wire.legacy_task(reply.get("result") or {}) if "result" in reply else None
             if task is None:
                 return upstream_answer(call, pooled, reply, state)
+            if not ids.upstream_id_fits(task["taskId"]):
+                await _refuse_upstream_id(pooled, task["taskId"])
             live = self._pin(call, pooled, owner, task, hold)
             live.stream_at_once = mode == "required" and mrtr_capabilities.declares_input(
                 call.client_capabilities
@@ -355,6 +359,18 @@ class TaskCreator:
             bounds=self._held.bounds,
             poll_s=poll_interval_s(task.get("pollInterval"), settings.poll_ms / 1000),
         )
+
+
+async def _refuse_upstream_id(pooled: PooledSession, upstream_id: str) -> NoReturn:
+    """An upstream task id over ids.MAX_UPSTREAM_ID_CHARS: the task is cancelled
+    upstream (nobody could ever ask for it) and the call fails as an upstream
+    that answered something unusable (502)."""
+    log.warning("task_refused", reason="upstream_id_too_long", chars=len(upstream_id))
+    with contextlib.suppress(UpstreamError):
+        await ask(pooled, "tasks/cancel", {"taskId": upstream_id})
+    raise UpstreamProtocolError(
+        f"the upstream's task id is over {ids.MAX_UPSTREAM_ID_CHARS} characters"
+    )
 
 
 async def _first_of(timeout_s: float, *events: asyncio.Event) -> None:
