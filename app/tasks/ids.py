@@ -18,10 +18,11 @@ from app import jsonio
 from app.mrtr.state import Sealer, caller_digest
 
 PURPOSE: Final = b"mcp-shim task id v1"
-# The requestState of an input round before a task is shown (app/tasks/bridge.py).
+# The requestState of an input round before a task is shown (app/tasks/create.py).
 ROUND_PURPOSE: Final = b"mcp-shim task round v1"
 # A sealed id is ~200 characters; an upstream task id longer than this is
-# refused rather than sealed into something no header can carry.
+# refused rather than sealed into something no header can carry (the task is
+# cancelled upstream and the call fails, 502: app/tasks/create.py).
 MAX_UPSTREAM_ID_CHARS: Final = 512
 
 
@@ -33,6 +34,11 @@ class TaskRef:
     replica: str  # the replica that runs it
     upstream_id: str  # the upstream's task id ("" for a task the gateway runs itself)
     local: str  # the gateway's own handle of the task on that replica
+
+
+def upstream_id_fits(upstream_id: str) -> bool:
+    """Whether the upstream's task id may be sealed into one of ours."""
+    return len(upstream_id) <= MAX_UPSTREAM_ID_CHARS
 
 
 def owner_of(credential_hash: str) -> str:

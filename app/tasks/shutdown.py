@@ -1,8 +1,8 @@
 """A rolling restart's part for tasks: what this process runs, finished, handed
 over or dropped, and one log line that says which.
 
-On SIGTERM the task bridge hands `wind_down` its store and the tasks whose
-work runs in this process. Each gets up to the grace period
+On SIGTERM the task bridge (app/tasks/reap.py) hands `wind_down` its store
+and the tasks whose work runs in this process. Each gets up to the grace period
 (`MCP_SHIM_SHUTDOWN_GRACE_S`, the one the listen streams get) to end. One that
 does not is handed over when another replica can carry it on from the shared
 store alone: the upstream runs it (`resumable`) and its record is in a store

@@ -1,10 +1,10 @@
 """`notifications/tasks` on `subscriptions/listen` streams (SEP-2663 `taskIds`).
 
-A listen stream that names a task (and owns it: app/tasks/bridge.py checks)
-hears the task's status at once and at every change the gateway sees, as
-`tasks/get` would give it (the result or error inlined once terminal). The
-same status is never sent twice to the watchers of a task; a terminal one
-ends the watch. Offering to a mailbox never waits (app/subscriptions/mailbox.py).
+A listen stream that names a task (and owns it: `watch` checks) hears the
+task's status at once and at every change the gateway sees, as `tasks/get`
+would give it (the result or error inlined once terminal). The same status is
+never sent twice to the watchers of a task; a terminal one ends the watch.
+Offering to a mailbox never waits (app/subscriptions/mailbox.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,16 @@ from typing import Any
 
 import structlog
 
+from app.fronts.modern.checks import ModernCall
+from app.mrtr.state import Sealer
+from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
+from app.tasks import ids
+from app.tasks.replies import missing_extension
+from app.tasks.store import TaskStore, TaskStoreUnavailable
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
+from app.upstream.pool import credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")
@@ -92,3 +99,35 @@ class Watchers:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def task_watch_refusal(call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
+    """SEP-2663: a listen filter naming task ids needs the extension declared."""
+    if wire.declares_extension(call.client_capabilities):
+        return None
+    return missing_extension(call.id)
+
+
+async def watch(
+    watchers: Watchers,
+    sealer: Sealer,
+    store: TaskStore,
+    authorization: str | None,
+    task_ids: tuple[str, ...],
+    mailbox: Mailbox,
+) -> tuple[str, ...]:
+    """The task ids of a listen filter this caller owns and the gateway knows,
+    each now watched on `mailbox`."""
+    owner = credential_hash(authorization)
+    watched = []
+    for task_id in task_ids:
+        if ids.open_for(sealer, task_id, ids.owner_of(owner)) is None:
+            continue
+        try:
+            if await store.get(owner, task_id) is None:
+                continue
+        except TaskStoreUnavailable:
+            continue  # left out of the acknowledgment: the caller sees it is not watched
+        watchers.add(task_id, owner, mailbox)
+        watched.append(task_id)
+    return tuple(watched)

@@ -253,12 +253,12 @@ def test_server_requests_during_a_task_shown_or_answered_by_the_gateway() -> Non
 def test_the_ttl_told_is_at_most_the_gateways(granted: Any, told: int) -> None:
     from types import SimpleNamespace
 
-    from app.tasks.bridge import TaskBridge, TaskSettings
+    from app.tasks.held import Held, TaskSettings
     from app.tasks.store import MemoryTaskStore
 
     settings = TaskSettings(
         ttl_ms=3600000, max_per_owner=4, poll_ms=1000, max_result_bytes=4096, replica="r"
     )
-    bridge = TaskBridge(None, MemoryTaskStore(4), Sealer([generate_key()]), settings)
-    fields = bridge._fields(SimpleNamespace(task_id="t"), {**LEGACY_TASK, "ttl": granted})
+    held = Held(None, MemoryTaskStore(4), Sealer([generate_key()]), settings)
+    fields = held.fields(SimpleNamespace(task_id="t"), {**LEGACY_TASK, "ttl": granted})
     assert fields["ttlMs"] == told
