@@ -534,6 +534,7 @@ def main(argv: list[str] | None = None) -> None:
     if in_environ:
         state_key.exec_module("app.cli", arguments, key)
     logs.configure(settings.log_level)
+    workers.log_worker_count(settings)
     # One worker: this process serves, with no supervisor and no extra hop.
     serve(settings)
 
