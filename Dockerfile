@@ -1,15 +1,22 @@
 # syntax=docker/dockerfile:1
 #
-# mcp-shim images, one file, three stages:
+# mcp-shim images, one file:
 #
-#   builder   builds the mcp-shim wheel and the wheels of its pinned dependencies
-#   runtime   (default target) the gateway: the wheel installed in a slim image,
-#             non-root, `mcp-shim` as the entrypoint, configured by MCP_SHIM_*
-#   demo      the bundled demo legacy MCP server (tests/fixtures/legacy_server.py on
-#             the official Python SDK mcp 1.x), for docker-compose.yml
+#   builder       builds the mcp-shim wheel and the wheels of its pinned dependencies
+#   runtime       the gateway: the wheel installed in a slim image, non-root,
+#                 `mcp-shim` as the entrypoint, configured by MCP_SHIM_*
+#   runtime-node  runtime plus Node.js and npm, for stdio servers started with `npx`
+#   runtime-uv    runtime plus uv, for stdio servers started with `uvx`
+#   demo          the bundled demo legacy MCP server (tests/fixtures/legacy_server.py
+#                 on the official Python SDK mcp 1.x), for docker-compose.yml
 #
-#   docker build -t mcp-shim .                       # the gateway
-#   docker build --target demo -t mcp-shim-demo .    # the demo legacy server
+#   docker build --target runtime -t mcp-shim .                # the gateway
+#   docker build --target runtime-node -t mcp-shim:node .      # ... with npx
+#   docker build --target runtime-uv -t mcp-shim:uv .          # ... with uvx
+#   docker build --target demo -t mcp-shim-demo .              # the demo legacy server
+#
+# The last stage is `demo`, so a build without --target makes the demo server:
+# name the target.
 #
 # tests/integration/test_docker.py lints this file (hadolint) and checks that
 # docker-compose.yml agrees with it; keep the HEALTHCHECK commands in both in step.
@@ -57,6 +64,53 @@ EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MCP_SHIM_PORT', '8080'), timeout=2)"]
 ENTRYPOINT ["mcp-shim"]
+
+# ---------------------------------------------------------------------------
+# The runtime can start a stdio server written in Python only: the README's
+# `npx ...` and `uvx ...` examples need Node.js or uv in the image. These two
+# stages add them and nothing else; the user, entrypoint and healthcheck are
+# the runtime's (inherited). For another runtime, `FROM mcp-shim` and install
+# it the same way (README.md, "Which image").
+FROM runtime AS runtime-node
+# Debian's own Node.js and npm: the distribution's security updates, no third
+# repository to trust. Pinned on the major version the base's Debian release
+# ships (13: Node.js 20, npm 9), not on an exact Debian version, which the
+# mirror drops at the next security update; with a base on another Debian
+# release, pass its major: --build-arg NODEJS_MAJOR=18 for Debian 12.
+ARG NODEJS_MAJOR=20
+ARG NPM_MAJOR=9
+USER 0:0
+# No recommends (compilers, docs), no package lists kept.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        "nodejs=${NODEJS_MAJOR}.*" "npm=${NPM_MAJOR}.*" \
+    && rm -rf /var/lib/apt/lists/*
+# npx caches the packages it fetches under $HOME/.npm, and a stdio server
+# inherits only PATH, HOME and LANG of the gateway's environment (plus
+# MCP_SHIM_UPSTREAM_ENV's names): the user's home, /nonexistent, cannot be
+# created, so HOME is /tmp, writable here and an emptyDir in
+# deploy/kubernetes/ (whose root file system is read-only).
+ENV HOME=/tmp
+USER 10001:10001
+
+# ---------------------------------------------------------------------------
+FROM runtime AS runtime-uv
+USER 0:0
+# uv and uvx from PyPI, one exact version: a new uv is a deliberate change here.
+# uv trusts its own built-in CA roots unless told otherwise; the system's store
+# is the one pip, Python and npm use here, and where a CA of your own is
+# added. A file, not UV_SYSTEM_CERTS: a stdio server does not inherit the
+# gateway's environment (below).
+RUN pip install --no-cache-dir uv==0.13.9 \
+    && mkdir -p /etc/uv \
+    && printf 'system-certs = true\n' > /etc/uv/uv.toml
+# uv keeps its cache and the tools' environments under $HOME, and a stdio
+# server inherits only PATH, HOME and LANG of the gateway's environment (plus
+# MCP_SHIM_UPSTREAM_ENV's names): the user's home, /nonexistent, cannot be
+# created, so HOME is /tmp, writable here and an emptyDir in
+# deploy/kubernetes/ (whose root file system is read-only).
+ENV HOME=/tmp
+USER 10001:10001
 
 # ---------------------------------------------------------------------------
 FROM base AS demo

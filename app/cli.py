@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import jsonio, logs, metrics, probe, settings_command, state_key, workers
+from app import jsonio, logs, metrics, probe, settings_command, state_key, wiring, workers
 from app.accept_gate import AcceptGate
 from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError, load_settings
@@ -454,6 +454,8 @@ def run_worker(args: argparse.Namespace, key: str | None) -> None:
         print(f"mcp-shim worker {args.index}: {exc}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_level, worker=args.index)
+    # One start line per gateway: worker 0's (app/wiring.py).
+    wiring.announce = args.index == 0
     sockets = [socket.socket(fileno=args.listen_fd), socket.socket(fileno=args.internal_fd)]
     handoff = None
     if args.handoff_inbox is not None:
@@ -534,6 +536,7 @@ def main(argv: list[str] | None = None) -> None:
     if in_environ:
         state_key.exec_module("app.cli", arguments, key)
     logs.configure(settings.log_level)
+    workers.log_worker_count(settings)
     # One worker: this process serves, with no supervisor and no extra hop.
     serve(settings)
 

@@ -12,9 +12,13 @@ cleanly. The routes (app/routes/) read the `Wiring` it yields, and nothing else.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import shlex
+import sys
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -43,6 +47,11 @@ from app.upstream.streamable_http.transport import StreamableHttpTransport
 from translators.registry import Version, get_version
 
 log = structlog.get_logger("mcp_shim.http")
+
+# Whether this process says the gateway's start line: the single process, or
+# worker 0 of several (app/cli.py clears it for the others), so a gateway
+# says it once, not once per worker.
+announce = True
 
 # The routes use each front only through its interface (app/fronts/base.py);
 # this fails type checking when a front stops fitting it.
@@ -125,6 +134,8 @@ async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]
             port=settings.port,
             **found,
         )
+        if announce:
+            say_started(start_line(settings, found))
         metrics.start(
             wiring.pool,
             wiring.bridge,
@@ -136,6 +147,40 @@ async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]
         yield wiring
     finally:
         await wiring.aclose()
+
+
+def start_line(settings: Settings, found: Mapping[str, Any]) -> str:
+    """`mcp-shim listening on http://HOST:PORT/mcp -> UPSTREAM (ERA VERSION)`:
+    the upstream's URL without credentials or query, or a stdio server's
+    program alone (its arguments may hold tokens); `unknown` for what the
+    first probe did not learn."""
+    host = settings.host if ":" not in settings.host else f"[{settings.host}]"
+    if settings.upstream_url is not None:
+        url = urlsplit(str(settings.upstream_url))
+        netloc = url.hostname or ""
+        if ":" in netloc:
+            netloc = f"[{netloc}]"
+        if url.port is not None:
+            netloc += f":{url.port}"
+        upstream = f"{url.scheme}://{netloc}{url.path}"
+    else:
+        words = shlex.split(settings.upstream_command or "")
+        program = words[0] if words else "?"
+        upstream = f"stdio: {program}" + (" ..." if len(words) > 1 else "")
+    era = found.get("upstream_era") or "unknown"
+    version = found.get("upstream_protocol_version")
+    what = f"{era} {version}" if version else era
+    return f"mcp-shim listening on http://{host}:{settings.port}/mcp -> {upstream} ({what})"
+
+
+def say_started(line: str) -> None:
+    """The start line as a JSON log line like every other (`gateway_listening`,
+    the line in `message`), so a log shipper reading JSON lines never meets a
+    line it cannot parse; and, when stderr is a terminal (someone watching,
+    no shipper), the same line as plain text too."""
+    log.info("gateway_listening", message=line)
+    if sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
 
 
 def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:

@@ -121,10 +121,38 @@ def available_cpus(affinity: int | None = None, quota: float | None = None) -> i
     return max(1, count)
 
 
+# The unset default's ceiling. The CPU count is what a container without a CPU
+# limit sees of a large host (64 cores: 64 processes), but each worker holds
+# about 60 MB idle, and past a few workers the gateway waits on its upstream,
+# not on its own CPU (docs/operations.md, "Workers"). An explicit
+# MCP_SHIM_WORKERS is not capped by this.
+DEFAULT_WORKERS_CAP: Final = 8
+
+
+def default_workers(cpus: int, cap: int = DEFAULT_WORKERS_CAP) -> int:
+    """Workers when MCP_SHIM_WORKERS is unset: the usable CPUs, at most `cap`, at least 1."""
+    return max(1, min(cpus, cap))
+
+
 def worker_count(settings: Settings) -> int:
     if settings.workers is not None:
         return settings.workers
-    return available_cpus(quota=cgroup_cpu_quota())
+    return default_workers(available_cpus(quota=cgroup_cpu_quota()))
+
+
+def log_worker_count(settings: Settings) -> None:
+    """At start, once per gateway: how many workers, and why when by default."""
+    if settings.workers is not None:
+        log.info("workers", workers=settings.workers, source="MCP_SHIM_WORKERS")
+        return
+    cpus = available_cpus(quota=cgroup_cpu_quota())
+    log.info(
+        "workers_default",
+        workers=default_workers(cpus),
+        cpus=cpus,
+        cap=DEFAULT_WORKERS_CAP,
+        capped=cpus > DEFAULT_WORKERS_CAP,
+    )
 
 
 # -- where each worker is reached -------------------------------------------------
@@ -598,6 +626,7 @@ def main() -> None:
         print(f"mcp-shim: {exc}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_level)
+    log_worker_count(settings)
     try:
         code = supervise(settings, worker_count(settings))
     except SettingsError as exc:

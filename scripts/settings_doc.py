@@ -47,7 +47,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("allowed_hosts", "`Host` values accepted besides loopback names (comma-separated)"),
             ("allowed_origins", "Browser `Origin` values accepted besides loopback ones"),
             ("state_key", "Key sealing `requestState` and task ids; the same on every replica"),
-            ("workers", "Gateway processes; unset: the CPUs the container may use"),
+            ("workers", "Gateway processes; unset: the CPUs the container may use, at most 8"),
             ("log_level", "`debug`, `info`, `warning` or `error` (JSON lines on stderr)"),
         ],
     ),
@@ -161,7 +161,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
 
 # Settings whose unset value stands for one the gateway works out.
 UNSET_MEANS = {
-    "workers": "the CPU count",
+    "workers": "the CPU count, at most 8",
     "max_sessions_per_credential": "a quarter of the bound",
     "max_legacy_sessions_per_credential": "a quarter of the bound",
     "stdio_max_processes_per_credential": "three quarters of the bound",

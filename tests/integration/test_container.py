@@ -15,6 +15,9 @@ serves the official mcp 1.x client. Then the manifests run with the same
 images: deploy/kubernetes/ with `podman kube play` (a variant made from the
 manifests at each run) and docker-compose.yml with podman-compose (as written,
 beside a generated override); each answers its probes and serves a call.
+The stdio variants (`runtime-node`, `runtime-uv`) build and serve a published
+npx and uvx server (slow: the builds fetch from Debian and PyPI, the servers
+from npm's registry and PyPI at run time).
 The images are run by the IDs their build wrote, never by tag.
 
 Needs root, podman and debootstrap (scripts/setup_peers.sh podman installs
@@ -129,7 +132,7 @@ class Images:
     demo: str
 
 
-def _build(target: str, tag: str, iidfile: Path) -> float:
+def _build(target: str, tag: str, iidfile: Path, *extra: str) -> float:
     started = time.monotonic()
     podman(
         "build",
@@ -140,6 +143,7 @@ def _build(target: str, tag: str, iidfile: Path) -> float:
         "docker",
         "--network=host",
         *LIMITS,
+        *extra,
         "--target",
         target,
         "-t",
@@ -399,6 +403,95 @@ def test_stdio_upstream_leaves_no_zombie(images: Images, workers: str) -> None:
         while (state := _zombie_state(name, pid)) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert state is None, f"the stdio server's orphan {pid} is left as {state!r}"
+    finally:
+        podman("rm", "--force", name, check=False)
+
+
+# ---------------------------------------------------------------------------
+# The runtime variants that can start the README's stdio servers: `npx` in
+# runtime-node, `uvx` in runtime-uv. Each runs the gateway in front of a
+# published server fetched at run time from inside the container, as an
+# operator's would be (npm's registry, PyPI); the versions are the ones the
+# peers pin (.peers/node/package.json, tests/peers/legacy-requirements.txt).
+# ---------------------------------------------------------------------------
+
+# The Node.js major each Debian release ships (the Dockerfile's NODEJS_MAJOR):
+# the stand-in base is Debian 12, the python image it stands in for Debian 13.
+NODEJS_MAJOR = {"12": "18", "13": "20"}
+VARIANTS = {
+    "runtime-node": ("npx -y @modelcontextprotocol/server-everything@2026.8.31", "echo"),
+    "runtime-uv": ("uvx mcp-server-time==2026.8.18", "get_current_time"),
+}
+
+
+def list_tools(base: str) -> dict[str, Any]:
+    """One 2026-07-28 tools/list through the gateway; the JSON-RPC answer."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": PROTOCOL,
+        "Mcp-Method": "tools/list",
+    }
+    # The first call waits for the server's package to be fetched and installed.
+    response = httpx.post(base + "/mcp", json=body, headers=headers, timeout=180)
+    assert response.status_code == 200, f"{response.status_code} {response.text}"
+    return answer_of(response)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_runtime_variant_serves_a_published_stdio_server(
+    base_image: str, tmp_path: Path, variant: str
+) -> None:
+    debian = podman(
+        "run", "--rm", *LIMITS, "--entrypoint", "cat", base_image, "/etc/debian_version"
+    ).stdout.split(".")[0]  # fmt: skip
+    assert debian in NODEJS_MAJOR, f"a base on Debian {debian}: add its Node.js major"
+    build_s = _build(
+        variant,
+        f"{GATEWAY_IMAGE}-{variant}",
+        tmp_path / "iid",
+        "--build-arg",
+        f"NODEJS_MAJOR={NODEJS_MAJOR[debian]}",
+    )
+    image = (tmp_path / "iid").read_text().strip().removeprefix("sha256:")
+    command, tool = VARIANTS[variant]
+    name = f"mcp-shim-test-{variant}-{uuid.uuid4().hex[:8]}"
+    port = procs.free_port()
+    podman(
+        "run", "-d", "--name", name, *RUN, "-p", f"127.0.0.1:{port}:8080",
+        "-e", f"MCP_SHIM_UPSTREAM_COMMAND={command}",
+        "-e", "MCP_SHIM_WORKERS=1",
+        "-e", "MCP_SHIM_CONNECT_TIMEOUT_S=120",
+        image,
+    )  # fmt: skip
+    try:
+        users = podman("exec", name, "id", "-u").stdout.strip()
+        assert users == "10001", users
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz", name, timeout=180)
+        started = time.monotonic()
+        answer = list_tools(base)
+        first_call_s = time.monotonic() - started
+        assert "error" not in answer, answer
+        names = [t["name"] for t in answer["result"]["tools"]]
+        assert tool in names, names
+        assert podman("healthcheck", "run", name, check=False).returncode == 0
+        print(f"{variant}: build {build_s:.0f} s, first tools/list {first_call_s:.1f} s")
+    except AssertionError:
+        logs = podman("logs", name, check=False)
+        print(logs.stdout[-4000:], logs.stderr[-4000:])
+        raise
     finally:
         podman("rm", "--force", name, check=False)
 

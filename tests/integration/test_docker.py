@@ -251,12 +251,29 @@ def test_hadolint_really_lints(tmp_path: Path) -> None:
 
 
 def test_dockerfile_stages_and_pinned_base() -> None:
-    assert stage_names() == ["base", "builder", "runtime", "demo"]
+    assert stage_names() == ["base", "builder", "runtime", "runtime-node", "runtime-uv", "demo"]
     base_image = stage_parent("base")
     # A full patch version and the Debian release: no floating tag.
     assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base_image), base_image
     for stage in ("builder", "runtime", "demo"):
         assert stage_parent(stage) == "base"
+    for stage in ("runtime-node", "runtime-uv"):
+        assert stage_parent(stage) == "runtime"
+
+
+@pytest.mark.parametrize(("stage", "program"), [("runtime-node", "npm"), ("runtime-uv", "uv==")])
+def test_runtime_variants_add_their_program_and_keep_the_runtimes_user(
+    stage: str, program: str
+) -> None:
+    """Entrypoint and healthcheck are inherited from `runtime` (not redefined);
+    the install runs as root and the stage ends as the runtime's user again."""
+    assert not of_stage(stage, "ENTRYPOINT") and not of_stage(stage, "HEALTHCHECK")
+    assert program in " ".join(i.args for i in of_stage(stage, "RUN"))
+    users = [i.args for i in of_stage(stage, "USER")]
+    assert users[-1] == last_of("runtime", "USER").args, users
+    # A stdio server inherits HOME (app/upstream/stdio/transport.py BASE_ENV):
+    # its package manager's cache must be writable there.
+    assert image_env(stage).get("HOME") == "/tmp"
 
 
 def test_runtime_stage_installs_the_wheel_and_runs_mcp_shim() -> None:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import structlog.testing
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -63,6 +64,30 @@ def test_default_count_is_the_smaller_of_affinity_and_quota(
     affinity: int, quota: float | None, count: int
 ) -> None:
     assert workers.available_cpus(affinity, quota) == count
+
+
+@pytest.mark.parametrize(
+    ("cpus", "count"), [(1, 1), (2, 2), (8, 8), (9, 8), (64, 8), (256, 8), (0, 1)]
+)
+def test_the_unset_default_is_the_cpu_count_capped(cpus: int, count: int) -> None:
+    # A container with no CPU limit on a 64-core host sees 64 CPUs: not 64 workers.
+    assert workers.default_workers(cpus) == count
+    assert workers.DEFAULT_WORKERS_CAP == 8
+
+
+def test_the_cap_applies_to_the_unset_default_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "available_cpus", lambda affinity=None, quota=None: 64)
+    assert workers.worker_count(settings()) == workers.DEFAULT_WORKERS_CAP
+    assert workers.worker_count(settings(workers=32)) == 32
+
+
+def test_the_default_count_is_logged_with_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers, "available_cpus", lambda affinity=None, quota=None: 64)
+    with structlog.testing.capture_logs() as seen:
+        workers.log_worker_count(settings())
+        workers.log_worker_count(settings(workers=3))
+    assert [(e["event"], e["workers"]) for e in seen] == [("workers_default", 8), ("workers", 3)]
+    assert (seen[0]["cpus"], seen[0]["cap"], seen[0]["capped"]) == (64, 8, True)
 
 
 def test_an_explicit_count_wins_and_zero_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
