@@ -38,7 +38,7 @@ import json
 import os
 import sys
 
-from app.config import SettingsError, load_settings
+from app.config import SettingsError
 from app.probe.report import render
 from app.probe.run import (
     EXIT_CONFIG,
@@ -48,6 +48,7 @@ from app.probe.run import (
     describe_upstream,
     run_probe,
 )
+from app.settings_load import load_settings
 from app.upstream.choice import transport_name
 
 DESCRIPTION = """\

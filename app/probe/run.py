@@ -16,9 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-from app.config import Settings, command_argv
+from app.config import Settings
 from app.probe.asking import Found, Step, ask_legacy, ask_modern, tell_era
 from app.probe.dual_era import OtherEra, era_choices, legacy_handshake, modern_answer
+from app.settings_rules import command_argv
 from app.subscriptions import filters as subscription_filters
 from app.upstream.choice import Upstream, build_upstream, transport_name
 from app.upstream.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
