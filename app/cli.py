@@ -23,12 +23,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import jsonio, logs, metrics, probe, settings_command, state_key, wiring, workers
 from app.accept_gate import AcceptGate
 from app.balance import Balancer, Siblings
-from app.config import Settings, SettingsError, load_settings
+from app.config import Settings, SettingsError
 from app.handoff import Handoff
 from app.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 from app.load_board import CANCELS_WITHHELD
 from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
+from app.settings_load import load_settings
 from app.upstream.base import server_pids, share_cancel_stop
 
 

@@ -10,7 +10,8 @@ a warning in a log nobody reads at start-up is no better. The few
 `MCP_SHIM_*` names the project's own scripts read (`NOT_SETTINGS`) are
 tolerated, since a shell that exported one for them may also start the gateway.
 
-No project imports: app/config.py uses this module, which must not depend on it.
+No project imports: app/settings_rules.py (the validators of `Settings`) and
+app/settings_load.py use this module, which must not depend on them.
 """
 
 from __future__ import annotations

@@ -61,8 +61,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from app import logs, state_key
-from app.config import Settings, SettingsError, load_settings
+from app.config import Settings, SettingsError
 from app.load_board import LoadBoard
+from app.settings_load import load_settings
 
 log = structlog.get_logger("mcp_shim.workers")
 

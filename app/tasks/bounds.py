@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from app.call import CallState, Outgoing
+from app.config import TaskLimits
 from app.rejections import INTERNAL_ERROR, Rejection
 
 log = structlog.get_logger("mcp_shim.tasks")
@@ -38,37 +39,8 @@ CONNECTIONS_SETTING = "MCP_SHIM_TASK_MAX_CONNECTIONS"
 CONNECTION_SHARE_SETTING = "MCP_SHIM_TASK_MAX_CONNECTIONS_PER_CREDENTIAL"
 
 
-@dataclass(frozen=True, slots=True)
-class TaskLimits:
-    sessions: int  # upstream sessions pinned by tasks, in all
-    sessions_per_credential: int
-    connections: int  # upstream connections held open by tasks, in all
-    connections_per_credential: int
-
-
 # No bound (a bridge built without settings for them: unit tests).
 UNBOUNDED = TaskLimits(2**62, 2**62, 2**62, 2**62)
-
-
-def three_quarters(total: int) -> int:
-    """The default share of tasks: a quarter (at least one) stays for the rest,
-    unless there is only one to share."""
-    return max(1, total - max(1, -(-total // 4)))
-
-
-def default_limits(max_sessions: int, session_share: int, max_connections: int) -> TaskLimits:
-    """The bounds when none is set: tasks may hold three quarters of the
-    sessions and connections; one credential's tasks three quarters of its
-    session share and a quarter of the tasks' connections (at least two: a
-    gateway-run task holds two)."""
-    sessions = three_quarters(max_sessions)
-    connections = three_quarters(max_connections)
-    return TaskLimits(
-        sessions=sessions,
-        sessions_per_credential=min(sessions, three_quarters(session_share)),
-        connections=connections,
-        connections_per_credential=min(connections, max(2, connections // 4)),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +206,5 @@ __all__ = [
     "Hold",
     "Refusal",
     "TaskBounds",
-    "TaskLimits",
-    "default_limits",
     "refusal_reply",
 ]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from app.config import TaskLimits
 from app.mrtr.lanes import Lanes
 from app.mrtr.state import Sealer
 from app.tasks import own
-from app.tasks.bounds import UNBOUNDED, TaskBounds, TaskLimits
+from app.tasks.bounds import UNBOUNDED, TaskBounds
 from app.tasks.live import LiveTask
 from app.tasks.store import TaskStore
 from app.tasks.upstream import ask

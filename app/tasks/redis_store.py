@@ -37,8 +37,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from app import jsonio
+from app.config import DEFAULT_MAX_RECORD_BYTES
 from app.tasks.store import (
-    DEFAULT_MAX_RECORD_BYTES,
     Record,
     TaskLimitReached,
     TaskRecordTooLarge,

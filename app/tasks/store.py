@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import structlog
 
 from app import jsonio
+from app.config import DEFAULT_MAX_RECORD_BYTES
 
 log = structlog.get_logger("mcp_shim.tasks.store")
 
@@ -38,7 +39,6 @@ Record = dict[str, Any]
 
 MAX_TASKS_SETTING = "MCP_SHIM_MAX_TASKS_PER_CREDENTIAL"
 MAX_RECORD_SETTING = "MCP_SHIM_MAX_TASK_RESULT_BYTES"
-DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
 # The memory store's sweep of expired records: how often, and at most how many
 # expiries one pass looks at before it lets the loop run (then goes on).
 SWEEP_EVERY_S = 1.0

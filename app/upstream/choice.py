@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass
 
 from app import splice
-from app.config import Settings, command_argv
+from app.config import Settings
+from app.settings_rules import command_argv
 from app.upstream.base import Transport
 from app.upstream.era import Era, EraProbe
 from app.upstream.era_transport import EraTransport

@@ -42,7 +42,8 @@ import httpx
 import pytest
 
 from app.config import Settings as GatewaySettings
-from app.config import SettingsError, load_settings
+from app.config import SettingsError
+from app.settings_load import load_settings
 from scripts import settings_doc
 from tests import procs
 

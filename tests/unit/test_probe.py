@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app import probe
+from app.probe import asking, dual_era, report, run
 from app.upstream.errors import (
     UpstreamAuthChallenge,
     UpstreamError,
@@ -17,6 +17,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.stdio.process import StdioProcessExited
+from translators.explain import translations
 from translators.registry import LATEST_LEGACY, get_version
 
 
@@ -34,43 +35,43 @@ def described(items: list[dict[str, str]], ident: str) -> str:
 
 def test_server_requests_of_the_upstream_version_become_input_required() -> None:
     # 2024-11-05 servers may ask for roots and sampling; elicitation came in 2025-06-18.
-    old = described(probe.translations(version("2024-11-05"), {}), "inputRequired")
+    old = described(translations(version("2024-11-05"), {}), "inputRequired")
     assert "roots/list" in old and "sampling/createMessage" in old
     assert "elicitation/create" not in old
-    new = described(probe.translations(version("2025-06-18"), {}), "inputRequired")
+    new = described(translations(version("2025-06-18"), {}), "inputRequired")
     assert "elicitation/create" in new
     assert "tools/call" in new and "prompts/get" in new and "resources/read" in new
 
 
 def test_tasks_only_for_versions_that_have_them() -> None:
-    assert "tasks/get" in described(probe.translations(version("2025-11-25"), {}), "serverRequests")
-    assert "tasks" not in described(probe.translations(version("2025-06-18"), {}), "serverRequests")
+    assert "tasks/get" in described(translations(version("2025-11-25"), {}), "serverRequests")
+    assert "tasks" not in described(translations(version("2025-06-18"), {}), "serverRequests")
 
 
 def test_error_renumbering_follows_the_registry() -> None:
-    text = described(probe.translations(version("2025-11-25"), {}), "errorCodes")
+    text = described(translations(version("2025-11-25"), {}), "errorCodes")
     # 2026-07-28 changelog: resource not found -32002 -> -32602.
     assert text == "error codes renumbered: -32002 -> -32602 (resource not found)"
 
 
 def test_log_level_only_when_the_server_logs() -> None:
     v = version("2025-11-25")
-    assert "logLevel" not in {t["id"] for t in probe.translations(v, {})}
-    assert "logLevel" in {t["id"] for t in probe.translations(v, {"logging": {}})}
+    assert "logLevel" not in {t["id"] for t in translations(v, {})}
+    assert "logLevel" in {t["id"] for t in translations(v, {"logging": {}})}
 
 
 def test_listen_names_what_it_can_deliver() -> None:
     caps = {"tools": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": False}}
-    text = described(probe.translations(version("2025-11-25"), caps), "listen")
+    text = described(translations(version("2025-11-25"), caps), "listen")
     assert "tools.listChanged" in text and "resources.subscribe" in text
     assert "resources.listChanged" not in text
-    assert "declares none" in described(probe.translations(version("2025-11-25"), {}), "listen")
+    assert "declares none" in described(translations(version("2025-11-25"), {}), "listen")
 
 
 def test_nothing_but_message_steps_between_two_legacy_versions() -> None:
     """Derived, not listed: toward a legacy version there is no session, discover,
     resultType or input_required translation to report."""
-    items = probe.translations(version("2025-03-26"), {"logging": {}}, modern=LATEST_LEGACY)
+    items = translations(version("2025-03-26"), {"logging": {}}, modern=LATEST_LEGACY)
     assert [item["id"] for item in items] == ["messages"]
     assert items[0]["description"].endswith("2025-03-26 -> 2025-06-18 -> 2025-11-25")
 
@@ -95,15 +96,15 @@ def test_nothing_but_message_steps_between_two_legacy_versions() -> None:
 def test_failures_become_distinct_exit_codes(
     error: UpstreamError, transport: str, code: int, start: str
 ) -> None:
-    failed = probe._failure(error, transport, probe._Captured())
+    failed = run._failure(error, transport, run._Captured())
     assert failed.code == code
     assert failed.reason.startswith(start)
     assert "\n" not in failed.reason
 
 
 def test_a_failed_commands_stderr_tail_is_bounded_and_on_one_line() -> None:
-    captured = probe._Captured(exit_tail=[f"line {i} " + "x" * 200 for i in range(20)], exit_code=1)
-    failed = probe._failure(StdioProcessExited("exited"), "stdio", captured)
+    captured = run._Captured(exit_tail=[f"line {i} " + "x" * 200 for i in range(20)], exit_code=1)
+    failed = run._failure(StdioProcessExited("exited"), "stdio", captured)
     assert failed.reason.startswith("the upstream command exited with code 1 during initialize")
     assert "line 19" in failed.reason and "line 14" not in failed.reason
     assert len(failed.reason) < 600 and "\n" not in failed.reason
@@ -115,7 +116,7 @@ MODERN = version("2026-07-28")
 
 
 def found(era: str, name: str, capabilities: dict[str, Any] | None = None) -> Any:
-    return probe._Found(
+    return asking.Found(
         era=era,
         version=version(name),
         offered=name,
@@ -132,8 +133,8 @@ def ids(items: list[dict[str, str]]) -> set[str]:
 
 @pytest.mark.parametrize("setting", ["auto", "modern"])
 def test_a_modern_upstream_that_accepts_initialize_offers_both_choices(setting: str) -> None:
-    other = probe.OtherEra("legacy", True, LATEST_LEGACY, {"tools": {}, "logging": {}})
-    modern, legacy = probe.era_choices(found("modern", MODERN.name), other, setting)
+    other = dual_era.OtherEra("legacy", True, LATEST_LEGACY, {"tools": {}, "logging": {}})
+    modern, legacy = dual_era.era_choices(found("modern", MODERN.name), other, setting)
     assert (modern["era"], modern["chosen"], modern["protocolVersion"]) == (
         "modern",
         True,
@@ -153,8 +154,8 @@ def test_a_modern_upstream_that_accepts_initialize_offers_both_choices(setting: 
 
 
 def test_a_forced_legacy_upstream_that_answers_discover_shows_legacy_in_force() -> None:
-    other = probe.OtherEra("modern", True, MODERN, {"tools": {}})
-    choices = probe.era_choices(found("legacy", "2025-06-18"), other, "legacy")
+    other = dual_era.OtherEra("modern", True, MODERN, {"tools": {}})
+    choices = dual_era.era_choices(found("legacy", "2025-06-18"), other, "legacy")
     assert [(c["era"], c["chosen"], c["protocolVersion"]) for c in choices] == [
         ("modern", False, "2026-07-28"),
         ("legacy", True, "2025-06-18"),
@@ -165,37 +166,39 @@ def test_a_forced_legacy_upstream_that_answers_discover_shows_legacy_in_force() 
     "other",
     [
         None,  # a stdio upstream: never asked
-        probe.OtherEra("legacy", False, reason="upstream refused initialize: -32602 x"),
-        probe.OtherEra("legacy", None, reason="upstream timed out"),
-        probe.OtherEra("modern", False, reason="it refused server/discover"),
+        dual_era.OtherEra("legacy", False, reason="upstream refused initialize: -32602 x"),
+        dual_era.OtherEra("legacy", None, reason="upstream timed out"),
+        dual_era.OtherEra("modern", False, reason="it refused server/discover"),
     ],
 )
 def test_one_era_only_or_not_known_offers_no_choice(other: Any) -> None:
-    assert probe.era_choices(found("modern", MODERN.name), other, "auto") == []
+    assert dual_era.era_choices(found("modern", MODERN.name), other, "auto") == []
 
 
 def report_with(other: Any, upstream: Any) -> dict[str, Any]:
     return {
         "dualEra": None if other is None else other.accepted,
         "otherEra": None if other is None else other.describe(),
-        "eraChoices": probe.era_choices(upstream, other, "auto"),
+        "eraChoices": dual_era.era_choices(upstream, other, "auto"),
     }
 
 
 def test_the_text_report_says_dual_era_and_each_choice() -> None:
-    other = probe.OtherEra("legacy", True, LATEST_LEGACY, {})
-    lines = probe._dual_era_lines(report_with(other, found("modern", MODERN.name)))
+    other = dual_era.OtherEra("legacy", True, LATEST_LEGACY, {})
+    lines = report._dual_era_lines(report_with(other, found("modern", MODERN.name)))
     assert lines[0].startswith(f"dual-era:    yes, it also speaks {LATEST_LEGACY.name} (legacy)")
     assert lines[1].startswith("  modern, MCP_SHIM_UPSTREAM_ERA=auto|modern (in force): ")
     assert lines[2].startswith("  legacy, MCP_SHIM_UPSTREAM_ERA=legacy: the gateway's translation")
 
 
 def test_the_text_report_says_why_not_dual_era_with_the_upstreams_words_bounded() -> None:
-    refused = probe.OtherEra("legacy", False, reason="upstream refused initialize: " + "x" * 5000)
-    (line,) = probe._dual_era_lines(report_with(refused, found("modern", MODERN.name)))
+    refused = dual_era.OtherEra(
+        "legacy", False, reason="upstream refused initialize: " + "x" * 5000
+    )
+    (line,) = report._dual_era_lines(report_with(refused, found("modern", MODERN.name)))
     assert line.startswith("dual-era:    no (legacy: upstream refused initialize: xxx")
-    assert len(line) < probe.REASON_CHARS + 40
-    unknown = probe.OtherEra("modern", None, reason="timed out")
-    (line,) = probe._dual_era_lines(report_with(unknown, found("legacy", "2025-11-25")))
+    assert len(line) < dual_era.REASON_CHARS + 40
+    unknown = dual_era.OtherEra("modern", None, reason="timed out")
+    (line,) = report._dual_era_lines(report_with(unknown, found("legacy", "2025-11-25")))
     assert line == "dual-era:    not known (modern: timed out)"
-    assert probe._dual_era_lines(report_with(None, found("legacy", "2025-11-25"))) == []
+    assert report._dual_era_lines(report_with(None, found("legacy", "2025-11-25"))) == []

@@ -9,7 +9,9 @@ import os
 import pytest
 
 from app import state_key
-from app.config import STATE_KEY_MAX_CHARS, SettingsError, load_settings
+from app.config import SettingsError
+from app.settings_load import load_settings
+from app.settings_rules import STATE_KEY_MAX_CHARS
 
 KEY = base64.b64encode(b"k" * 32).decode("ascii")
 

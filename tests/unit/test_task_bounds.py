@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from app.config import Settings, SettingsError, load_settings
+from app.config import Settings, SettingsError, TaskLimits, default_limits, three_quarters
+from app.settings_load import load_settings
 from app.tasks.bounds import (
     CONNECTION_SHARE_SETTING,
     CONNECTIONS_SETTING,
@@ -15,9 +16,6 @@ from app.tasks.bounds import (
     SESSIONS_SETTING,
     Refusal,
     TaskBounds,
-    TaskLimits,
-    default_limits,
-    three_quarters,
 )
 
 LIMITS = TaskLimits(

@@ -14,8 +14,9 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from app import workers
-from app.config import Settings, SettingsError, load_settings
+from app.config import Settings, SettingsError
 from app.metrics import parse_exposition
+from app.settings_load import load_settings
 
 UPSTREAM = "http://127.0.0.1:3001/mcp"
 
