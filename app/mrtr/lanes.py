@@ -126,6 +126,11 @@ class Lanes:
                 continue
             self._busy.add(lane)
             return lane
+        return await self._open(key, capabilities, authorization)
+
+    async def _open(
+        self, key: SessionKey, capabilities: Mapping[str, Any], authorization: str | None
+    ) -> Lane:
         pooled = await self._pool.open_detached(key, capabilities, authorization)
         lane = Lane(key, pooled, self._pool, self._expired)
         try:
@@ -167,11 +172,13 @@ class Lanes:
         self, lane: Lane, capabilities: Mapping[str, Any], authorization: str | None
     ) -> Lane:
         """A fresh lane for one whose session the upstream forgot (404); only that
-        one is closed (a 404 says nothing of the other lanes)."""
+        one is closed (a 404 says nothing of the other lanes). A new session, never
+        an idle lane: after a restart the idle ones were opened on the same upstream
+        process and would answer 404 too, and the call may be resent only once."""
         lane.expired = True
         self._pool.expired(lane.pooled)
         await self.release(lane, reusable=False)
-        return await self.acquire(lane.key, capabilities, authorization)
+        return await self._open(lane.key, capabilities, authorization)
 
     async def _reclaim(self, credentials: str | None) -> bool:
         """Close the longest idle lane (of these credentials, or any): the pool

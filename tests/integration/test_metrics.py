@@ -49,6 +49,7 @@ UPSTREAM_KINDS = (
     "SessionExpired",
     "PoolExhausted",
     "SessionShareExceeded",
+    "AnswerRoomFull",
     "StdioProcessExited",
     "EraInconclusive",
 )
@@ -455,7 +456,7 @@ def test_the_metrics_port_must_differ_from_the_main_port() -> None:
     port = str(procs.free_port())
     proc = _start_failure({"MCP_SHIM_PORT": port, "MCP_SHIM_METRICS_PORT": port})
     assert proc.returncode == 2, proc.stderr
-    assert "MCP_SHIM_METRICS_PORT: Value error, must differ from MCP_SHIM_PORT" in proc.stderr
+    assert "MCP_SHIM_METRICS_PORT: must differ from MCP_SHIM_PORT" in proc.stderr
 
 
 def test_a_metrics_port_in_use_stops_start_up_naming_the_variable() -> None:
