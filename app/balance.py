@@ -4,8 +4,8 @@ The kernel hands each new connection to whichever worker accepts it, so a
 light load is spread over every worker (one accept per wake, app/workers.py).
 Spread costs CPU when it is not needed: two half-idle loops each wake for
 fewer events and coalesce fewer writes, and a gateway with two workers spent
-up to 1.3x one worker's CPU per call in front of a slow server (bench/README.md,
-"peers.py"). And a burst of connections can leave one worker saturated while
+up to 1.3x one worker's CPU per call in front of a slow server (bench/peers.py).
+And a burst of connections can leave one worker saturated while
 another idles. Both are a question of load, which only the workers know, so
 they move keep-alive connections between them (app/handoff.py), between two
 requests: at once when idle, else with the first bytes of the next request
@@ -294,7 +294,7 @@ class Balancer:
         # Only when it changes: setting a class's attribute, even to the value it
         # holds, voids the interpreter's caches of every attribute look-up on its
         # instances, and every tick would have made the next calls' protocol
-        # code run unspecialized (bench/README.md, "Tenth session").
+        # code run unspecialized (bench/instructions.py counts it).
         if GuardedHttpToolsProtocol.mover is not mover:
             GuardedHttpToolsProtocol.mover = mover
 

@@ -62,7 +62,7 @@ class CallTiming:
 
     With `timeline` (log level debug), also when each step of the call
     happened (`mark`): the route logs them as one `call_timeline` line, which
-    is how the tail of a call is taken apart (bench/README.md). Off, a mark
+    is how the tail of a call is taken apart (bench/timeline.py). Off, a mark
     costs one attribute test."""
 
     __slots__ = ("marks", "sent", "upstream_s")

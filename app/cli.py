@@ -171,8 +171,8 @@ def release_free_heap() -> None:
     glibc returns only the top of its heap by itself; what start-up frees in
     the middle (aiohttp's import-time TLS contexts, replaced in
     app/upstream/http/tls.py, and the imports' temporary objects) stays resident
-    until reused: 0.8 MB of idle RSS (bench/README.md, "Where the idle RSS
-    comes from"). `malloc_trim(0)` releases those pages; a later allocation
+    until reused: 0.8 MB of idle RSS (bench/memory.py; docs/performance.md).
+    `malloc_trim(0)` releases those pages; a later allocation
     takes them back from the system as needed. Not glibc: nothing."""
     libc = _libc()
     trim = getattr(libc, "malloc_trim", None)

@@ -34,7 +34,7 @@ class ClientHeld:
 
     On the gateway's own HTTP protocol the disconnect comes as a callback from
     the connection (no task per call: a task per call was 3% of the hot path's
-    CPU, bench/README.md); elsewhere a task awaits ASGI's `http.disconnect`."""
+    CPU, bench/profile.py); elsewhere a task awaits ASGI's `http.disconnect`."""
 
     def __init__(self, receive: Receive, scope: Scope | None = None) -> None:
         self._receive = receive

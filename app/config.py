@@ -181,7 +181,7 @@ class Settings(BaseSettings, SettingsRules):
     # than the idle timeout of the common servers (uvicorn's and Node's are
     # 5 s), so the gateway never picks a connection the server is closing at
     # that moment (a POST lost to that race: app/upstream/streamable_http/transport.py
-    # `resendable`, bench/README.md "1,000 parked calls"). httpx's default, 5 s,
+    # `resendable`, measured with bench/parked.py). httpx's default, 5 s,
     # was the same as theirs.
     upstream_keepalive_s: float = Field(
         default=4.0,
@@ -190,10 +190,9 @@ class Settings(BaseSettings, SettingsRules):
         "under the upstream server's own keep-alive timeout",
     )
     # h1: a session's POSTs on app/upstream/http/h1.py, the rest on httpx over
-    # aiohttp (the measured default, bench/README.md); aiohttp: the POSTs on
+    # aiohttp (the measured default, bench/upstream_post.py); aiohttp: the POSTs on
     # aiohttp too. httpx's own transport is no option: twice the CPU per call,
-    # and it pools connections by origin, not by credential (bench/README.md,
-    # "Why each HTTP stack remains").
+    # and it pools connections by origin, not by credential (docs/architecture.md).
     upstream_http_transport: Literal["h1", "aiohttp"] = "h1"
     # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse/transport.py).
     upstream_transport: Literal["auto", "streamable-http", "sse"] = Field(

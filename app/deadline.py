@@ -2,8 +2,8 @@
 
 What `asyncio.timeout_at` around each step did, for less: that context
 manager is a coroutine pair and a state machine around the same timer handle,
-which costs more per enter and exit than this (`bench/asyncio_costs.py`; the
-figures are in bench/README.md, "Fourth round"). Same contract: at
+which costs more per enter and exit than this (`bench/asyncio_costs.py`).
+Same contract: at
 the deadline the task is cancelled where the step waits, the step raises
 `TimeoutError`, and a cancel that came from elsewhere (the client left) stays
 a `CancelledError`.

@@ -6,7 +6,7 @@ it: only that worker can serve the session's requests. The kernel hands the
 client's connections to any worker, so about half of the requests reached a
 worker that could only relay them over HTTP to the owner (app/replicas.py):
 a relayed call cost the gateway more than twice a call served where it
-arrived (bench/README.md, "stdio_workers.py"). Here the relaying worker hands
+arrived (bench/stdio_workers.py). Here the relaying worker hands
 the *connection* to the owner instead, once: the request it read goes with it,
 and every later request on that keep-alive connection reaches the owner
 directly, with no hop at all.

@@ -149,7 +149,7 @@ class ConnectionLink:
         self._flow = flow
         # The cycle weakly: it holds the scope that holds this link, and a strong
         # reference back would leave every request's cycle and scope to the
-        # cyclic garbage collector (its passes were the p99, bench/README.md).
+        # cyclic garbage collector (its passes were the p99, bench/profile.py --gc).
         self._cycle = None if cycle is None else weakref.ref(cycle)
         self._on_lost: Callable[[], None] | None = None
         # The client went away while this request was being answered.
@@ -166,7 +166,7 @@ class ConnectionLink:
         the content length and `body`, in one write: what uvicorn's `send`
         writes for an `http.response.start` and its one `http.response.body`,
         without the two ASGI sends, their wrappers, and their checks of a state
-        known here (6% of a legacy call's instructions, bench/README.md).
+        known here (6% of a legacy call's instructions, bench/instructions.py).
         False, and nothing written, when the answer must go through `send`: not
         armed, already begun, the client gone, the transport paused, the
         connection to be closed after it, access logging on, or a header that

@@ -178,7 +178,7 @@ def configure(level: str, *, worker: int | None = None) -> None:
 class _CallLine:
     """The `call` line rendered without structlog's processor chain: the one
     line every call writes (its chain was 6% of the gateway's CPU per call,
-    bench/README.md "Third round"). Same fields, in the same order, as the
+    bench/profile.py). Same fields, in the same order, as the
     chain `configure` installs renders: the call's fields, `event`, `worker`,
     the context variables (request_id...), `level`, `timestamp` (ISO, UTC, the
     same clock and precision as structlog's TimeStamper, its date and time

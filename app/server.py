@@ -41,7 +41,7 @@ _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 class _NewRequestIds:
     """Request ids of this process: 16 hex digits, a random 32-bit prefix drawn
     once per process and a 32-bit counter from a random start (uuid4 per request
-    was 1.6% of the hot path's CPU, bench/README.md "Third round").
+    was 1.6% of the hot path's CPU, bench/profile.py).
 
     Unique across workers and replicas as long as the prefixes differ: every
     process draws its own from the OS's random source, at start and again in a
@@ -150,7 +150,7 @@ class GatewayApp(FastAPI):
     Every call of every client is a `POST /mcp`; FastAPI's middleware stack,
     routing, dependency solving and exception wrappers cost about a fifth of
     the gateway's CPU per call and gave it nothing on that route (profile and
-    measurements: bench/README.md, "Where the time goes"). So that one route
+    measurements: bench/profile.py, bench/wrk.sh). So that one route
     runs behind `RequestIdMiddleware`'s work alone (done in `__call__` itself:
     every frame between the task and the upstream's socket is resumed at each
     of the call's suspensions), with the same route function and the same
@@ -203,7 +203,7 @@ def create_app(settings: Settings) -> GatewayApp:
             app.state.wiring = wired
             # The ~74k objects alive after start-up never become garbage; left in
             # the collector's generations, every full collection walks them all
-            # and stalls each call in flight (the p99 tail, bench/README.md).
+            # and stalls each call in flight (the p99 tail, bench/profile.py --gc).
             gc.freeze()
             yield
 

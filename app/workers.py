@@ -222,7 +222,7 @@ def worker_environment(source: Mapping[str, str], advertise: str) -> dict[str, s
     # that wakes first takes a whole burst (a client pool opening 32 connections
     # at once) and the others idle: the default's calls/s at c32 fell to one
     # worker's in some runs. One accept per wake, then a yield, lets the other
-    # workers take their share (bench/README.md, issue 23). An operator's own
+    # workers take their share (bench/accept_spread.py, bench/peers.py). An operator's own
     # value is kept. stdio servers never see it (their environment is an
     # allow-list).
     env.setdefault(SINGLE_ACCEPT, "1")

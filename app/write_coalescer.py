@@ -3,8 +3,8 @@ of the next (and a stdio server's stdin lines, a pipe, the same way).
 
 A write to a loopback peer that sleeps in `epoll_wait` wakes it, and the
 waking is paid by the writer: a small TCP write costs several times more when
-its reader sleeps than when it is running (`bench/wake_cost.py`; the figures
-are in bench/README.md, "Fifth round"). Under load the gateway's writes are
+its reader sleeps than when it is running (`bench/wake_cost.py`). Under load
+the gateway's writes are
 spread over an iteration, each call's upstream request and answer between
 other calls' work, so nearly every write woke its peer, which did its little
 work and slept again. Queued, and written back to back when the loop comes

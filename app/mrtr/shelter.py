@@ -5,8 +5,8 @@ SSE streams with their aiohttp and httpx layers, its tasks, its lane), all of
 them long-lived: 1,000 parked calls put some 306,000 objects in the oldest
 generation, and every full pass walks all of them, stopping the event loop
 for every call in flight (364 ms per pass measured with 1,000 parked, load 6;
-passes up to 1.7 s while the calls were parking: bench/README.md, "1,000
-parked calls"). CPython runs a full pass each time the objects promoted
+passes up to 1.7 s while the calls were parking: bench/parked.py --gc).
+CPython runs a full pass each time the objects promoted
 since the last one exceed a quarter of the oldest generation, so while calls
 park these passes come one after another, each longer than the last.
 
@@ -21,7 +21,7 @@ objects each, measured) and whatever else was garbage at a freeze; until
 then they stay frozen, bounded by what was alive at the freezes (a dozen
 freezes take the count from 64 to 1,000). Undoing it earlier, each time a
 quarter had drained, cost more than it saved: that pass walks the start-up
-heap and every call still parked (bench/README.md, the shelter's A/B).
+heap and every call still parked (bench/parked.py --gc --shelter-ab).
 """
 
 from __future__ import annotations

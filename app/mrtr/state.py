@@ -184,7 +184,7 @@ class Sealer:
             # cryptography (a Rust extension with its own OpenSSL) adds about 7 MB
             # of RSS once imported; it is imported by the first state sealed or
             # opened, not at start, as most gateways never park a call
-            # (bench/README.md, "Memory").
+            # (bench/memory.py; docs/performance.md).
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
             self._ciphers = [(key_id(k), AESGCM(k)) for k in self._raw]

@@ -49,7 +49,7 @@ async def read_body(
     if link is not None and link.body_complete:
         # The whole body came with the head (the common call): every receive()
         # answers at once, so there is nothing to time (an asyncio.timeout costs
-        # more than the read: bench/asyncio_costs.py, bench/README.md "Fourth round").
+        # more than the read: bench/asyncio_costs.py).
         return await _received_body(request.receive, limit)
     try:
         # A body shorter than its Content-Length, or dripped, would hold the
@@ -62,7 +62,7 @@ async def read_body(
 
 async def _received_body(receive: Receive, limit: int) -> bytes:
     # ASGI's messages read as starlette's `Request.stream` reads them, without
-    # its async generator around each (bench/README.md "Third round"); the
+    # its async generator around each (bench/profile.py); the
     # common body comes whole in one message and is not copied.
     first = b""
     more: bytearray | None = None
@@ -123,7 +123,7 @@ class Edge:
         self._public_url = str(settings.public_url) if settings.public_url is not None else None
         # Pure functions of a Host value (and the scheme), which every call of a
         # client repeats: remembered for the first few hundred values seen (1-2% of
-        # the hot path's CPU each, bench/README.md "Third round").
+        # the hot path's CPU each, bench/profile.py).
         self._known_urls: dict[tuple[str, str | None], str | None] = {}
         self._hosts_ok: set[str] = set()
         # RFC 9728 section 3.1: the metadata of https://host/mcp is at
@@ -134,7 +134,7 @@ class Edge:
 
     def gateway_url(self, request: Request, headers: Mapping[str, str] | None = None) -> str | None:
         # The scope's scheme, which is what `request.url.scheme` reads, without
-        # building the whole URL (3% of the hot path's CPU, bench/README.md).
+        # building the whole URL (3% of the hot path's CPU, bench/profile.py).
         key = (
             request.scope.get("scheme", "http"),
             (request.headers if headers is None else headers).get("host"),

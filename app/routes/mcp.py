@@ -179,7 +179,7 @@ class McpRoutes:
             )
             if timing.marks is not None:
                 # After the answer was written and the upstream exchange closed
-                # (drained): where the call's time went (bench/README.md, the tail).
+                # (drained): where the call's time went (bench/timeline.py).
                 log.debug("call_timeline", **timing.timeline(started), done_ms=duration_ms)
 
         return done

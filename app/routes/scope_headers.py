@@ -2,7 +2,7 @@
 
 Starlette's `Headers` decodes and scans the whole header list on every look-up
 (through `collections.abc.Mapping.get`); the hot path looks up about ten
-names per call (bench/README.md "Third round"). Same answers as `Headers`:
+names per call (bench/profile.py). Same answers as `Headers`:
 names as the server gave them (lower case), the first value of a repeated
 header from `get`, every pair from `items` and `getlist`."""
 

@@ -2,7 +2,7 @@
 
 frozenlist, an aiohttp dependency, is imported here first, in its pure-Python
 form: its compiled one is C++ and brings libstdc++ into the process, 1.1 MB
-of idle RSS (bench/README.md, "Where the idle RSS comes from"), for a class
+of idle RSS (bench/memory.py; docs/performance.md), for a class
 aiohttp uses only in its tracing signals (`aiohttp/tracing.py`), which the
 gateway never configures, so no call touches it. `FROZENLIST_NO_EXTENSIONS`
 is the library's own switch, read once when it is imported; it is set for

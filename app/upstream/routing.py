@@ -145,7 +145,7 @@ class Exchange:
     `asyncio.timeout` around each read did, for less: one timer per exchange,
     armed when the read begins and moved on only when it fires
     (`_check_silence`): 2-3 us less per exchange than a timeout around every
-    read (`bench/exchange_read.py`; bench/README.md, "Sixth session")."""
+    read (`bench/exchange_read.py`)."""
 
     def __init__(
         self, router: Router, what: str, timeout_s: float | None, request_id: Any = None

@@ -159,7 +159,7 @@ class CallAnswer(Response):
         # client's reading. A send that finds the transport not paused does
         # not wait (uvicorn's `RequestResponseCycle.send`): it is timed only
         # when it can wait, an asyncio.timeout per write was 2-3% of the hot
-        # path (bench/README.md).
+        # path (bench/profile.py).
         chunks = [body] if isinstance(body, bytes) else body
         try:
             for i, chunk in enumerate(chunks):

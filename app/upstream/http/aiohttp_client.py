@@ -7,7 +7,7 @@ default h1 transport a plain gateway's start-up, its calls and its sessions'
 ends (the era probe, the session POSTs, DELETE) all go through
 app/upstream/http/h1.py, and aiohttp with its dependencies (yarl, attrs,
 aiohappyeyeballs, aiosignal, propcache, httpx-aiohttp) is about 6 MB of
-idle RSS (bench/README.md, "Third round"). Importing this module imports
+idle RSS (bench/memory.py; docs/performance.md). Importing this module imports
 aiohttp the gateway's way: its import-time CA contexts deferred
 (app/upstream/http/tls.py; frozenlist pure, app/upstream/__init__.py). An adapter
 of the answer interface (app/upstream/http/interface.py): `AiohttpAnswer`; its

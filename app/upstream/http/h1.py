@@ -3,9 +3,8 @@
 One asyncio Protocol per connection, httptools' response parser (llhttp, the
 parser uvicorn already runs for the gateway's own clients), one request at a
 time per connection, a pool of idle keep-alive connections per origin and
-credential. It costs a fraction of aiohttp's CPU per POST (bench/upstream_post.py;
-the figures are in bench/README.md, "A lean HTTP/1.1 client for the session
-POSTs"). It serves
+credential. It costs a fraction of aiohttp's CPU per POST (bench/upstream_post.py).
+It serves
 the POSTs, the one-off requests and the GETs when it is the POSTs' stack
 (app/upstream/http/h1_adapter.py, its adapter to the answer interface of
 app/upstream/http/interface.py); long-lived streams and the modern pass-through

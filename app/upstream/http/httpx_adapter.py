@@ -2,8 +2,9 @@
 (app/upstream/http/interface.py): the API of the rare paths (the modern
 pass-through, long-lived modern requests, an HTTP+SSE upstream's stream, and
 without h1 the GET streams, metadata and DELETE), always over aiohttp's
-transport (httpx-aiohttp), never httpx's own (bench/README.md, "Why each HTTP
-stack remains"). httpx's exceptions become the gateway's in `upstream_error`,
+transport (httpx-aiohttp), never httpx's own (it pools connections by origin,
+not by credential: app/upstream/http/client.py `build_client`). httpx's
+exceptions become the gateway's in `upstream_error`,
 and nowhere else."""
 
 from __future__ import annotations
@@ -76,8 +77,7 @@ def _unbind(response: httpx.Response) -> None:
     closed: reference counting then frees the response, its aiohttp response
     and their headers at once. Left to the cyclic garbage collector, those
     objects of every call survived into the older generations and made the
-    collections that walk them the gateway's longest pauses (bench/README.md,
-    "Where the time goes")."""
+    collections that walk them the gateway's longest pauses (bench/profile.py --gc)."""
     if response.is_closed:
         response.stream = _CLOSED
 
@@ -99,7 +99,7 @@ class OnFirstRequest(httpx.AsyncBaseTransport):
     """httpx's transport made by the first request that needs it: on h1 that is
     a modern pass-through, a long-lived modern request or an HTTP+SSE stream,
     which a plain gateway in front of a legacy upstream never sends, so it never
-    imports aiohttp (about 6 MB of idle RSS, bench/README.md "Third round")."""
+    imports aiohttp (about 6 MB of idle RSS, bench/memory.py)."""
 
     def __init__(self, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
         self._make: Callable[[], httpx.AsyncBaseTransport] | None = make

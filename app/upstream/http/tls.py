@@ -3,7 +3,7 @@ TLS handshake instead of at start-up.
 
 A context that verifies servers parses a whole CA bundle into OpenSSL's memory
 when it is made: about 0.9 MB of RSS each, 2 MB for the three a gateway used to
-make at every start (bench/README.md, "Where the idle RSS comes from"), although
+make at every start (bench/memory.py; docs/performance.md), although
 an upstream over plain http never uses any of them:
 
 - the upstream transport's own (httpx's `create_ssl_context(verify=True,

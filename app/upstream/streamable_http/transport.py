@@ -82,7 +82,7 @@ def _content_type(response: Answer) -> str:
 
 # How long closing an exchange may wait for the rest of an answered stream:
 # a stream read to its end leaves the connection reusable, an abandoned one
-# costs a new TCP connection on the next request (measured: bench/README.md).
+# costs a new TCP connection on the next request (measured: bench/forward.py).
 _DRAIN_S = 0.25
 # A metadata document is small; an upstream that cannot send it in this long is broken.
 _METADATA_TIMEOUT_S = 10.0
@@ -94,7 +94,7 @@ class HttpExchange:
     A JSON answer is iterated by the exchange itself, not by an async
     generator: one call's answer is most often JSON, and each generator costs
     the event loop's first-iteration hook (a weak set's add and remove) and a
-    close of its own (bench/README.md, "Fifth round")."""
+    close of its own (bench/asyncio_costs.py)."""
 
     def __init__(
         self,
@@ -271,7 +271,7 @@ class StreamableHttpSession:
     ) -> None:
         self._client = client
         # Parsed once: httpx would parse a str URL again on every request
-        # (3.5% of the gateway's CPU in the c8 profile, bench/README.md).
+        # (3.5% of the gateway's CPU in the c8 profile, bench/profile.py).
         self._url = httpx.URL(url)
         self.session_id = session_id
         self.version = version
