@@ -5,7 +5,7 @@ An async generator abandoned unfinished (an `async for` left by `return` or
 by the consumer's close) is closed by the event loop's finalizer hook, which
 schedules its `aclose()` as a new task (asyncio's `sys.set_asyncgen_hooks`).
 For the gateway that meant: a task and a thread-safe wake-up of the loop per
-call (bench/README.md, "Fourth round"), and the upstream exchange closed
+call (bench/asyncio_costs.py), and the upstream exchange closed
 after its session had gone back to the pool. Every generator of ours on a
 call's path is closed where it was opened; the hook must see none of them.
 

@@ -1,7 +1,7 @@
 """At log level debug every call logs its timeline (`call_timeline`): when the
 request body was read, the call sent upstream, the upstream's answer head and
 answer read, the answer written to the client and the upstream exchange
-closed. That is how a slow call is taken apart (bench/README.md, the tail in
+closed. That is how a slow call is taken apart (bench/timeline.py, in
 front of the mcp 1.x server); at the default level it costs nothing and logs
 nothing."""
 

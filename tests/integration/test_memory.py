@@ -1,6 +1,6 @@
 """The gateway's idle memory: what start-up and a plain call load (issue 12's RSS target).
 
-bench/README.md ("Memory") measures where the idle RSS comes from. Three
+bench/memory.py measures where the idle RSS comes from. Three
 libraries served only rare paths yet were loaded at every start: the
 `cryptography` extension (requestState sealing, about 7 MB), httpx's own
 transport with its CA bundle and httpcore (the replica forwarder's client,
@@ -11,7 +11,7 @@ So are the CA bundles of the TLS contexts toward the upstream (app/upstream/http
 aiohttp with httpx-aiohttp (about 6 MB with yarl, attrs, aiohappyeyeballs, ...):
 on the default h1 transport a plain gateway's requests to a legacy upstream
 (era probe, session POSTs, DELETE) all go through app/upstream/http/h1.py
-("Third round" in bench/README.md).
+(bench/memory.py; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -113,10 +113,9 @@ def _rss_mb(pid: int) -> float:
 
 
 # VmRSS in MiB, measured on the development image (Python 3.11, the dev venv):
-# 56.8 now (59.6 MB), 62.9-63.0 before the third round of bench/README.md
-# (aiohttp loaded at start), 65.8 before the second ("Where the idle RSS comes
-# from"); the first round measured 78-80 MB with the three libraries above
-# loaded at start.
+# 56.8 (59.6 MB); 62.9-63.0 with aiohttp loaded at start, 78-80 MB with the
+# three libraries above loaded at start (bench/memory.py, bench/soak.py;
+# docs/performance.md).
 IDLE_RSS_BOUND_MB = 60
 
 
@@ -133,7 +132,7 @@ def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
         answer = wire.post(http, base + "/mcp", message, wire.headers_for(message))
         assert answer.status_code == 200, answer.text
         rss = _rss_mb(proc.pid)
-    assert rss <= IDLE_RSS_BOUND_MB, f"idle gateway RSS {rss:.1f} MB (bench/README.md, Memory)"
+    assert rss <= IDLE_RSS_BOUND_MB, f"idle gateway RSS {rss:.1f} MB (bench/memory.py)"
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ the connection with no answer instead of forwarding the POST).
   HTTP 502 (the gateway's answer to an upstream failure), cancelled upstream,
   instead of waiting for its deadline.
 
-Before the fix both retries hung (bench/README.md, "1,000 parked calls").
+Before the fix both retries hung (found with bench/parked.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Per-call upstream objects are freed by reference counting, not left to the
-cyclic garbage collector: bench/README.md ("Where the time goes") measured
+cyclic garbage collector: bench/profile.py --gc measured
 that what every call left in reference cycles made the collector's passes
 the gateway's longest pauses (its p99)."""
 

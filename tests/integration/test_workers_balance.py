@@ -459,7 +459,7 @@ def test_a_stdio_server_process_taking_a_core_spreads_its_calls(stdio_two: tw.Wo
             conn.call(False)  # answered wherever it is now
         except AssertionError as exc:
             # The mcp 1.x server can exit when the load ends with calls in flight
-            # (python-sdk issue 2416, bench/README.md): that call fails with
+            # (python-sdk issue 2416, seen with bench/peers.py): that call fails with
             # -32603, and the next one starts a new process.
             assert "stdio upstream process exited" in str(exc), exc
             conn.call(False)

@@ -292,7 +292,7 @@ def test_a_tick_that_changes_no_plan_leaves_the_protocol_class_alone() -> None:
     # Setting a class's attribute, even to the value it holds, voids the
     # interpreter's attribute caches for every instance of the class (its
     # version tag): a tick that did so four times a second made the next
-    # calls' protocol code run unspecialized (bench/README.md, "Tenth session").
+    # calls' protocol code run unspecialized (bench/instructions.py counts it).
     from _testcapi import type_get_version
 
     fd = LoadBoard.create(2)

@@ -3,7 +3,7 @@
 stand-in transport: a client that goes away calls the answer back, and the
 link keeps no request alive (each request's scope and cycle are freed by
 reference counting, not left to the cycle collector, whose passes were the
-p99: bench/README.md)."""
+p99: bench/profile.py --gc)."""
 
 from __future__ import annotations
 

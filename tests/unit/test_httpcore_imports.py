@@ -3,7 +3,7 @@ the replica relay used it until bench/relay.py showed its cost) asks which async
 library runs with `import sniffio` in every lock, event and cancellation shield
 it makes, several per request. Without sniffio installed each of those is a
 failed import, a search of every sys.path entry (about 85 us each here:
-bench/README.md, "relay.py"). sniffio is a pinned dependency for that reason;
+bench/relay.py). sniffio is a pinned dependency for that reason;
 this fails if it goes missing again."""
 
 from __future__ import annotations

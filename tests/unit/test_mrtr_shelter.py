@@ -2,7 +2,7 @@
 
 1,000 parked calls put some 306,000 long-lived objects in the collector's
 oldest generation; every full pass walked them all (364 ms per pass, up to
-1.7 s while calls parked: bench/README.md, "1,000 parked calls")."""
+1.7 s while calls parked: bench/parked.py --gc)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What the command line loads at start-up (issue 12's idle RSS, bench/README.md
-"Where the idle RSS comes from" and "Third round"): checked in a fresh
+"""What the command line loads at start-up (the idle RSS: bench/memory.py,
+docs/performance.md): checked in a fresh
 interpreter, as sys.modules is per process, so that a new import does not undo
 it silently."""
 

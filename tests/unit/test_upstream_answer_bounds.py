@@ -113,8 +113,7 @@ async def test_bytes_after_an_answer_close_its_connection(
     is never read as the next request's answer (checked failing before the
     fix on h1: the next call got the stray response's bytes; aiohttp closed
     such a connection already). httpx's own transport (httpcore, h11) read
-    them as the next answer: no longer an option (bench/README.md, "Why each
-    HTTP stack remains")."""
+    them as the next answer: no longer an option (docs/architecture.md)."""
     client = _client(pooled_by)
     try:
         for round_ in range(6):

@@ -169,7 +169,7 @@ async def test_answered_calls_leave_no_cyclic_garbage(
     client: UpstreamClient, answer: bytes
 ) -> None:
     # What a call leaves in reference cycles survives into the collector's
-    # older generations (bench/README.md, "The p99 tail"): none, on a
+    # older generations (bench/profile.py --gc): none, on a
     # keep-alive connection as in production.
     peer = ScriptedServer(answer, hold=False, keep_alive=True)
     peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)

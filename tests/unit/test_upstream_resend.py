@@ -126,6 +126,6 @@ async def test_a_new_connection_that_fails_is_not_retried(client: UpstreamClient
 
 def test_pooled_connections_expire_before_common_servers_close_them() -> None:
     # uvicorn's and Node's keep-alive timeouts are 5 s: equal, the gateway picked
-    # connections the server was closing (bench/README.md, "1,000 parked calls").
+    # connections the server was closing (found with bench/parked.py).
     default = Settings.model_fields["upstream_keepalive_s"].default
     assert default == KEEPALIVE_S < 5.0

@@ -263,7 +263,7 @@ def test_no_handover_channel_without_a_stdio_upstream() -> None:
 
 def test_workers_accept_one_connection_per_wake_unless_the_operator_says_otherwise() -> None:
     # Without it, libuv hands a burst of connections to whichever worker wakes
-    # first (bench/README.md, issue 23).
+    # first (bench/accept_spread.py).
     env = workers.worker_environment({"PATH": "/usr/bin"}, "http://127.0.0.1:8081")
     assert env[workers.SINGLE_ACCEPT] == "1"
     kept = workers.worker_environment({workers.SINGLE_ACCEPT: "0"}, "http://127.0.0.1:8081")
