@@ -5,7 +5,7 @@
 Each row runs one construct `--iterations` times inside one task and prints
 this process's CPU time per iteration (`time.process_time`), best of
 `--rounds`. They justify the fourth round's changes to the hot path
-(bench/README.md, "Fourth round"):
+(bench/JOURNAL.md, "Fourth round"):
 
 - `asyncio.timeout` enter and exit around an await that does not suspend,
   against `StepDeadline` (app/deadline.py), which replaced it for the call
@@ -20,7 +20,7 @@ this process's CPU time per iteration (`time.process_time`), best of
 - `asyncio.get_running_loop()`, which on Python 3.11 makes a `getpid` system
   call each time (fork detection), for scale.
 
-And the fifth round's (bench/README.md, "Fifth round"): `StepDeadline` over a
+And the fifth round's (bench/JOURNAL.md, "Fifth round"): `StepDeadline` over a
 call's two steps, now one timer for both; and one JSON answer's message read
 through an async generator (what `HttpExchange._read` was) against the
 exchange's own iterator (what it is now).

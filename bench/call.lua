@@ -17,7 +17,7 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 -- A distinct id per request: with the same id on every request, the mcp 1.x
 -- server (one session, several requests in flight) routes each answer to the
 -- latest stream registered under that id, and the measured server does less
--- work than it does for a client whose ids differ (bench/README.md).
+-- work than it does for a client whose ids differ (bench/JOURNAL.md).
 -- BENCH_SAME_ID=1 keeps the one id (what this script did before; a row of
 -- bench/wrk.py shows the difference).
 local prefix, suffix = wrk.body:match('^(.-"id":)1(,.*)$')

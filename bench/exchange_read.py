@@ -9,7 +9,7 @@ answer is dispatched from another callback as the stdout reader does, the
 reader takes it and the exchange is closed. Printed: this process's CPU time
 per iteration (`time.process_time`), best and median of `--rounds`, with the
 request timeout armed (as the gateway runs) and without one. Run it on two
-trees to compare them (bench/README.md, "Sixth session").
+trees to compare them (bench/JOURNAL.md, "Sixth session").
 """
 
 from __future__ import annotations

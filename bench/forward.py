@@ -5,7 +5,7 @@ gateway, side by side in one run.
 
 Starts the legacy fixture server (mcp 1.x, .peers/legacy) and two gateways in
 front of it, with the aiohttp transport under httpx (httpx's own transport,
-measured here before, is no longer an option: bench/README.md, "Why each HTTP
+measured here before, is no longer an option: bench/JOURNAL.md, "Why each HTTP
 stack remains"). Prints requests/s and p50/p99 latency for each,
 and the CPU time each process spent per request (from /proc): the fixture is
 slower than the gateway, so throughput alone would hide the cost of the hop.

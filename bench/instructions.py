@@ -40,7 +40,7 @@ took what is printed per process. In front of the fast upstream (a modern
 client, or legacy ones over HTTP), `--workers 2 --concurrency 8` counts
 what spreading calls over both workers costs in instructions: the cell
 where bench/moves.py times the default at 1.14x one worker's CPU per call
-(bench/README.md, "Eleventh session").
+(bench/JOURNAL.md, "Eleventh session").
 
 Under valgrind a call takes about 18 ms, so work driven by the
 clock (the balancer's tick every 0.25 s reads /proc; a timer) is counted

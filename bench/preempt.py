@@ -16,7 +16,7 @@ The rows alternate, round by round; the medians of the rounds close.
 An involuntary switch is the scheduler taking the CPU from a worker that
 could run on: on a machine whose cores the load generator and the upstream
 share with the gateway, a worker that is not saturated is taken off its core
-at the others' wakes. Results and reading in bench/README.md ("Fifth session").
+at the others' wakes. Results and reading in bench/JOURNAL.md ("Fifth session").
 """
 
 from __future__ import annotations

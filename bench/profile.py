@@ -12,7 +12,7 @@ gateway runs it; its CPU is the upstream's), `--upstream python-stdio` the mcp
 2025-11-25 client does, on one session opened through the gateway.
 Prints wrk's figures, the gateway's CPU per call, and the samples' shares:
 own time by package (the frame on top of the stack), and the inclusive share
-of the layers named in bench/README.md ("Where the time goes"). With --gc the
+of the layers named in bench/JOURNAL.md ("Where the time goes"). With --gc the
 gateway runs under bench/gc_probe.py, which also reports every garbage
 collection's pause. The raw profile is kept in results/bench/.
 """

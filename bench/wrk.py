@@ -241,7 +241,7 @@ def start_paths(
         paths.append(Route(f"{label} direct", url, kind, False, None))
         if kind == "legacy":
             # What earlier runs measured: the mcp 1.x server does less per call
-            # when every request has the same id (bench/README.md, the tail).
+            # when every request has the same id (bench/JOURNAL.md, the tail).
             same = Route("  direct, id 1 on every request", url, kind, False, None, same_id=True)
             paths.append(same)
 
