@@ -22,6 +22,9 @@ UPSTREAM = "http://127.0.0.1:3001/mcp"
 
 
 def settings(**values: object) -> Settings:
+    # Unset unless a test sets it, whatever the environment says (the integration
+    # tests' conftest sets MCP_SHIM_WORKERS=1 for the whole run).
+    values.setdefault("workers", None)
     return Settings(upstream_url=UPSTREAM, **values)  # type: ignore[arg-type]
 
 
