@@ -55,6 +55,33 @@ def require_peer(path: Path) -> Path:
     return path
 
 
+def port_open(port: int) -> bool:
+    """Whether something accepts connections on this loopback port."""
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout: float) -> bytes:
+    """A process's output (stdout, non-blocking) up to and including `marker`;
+    an AssertionError with what it printed if it exits or the time runs out."""
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    out = b""
+    deadline = time.monotonic() + timeout
+    while marker not in out:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {marker!r} within {timeout}s:\n{out.decode()[-4000:]}")
+        chunk = proc.stdout.read()
+        if chunk:
+            out += chunk
+        elif proc.poll() is not None:
+            raise AssertionError(f"exited ({proc.returncode}):\n{out.decode()[-4000:]}")
+        else:
+            time.sleep(0.05)
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -29,7 +29,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -757,32 +756,6 @@ def test_bad_setting_stops_startup_naming_the_variable(
 # ---------------------------------------------------------------------------
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout: float) -> bytes:
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
-    out = b""
-    deadline = time.monotonic() + timeout
-    while marker not in out:
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"demo.sh printed no {marker!r} within {timeout}s:\n{out.decode()}"
-            )
-        chunk = proc.stdout.read()
-        if chunk:
-            out += chunk
-        elif proc.poll() is not None:
-            raise AssertionError(f"demo.sh exited ({proc.returncode}):\n{out.decode()}")
-        else:
-            time.sleep(0.05)
-    return out
-
-
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -835,7 +808,7 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
         preexec_fn=_ignore_sigint if ctrl_c == "group" else _default_sigint,
     )
     try:
-        printed = _read_until(proc, b"Press Ctrl-C", timeout=60).decode()
+        printed = procs.read_until(proc, b"Press Ctrl-C", timeout=60).decode()
         lines = printed.splitlines()
         start = next(i for i, line in enumerate(lines) if line.startswith("curl "))
         end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
@@ -857,7 +830,9 @@ def test_demo_script_serves_its_curl_example_and_stops_on_ctrl_c(
         assert code == 130, after
         assert "demo: stopping" in after, after
         assert "ERROR" not in after, f"a stop on Ctrl-C is not an error:\n{after}"
-        assert not _port_open(port) and not _port_open(legacy_port), "demo.sh left a server running"
+        assert not procs.port_open(port) and not procs.port_open(legacy_port), (
+            "demo.sh left a server running"
+        )
         # One stop signal per server: a second would be the supervisor's "force".
         (logs,) = tmp_path.glob("mcp-shim-demo.*")
         gateway_log = (logs / "gateway.log").read_text()

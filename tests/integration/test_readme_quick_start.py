@@ -11,9 +11,7 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -52,30 +50,6 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, "TMPDIR": str(tmp_path), **extra}
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout: float) -> str:
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
-    out = b""
-    deadline = time.monotonic() + timeout
-    while marker not in out:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {marker!r} within {timeout}s:\n{out.decode()[-4000:]}")
-        chunk = proc.stdout.read()
-        if chunk:
-            out += chunk
-        elif proc.poll() is not None:
-            raise AssertionError(f"exited ({proc.returncode}):\n{out.decode()[-4000:]}")
-        else:
-            time.sleep(0.1)
-    return out.decode()
-
-
 def test_the_quick_start_names_the_demo_docker_and_pip_ways() -> None:
     commands = quick_start_commands()
     assert commands[0] == "bash scripts/demo.sh", commands
@@ -105,7 +79,7 @@ def test_the_quick_start_runs_as_written_in_a_fresh_clone(tmp_path: Path) -> Non
         start_new_session=True,
     )
     try:
-        printed = _read_until(demo, b"Press Ctrl-C", START_TIMEOUT_S)
+        printed = procs.read_until(demo, b"Press Ctrl-C", START_TIMEOUT_S).decode()
         lines = printed.splitlines()
         start = next(i for i, line in enumerate(lines) if line.startswith("curl "))
         end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
@@ -136,7 +110,9 @@ def test_the_quick_start_runs_as_written_in_a_fresh_clone(tmp_path: Path) -> Non
 
         os.killpg(demo.pid, signal.SIGINT)
         assert demo.wait(60) == 130
-        assert not _port_open(port) and not _port_open(legacy_port), "the demo left a server"
+        assert not procs.port_open(port) and not procs.port_open(legacy_port), (
+            "the demo left a server"
+        )
     finally:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGTERM)

@@ -13,29 +13,10 @@ import pytest
 
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.pool import PooledSession, SessionPool
+from tests.unit.pool_session import Session
 from translators.registry import get_version
 
 LEGACY = get_version("2025-11-25")
-
-
-class Session:
-    def __init__(self) -> None:
-        self.closed = False
-
-    async def request(self, message: dict[str, Any]) -> Any:
-        raise AssertionError("not used")
-
-    async def notify(self, message: dict[str, Any]) -> None:
-        pass
-
-    async def respond(self, message: dict[str, Any]) -> None:
-        pass
-
-    async def listen(self, last_event_id: str | None = None) -> Any:
-        raise AssertionError("not used")
-
-    async def close(self) -> None:
-        self.closed = True
 
 
 class SlowTransport:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from app import workers
+from app import workers, workers_metrics
 from app.config import Settings, SettingsError
 from app.metrics import parse_exposition
 from app.settings_load import load_settings
@@ -182,7 +182,7 @@ class _Fixed(Collector):
         self._texts = texts
 
     def collect(self) -> list[Metric]:
-        return workers.merge_expositions(self._texts)
+        return workers_metrics.merge_expositions(self._texts)
 
 
 def test_every_workers_metrics_come_out_once_per_family_with_a_worker_label() -> None:
