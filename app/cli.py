@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import jsonio, logs, metrics, probe, settings_command, state_key, wiring, workers
+from app import jsonio, logs, metrics, probe, state_key, wiring, workers
 from app.accept_gate import AcceptGate
 from app.balance import Balancer, Siblings
 from app.config import Settings, SettingsError
@@ -29,7 +29,8 @@ from app.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protoc
 from app.load_board import CANCELS_WITHHELD
 from app.rejections import INVALID_REQUEST, Rejection
 from app.server import create_app, drain
-from app.settings_load import load_settings
+from app.settings import command as settings_command
+from app.settings.load import Loaded, load, load_settings
 from app.upstream.base import server_pids, share_cancel_stop
 
 
@@ -298,7 +299,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-shim",
         usage="%(prog)s [-h] [--version] [--host HOST] [--port PORT] "
-        "[--upstream URL | --stdio 'CMD ARGS'] [--workers N]\n"
+        "[--upstream URL | --stdio 'CMD ARGS'] [--workers N] [--config FILE]\n"
         "                [serve | probe [--json] [--timeout SECONDS] | config [--json]]",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -484,18 +485,19 @@ def received_state_key(args: argparse.Namespace) -> str | None:
         sys.exit(2)
 
 
-def checked_settings(key: str | None, flags: Collection[str] = ()) -> Settings:
+def checked_settings(key: str | None, flags: Collection[str] = ()) -> Loaded:
     """The settings every command runs with, checked as `serve` checks them
     (unknown variables, every value, the workers' ports); exit 2 with the
     message otherwise. Whether the address can be listened on is serve's alone:
     a probe or `config` beside a running gateway must not fail for its port."""
     try:
-        settings = load_settings(state_key=key)
+        loaded = load(state_key=key)
+        settings = loaded.settings
         workers.worker_addresses(settings, workers.worker_count(settings))
     except SettingsError as exc:
         print(f"mcp-shim: {settings_command.with_flag_names(str(exc), flags)}", file=sys.stderr)
         sys.exit(2)
-    return settings
+    return loaded
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -510,9 +512,10 @@ def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     from_environment = {name.upper() for name in os.environ}
     flags = settings_command.apply_flags(args, os.environ)
-    settings = checked_settings(key, flags)
+    loaded = checked_settings(key, flags)
+    settings = loaded.settings
     if args.command == "config":
-        table = settings_command.rows(settings, flags, from_environment)
+        table = settings_command.rows(loaded, flags, from_environment)
         render = settings_command.as_json if args.json else settings_command.render
         print(render(table))
         return

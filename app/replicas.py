@@ -37,7 +37,7 @@ from app import jsonio, write_coalescer
 from app.client_held import ClientHeld
 from app.config import Settings
 from app.handoff import Handoff, request_bytes
-from app.mrtr.state import Sealer, caller_digest, generate_key
+from app.mrtr.state import Sealer, caller_digest, generate_key, parse_keys
 from app.upstream.http.common import KEEPALIVE_S
 
 if TYPE_CHECKING:
@@ -417,7 +417,8 @@ class Replicas:
 
 
 def build_replicas(settings: Settings) -> Replicas:
-    keys = settings.state_keys()
+    # Checked at load (app/settings/rules.py).
+    keys = None if settings.state_key is None else parse_keys(settings.state_key.get_secret_value())
     if keys is None:
         keys = [generate_key()]
         log.warning(

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from app.config import SettingsError
-from app.settings_rules import STATE_KEY_MAX_CHARS
+from app.settings.rules import STATE_KEY_MAX_CHARS
 
 ENV_NAME: Final = "MCP_SHIM_STATE_KEY"
 # The option that names the descriptor (`mcp-shim --state-key-fd N ...`).

@@ -59,7 +59,7 @@ from prometheus_client.exposition import start_http_server
 from app import logs, state_key
 from app.config import Settings, SettingsError
 from app.load_board import LoadBoard
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.workers_metrics import WorkersCollector
 
 log = structlog.get_logger("mcp_shim.workers")

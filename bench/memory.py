@@ -99,7 +99,7 @@ import asyncio  # noqa: E402
 
 from app import cli as app_cli  # noqa: E402
 from app import logs  # noqa: E402
-from app.settings_load import load_settings  # noqa: E402
+from app.settings.load import load_settings  # noqa: E402
 from app.server import create_app  # noqa: E402
 
 logs.configure("warning")

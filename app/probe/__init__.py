@@ -48,7 +48,7 @@ from app.probe.run import (
     describe_upstream,
     run_probe,
 )
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.upstream.choice import transport_name
 
 DESCRIPTION = """\

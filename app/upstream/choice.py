@@ -4,11 +4,11 @@ here once for the gateway (app/wiring.py) and for `mcp-shim probe`."""
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 
 from app import splice
 from app.config import Settings
-from app.settings_rules import command_argv
 from app.upstream.base import Transport
 from app.upstream.era import Era, EraProbe
 from app.upstream.era_transport import EraTransport
@@ -77,7 +77,8 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
     """The upstream transport, and how many sessions the pool may keep with it."""
     if settings.upstream_command is not None:
         stdio = StdioTransport(
-            command_argv(settings.upstream_command),
+            # Checked at load (app/settings/rules.py `command_argv`).
+            shlex.split(settings.upstream_command),
             env=child_environment(os.environ, settings.upstream_env),
             max_processes=settings.stdio_max_processes,
             max_per_credential=settings.stdio_process_share(),
@@ -105,6 +106,7 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
         transport=settings.upstream_http_transport,
         keepalive_s=settings.upstream_keepalive_s,
         max_answer_bytes=settings.max_upstream_answer_bytes,
+        fixed_headers=settings.fixed_upstream_headers(),
     )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(

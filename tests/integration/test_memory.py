@@ -43,7 +43,7 @@ _SCRIPT = textwrap.dedent(
     """
     import asyncio, gc, json, ssl, sys
     import httpx
-    from app.settings_load import load_settings
+    from app.settings.load import load_settings
     from app.server import create_app
 
     RARE = {rare!r}

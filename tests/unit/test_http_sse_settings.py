@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.config import SettingsError
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.upstream.choice import build_transport, transport_name
 from app.upstream.errors import UpstreamProtocolError, UpstreamTimeout
 from app.upstream.http.sse_decoder import Event

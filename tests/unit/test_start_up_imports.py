@@ -70,7 +70,7 @@ def test_command_line_start_up_loads_no_ca_bundle_no_library_search_no_libstdcxx
 _BUILT = """
 import asyncio, json, sys
 import app.cli
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.server import create_app
 from app.upstream.choice import build_transport
 

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings, SettingsError
-from app.settings_load import load_settings
-from app.settings_rules import command_argv
+from app.settings.load import load_settings
+from app.settings.rules import command_argv
 from app.upstream.stdio.process import child_environment
 
 _UPSTREAM_VARS = (

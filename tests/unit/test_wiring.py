@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.upstream.choice import build_upstream
 from app.upstream.era_transport import EraTransport
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from app import workers, workers_metrics
 from app.config import Settings, SettingsError
 from app.metrics import parse_exposition
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 
 UPSTREAM = "http://127.0.0.1:3001/mcp"
 

@@ -123,6 +123,7 @@ class UpstreamClient(httpx.AsyncClient):
         h1_client: h1.H1Client | None = None,
         streams: h1.H1Client | None = None,
         max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
+        fixed_headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             transport=transport,
@@ -137,6 +138,18 @@ class UpstreamClient(httpx.AsyncClient):
         # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: h1 bounds its answers itself,
         # the other adapters theirs as they read, `HttpExchange` every SSE event.
         self.max_answer_bytes = max_answer_bytes
+        # MCP_SHIM_UPSTREAM_HEADERS, on every request whichever method sends it.
+        self._fixed = dict(fixed_headers or {})
+        self._fixed_names = {name.lower() for name in self._fixed}
+
+    def _with_fixed(self, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` with the fixed ones over them: a request's header of the
+        same name (the client's Authorization, when a fixed one is set) is
+        dropped, whatever its case, never sent beside the fixed one."""
+        if not self._fixed:
+            return headers
+        kept = {k: v for k, v in headers.items() if k.lower() not in self._fixed_names}
+        return {**kept, **self._fixed}
 
     @property
     def connect_timeout(self) -> float | None:
@@ -144,7 +157,7 @@ class UpstreamClient(httpx.AsyncClient):
 
     def poster(self, url: httpx.URL, headers: Mapping[str, str], timeout: httpx.Timeout) -> Post:
         """POSTs to `url` with `headers` (and a call's own extra ones), answers streamed."""
-        merged = {**self.headers, **headers}  # what build_request would merge, once
+        merged = self._with_fixed({**self.headers, **headers})  # as build_request would, once
         if self._h1 is not None:
             return h1_adapter.poster(self._h1, url, merged, timeout)
         from app.upstream.http.aiohttp_client import aiohttp_poster
@@ -168,7 +181,7 @@ class UpstreamClient(httpx.AsyncClient):
         transport, whose aiohttp is imported by its first request); else on httpx."""
         if self._h1 is None:
             return await self.open_stream(method.decode(), url, headers, content, timeouts)
-        merged = {**self.headers, **headers}
+        merged = self._with_fixed({**self.headers, **headers})
         return await h1_adapter.poster(self._h1, url, merged, timeouts, method)(content, {})
 
     async def open_get(
@@ -181,7 +194,8 @@ class UpstreamClient(httpx.AsyncClient):
         aiohttp, whatever its clients do (bench/memory.py; docs/performance.md)."""
         if self._streams is None:
             return await self.open_stream("GET", url, headers, None, timeouts)
-        return await h1_adapter.get(self._streams, url, {**self.headers, **headers}, timeouts)
+        merged = self._with_fixed({**self.headers, **headers})
+        return await h1_adapter.get(self._streams, url, merged, timeouts)
 
     async def open_stream(
         self,
@@ -194,7 +208,7 @@ class UpstreamClient(httpx.AsyncClient):
         """A request on httpx over aiohttp, its answer streamed: the modern
         pass-through, a long-lived modern request, an HTTP+SSE upstream's stream."""
         request = self.build_request(
-            method, url, content=content, headers=headers, timeout=timeouts
+            method, url, content=content, headers=self._with_fixed(dict(headers)), timeout=timeouts
         )
         response = await self.send(request, stream=True)
         return httpx_adapter.HttpxAnswer(response, self.max_answer_bytes)
@@ -218,9 +232,11 @@ def build_client(
     transport: str = "h1",
     keepalive_s: float = KEEPALIVE_S,
     max_answer_bytes: int = h1.DEFAULT_MAX_ANSWER_BYTES,
+    fixed_headers: Mapping[str, str] | None = None,
 ) -> UpstreamClient:
     """`transport`: h1 (the session POSTs on app/upstream/http/h1.py, the rest on httpx
-    over aiohttp) or aiohttp (the session POSTs on aiohttp too). Never httpx's
+    over aiohttp) or aiohttp (the session POSTs on aiohttp too). `fixed_headers`
+    (MCP_SHIM_UPSTREAM_HEADERS) go on every request, over a request's own. Never httpx's
     own transport (httpcore): it pools connections by origin, so one
     credential's request could ride on another's connection and read a stray
     byte left after its answer as its own (tests/unit/test_upstream_answer_bounds.py)."""
@@ -241,6 +257,7 @@ def build_client(
             ),
             connect_timeout_s=connect_timeout_s,
             max_answer_bytes=max_answer_bytes,
+            fixed_headers=fixed_headers,
             h1_client=h1.H1Client(
                 max_connections=max_connections,
                 keepalive_s=keepalive_s,
@@ -266,6 +283,7 @@ def build_client(
         connect_timeout_s=connect_timeout_s,
         aiohttp_session=session,
         max_answer_bytes=max_answer_bytes,
+        fixed_headers=fixed_headers,
         fresh_session=aiohttp_client.FreshSession(max_connections, verify),
     )
 

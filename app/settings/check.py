@@ -10,14 +10,13 @@ a warning in a log nobody reads at start-up is no better. The few
 `MCP_SHIM_*` names the project's own scripts read (`NOT_SETTINGS`) are
 tolerated, since a shell that exported one for them may also start the gateway.
 
-No project imports: app/settings_rules.py (the validators of `Settings`) and
-app/settings_load.py use this module, which must not depend on them.
+No project imports: app/settings/rules.py and app/settings/load.py use this
+module, which must not depend on them.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import types
 import typing
@@ -71,25 +70,6 @@ def unknown_variables(environ: Iterable[str], fields: Iterable[str]) -> list[str
             line += f"; did you mean {guess}?"
         lines.append(line + " (every setting: docs/settings.md)")
     return lines
-
-
-def csv_list(value: object, field: str) -> object:
-    """A list setting's comma-separated string as its items. A JSON array is
-    refused with the comma-separated form to write instead: taken as one item
-    it would be silently wrong (an origin `["https://a.example"]`)."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.startswith("[") and text.endswith("]"):
-        try:
-            items = [str(item) for item in json.loads(text)]
-        except (ValueError, TypeError):
-            items = [item.strip().strip("'\"") for item in text[1:-1].split(",")]
-        raise ValueError(
-            f"{value!r} is a JSON array; lists are comma-separated: write "
-            f"{variable(field)}={','.join(item for item in items if item)}"
-        )
-    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 # A URL's user:password@, its scheme optional (a value missing it is quoted too).

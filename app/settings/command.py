@@ -1,6 +1,7 @@
 """The settings on the command line: the flags for the few settings people
 type (each equal to its `MCP_SHIM_*` variable), and `mcp-shim config`, which
-prints every effective setting with where it came from.
+prints every effective setting with where it came from (a flag, the
+environment, the settings file or the default).
 
 A flag is written into this process's environment before the settings are
 read (`apply_flags`): the settings then have one source, and the processes
@@ -21,7 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from app.config import Settings
-from app.settings_check import mask_userinfo, variable
+from app.settings.check import mask_userinfo, variable
+from app.settings.load import Loaded
 from app.workers import worker_count
 
 
@@ -48,11 +50,12 @@ FLAGS: Final = (
         "a stdio MCP server the gateway starts, one quoted command line",
     ),
     Flag("--workers", "workers", "N", "gateway processes (default: the CPUs it may use)"),
+    Flag("--config", "config", "FILE", "settings file, .toml or .env, below the environment"),
 )
 # The two ways of naming the upstream: one given as a flag replaces either variable.
 _UPSTREAM = ("upstream_url", "upstream_command")
 # The sources `mcp-shim config` names.
-DEFAULT, ENVIRONMENT, FLAG = "default", "environment", "flag"
+DEFAULT, ENVIRONMENT, FILE, FLAG = "default", "environment", "file", "flag"
 
 
 def add_flags(parser: argparse.ArgumentParser, *, suppress_defaults: bool = False) -> None:
@@ -153,6 +156,7 @@ UNSET: Final = {
     "metrics_port": "/metrics on MCP_SHIM_PORT",
     "worker_port_base": "any free ports",
     "state_key": "one random key per process",
+    "config": "no settings file",
 }
 # The shape of `config --json`; raised only when a field changes meaning or goes.
 JSON_SHAPE = 1
@@ -166,16 +170,31 @@ class Row:
     note: str | None = None  # "default: a quarter of ..." or "unset: ..."
 
 
-def source_of(name: str, flags: Collection[str], environment: Collection[str]) -> str:
+def source_of(
+    name: str,
+    flags: Collection[str],
+    environment: Collection[str],
+    from_file: Collection[str] = (),
+) -> str:
     """Where variable `name` came from: `environment` holds the names set before
-    the flags were applied, in capitals."""
+    the flags were applied, in capitals; `from_file` the fields the settings
+    file gave."""
     if name in flags:
         return FLAG
-    return ENVIRONMENT if name in environment else DEFAULT
+    if name in environment:
+        return ENVIRONMENT
+    return FILE if name.removeprefix("MCP_SHIM_").lower() in from_file else DEFAULT
 
 
-def rows(settings: Settings, flags: Collection[str], environment: Collection[str]) -> list[Row]:
-    """Every setting of `settings`, in declaration order."""
+def rows(
+    settings: Settings | Loaded, flags: Collection[str], environment: Collection[str]
+) -> list[Row]:
+    """Every setting, in declaration order; given `Loaded`, the ones the
+    settings file gave say so."""
+    from_file: Collection[str] = ()
+    if isinstance(settings, Loaded):
+        from_file = settings.from_file
+        settings = settings.settings
     out = []
     for field in Settings.model_fields:
         name = variable(field)
@@ -186,7 +205,8 @@ def rows(settings: Settings, flags: Collection[str], environment: Collection[str
             value, note = derive(settings), f"default: {what}"
         elif value is None:
             note = f"unset: {UNSET[field]}" if field in UNSET else "unset"
-        out.append(Row(name, shown(field, value), source_of(name, flags, environment), note))
+        source = source_of(name, flags, environment, from_file)
+        out.append(Row(name, shown(field, value), source, note))
     return out
 
 
@@ -196,6 +216,8 @@ def shown(field: str, value: object) -> object:
         return masked_store(value.get_secret_value())
     if isinstance(value, SecretStr):
         return "(set, hidden)"
+    if isinstance(value, dict):  # MCP_SHIM_UPSTREAM_HEADERS: the names, never a value
+        return {str(name): "(set, hidden)" for name in value}
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     if isinstance(value, list):
@@ -244,6 +266,8 @@ def _text(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, list):
         return ",".join(value)
+    if isinstance(value, dict):
+        return json.dumps(value)
     return "" if value is None else str(value)
 
 
@@ -261,9 +285,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 CONFIG_DESCRIPTION = """\
 Print every setting the gateway would run with: its variable, where its value
-came from (default, environment or flag) and the value. Secrets are masked:
-MCP_SHIM_STATE_KEY is only said to be set, MCP_SHIM_TASK_STORE shows its host
-without the password, a URL never its password or query. A setting whose
+came from (default, the settings file MCP_SHIM_CONFIG, environment or flag)
+and the value. Secrets are masked: MCP_SHIM_STATE_KEY is only said to be set,
+MCP_SHIM_UPSTREAM_HEADERS shows its header names only, MCP_SHIM_TASK_STORE
+shows its host without the password, a URL never its password or query. A setting whose
 default is derived (a per-credential share, the worker count) shows the
 derived value and what it is derived from. The settings are checked as
 `serve` checks them: an invalid one exits 2 with the same message."""
