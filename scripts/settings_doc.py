@@ -56,7 +56,7 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         "Upstream",
         [
             ("upstream_transport", "`auto`, `streamable-http` or `sse` (2024-11-05 HTTP+SSE)"),
-            ("upstream_headers", "Headers sent on every upstream request (JSON; secrets from files)"),
+            ("upstream_headers", "Headers sent on every upstream request (JSON, secrets in files)"),
             ("upstream_era", "`auto` (probe with `server/discover`), `modern` or `legacy`"),
             ("upstream_protocol_version", "Version offered at `initialize` to a legacy server"),
             ("upstream_client_capabilities", "`caller` (the caller's own) or `all` input ones"),

@@ -100,6 +100,8 @@ def error_lines(exc: ValidationError, model: type[BaseModel]) -> list[str]:
 def _explained(err: Any, field: str, model: type[BaseModel]) -> str | None:
     info = model.model_fields[field]
     value = err.get("input")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)  # a number from a .toml settings file, quoted as a variable's
     if not isinstance(value, str) or _is_secret(info.annotation):
         return None  # a secret is never quoted; nor is what came from no variable
     name = variable(field)

@@ -60,7 +60,10 @@ def load(state_key: str | None = None) -> Loaded:
         try:
             file = read(path, Settings.model_fields)
         except SettingsError as exc:
-            lines.append(str(exc))
+            # The file's faults alone: the settings without it would only add
+            # faults that its values fix (no upstream named, say).
+            faults = "\n  ".join([*lines, str(exc)])
+            raise SettingsError(f"invalid configuration:\n  {faults}") from None
     values: dict[str, object] = {}
     if file is not None:
         # The environment wins: the file's value only for what it does not set.
@@ -74,7 +77,7 @@ def load(state_key: str | None = None) -> Loaded:
         headers = _headers(environ, file)
     except SettingsError as exc:
         lines.append(str(exc))
-        values.pop(_HEADERS, None)
+        values[_HEADERS] = {}  # said once, not again as the model's fault
     else:
         if headers is not None:
             values[_HEADERS] = headers
