@@ -202,3 +202,21 @@ def test_read_keeps_each_key_as_written(tmp_path: Path) -> None:
     found = read(str(path), {"port", "host"})
     assert found.values == {"port": "1"}
     assert found.origin("port") == f"mcp_shim_port in {path}"
+
+
+@pytest.mark.parametrize("argv", [["config"], ["config", "--json"], ["probe"], ["serve"], []])
+def test_every_command_exits_2_on_a_bad_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(f'upstream_url = "{URL}"\nprot = 9000\n', encoding="utf-8")
+    # The flag is written into os.environ: undone after the test with this.
+    monkeypatch.setenv("MCP_SHIM_CONFIG", "")
+    with pytest.raises(SystemExit) as caught:
+        main(["--config", str(path), *argv])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{path}: prot is not a setting; did you mean port?" in err
