@@ -220,3 +220,24 @@ def test_every_command_exits_2_on_a_bad_file(
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert f"{path}: prot is not a setting; did you mean port?" in err
+
+
+def test_headers_as_a_toml_table_and_their_faults_name_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("Bearer from-a-file\n", encoding="utf-8")
+    path = _file(
+        tmp_path,
+        "g.toml",
+        f'upstream_url = "{URL}"\n[upstream_headers]\nAuthorization = {{ file = "{secret}" }}\n',
+        monkeypatch,
+    )
+    loaded = load()
+    assert loaded.settings.fixed_upstream_headers() == {"Authorization": "Bearer from-a-file"}
+    assert "upstream_headers" in loaded.from_file
+    path.write_text(f'upstream_url = "{URL}"\nupstream_headers = {{ "Bad Name" = "x" }}\n')
+    assert f"upstream_headers in {path}: 'Bad Name' is not a header name" in _refused()
+    # The environment's value wins over the file's, a bad one in the file unread.
+    monkeypatch.setenv("MCP_SHIM_UPSTREAM_HEADERS", '{"X-Tenant": "acme"}')
+    assert load().settings.fixed_upstream_headers() == {"X-Tenant": "acme"}
