@@ -14,7 +14,7 @@ from app.config import Settings, SettingsError
 
 def load_settings(state_key: str | None = None) -> Settings:
     """The settings from the environment; `state_key`: MCP_SHIM_STATE_KEY when it
-    was handed over by a descriptor rather than the environment (app/state_key.py).
+    was handed over by a descriptor rather than the environment (app/serving/state_key.py).
     An `MCP_SHIM_*` variable that is no setting is an error (app/settings_check.py)."""
     lines = settings_check.unknown_variables(os.environ, Settings.model_fields)
     try:

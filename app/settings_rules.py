@@ -22,7 +22,7 @@ from app import settings_check
 # Upstream connections kept free of parked exchanges for everything else.
 _SPARE_CONNECTIONS = 64
 # MCP_SHIM_STATE_KEY's length: the key list travels between the gateway's
-# processes in a pipe written at once (app/state_key.py), which holds at least
+# processes in a pipe written at once (app/serving/state_key.py), which holds at least
 # one page. About 90 keys of 32 bytes.
 STATE_KEY_MAX_CHARS = 4096
 

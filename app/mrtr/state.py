@@ -209,7 +209,7 @@ class Sealer:
 
     def seal_bytes(self, plain: bytes, purpose: bytes = b"") -> str:
         """`plain` sealed; `purpose` is authenticated too, so a token sealed for one
-        use (a session id, app/replicas.py) never opens as another (a requestState)."""
+        use (a session id, app/cluster/replicas.py) never opens as another (a requestState)."""
         kid, aead = self._keys()[0]
         prefix = bytes([VERSION]) + kid
         nonce = os.urandom(NONCE_LEN)

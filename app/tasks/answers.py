@@ -17,7 +17,7 @@ from app.tasks import own
 from app.tasks.live import LiveTask
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 from translators import translate
 from translators.registry import Version
 

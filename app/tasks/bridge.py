@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.call import CallState, Outgoing
+from app.cluster.forwarding import ReplicaForwarder
 from app.fronts.modern.checks import ModernCall
-from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.state import Sealer
 from app.rejections import Rejection
@@ -40,7 +40,7 @@ from app.tasks.shutdown import WindDown
 from app.tasks.store import TaskStore
 from app.tasks.watch import Watchers
 from app.upstream.base import Message
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionPool
 
 __all__ = ["METHODS", "Resume", "RunAsTask", "TaskBridge", "TaskSettings"]
 

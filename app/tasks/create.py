@@ -47,7 +47,7 @@ from app.tasks.store import TaskLimitReached, TaskStoreUnavailable
 from app.tasks.upstream import ask
 from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
-from app.upstream.pool import PooledSession, credential_hash
+from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")

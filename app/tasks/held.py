@@ -20,7 +20,7 @@ from app.tasks.store import TaskStore
 from app.tasks.upstream import ask
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 from translators import tasks as wire
 
 

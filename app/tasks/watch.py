@@ -25,7 +25,7 @@ from app.tasks.replies import missing_extension
 from app.tasks.store import TaskStore, TaskStoreUnavailable
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")

@@ -313,7 +313,7 @@ def test_connection_bound_fits_the_descriptor_limit(
     configured: dict[str, str],
     effective: int,
 ) -> None:
-    from app import cli
+    from app.serving import cli
 
     monkeypatch.setattr(cli.resource, "getrlimit", lambda _: nofile)
     monkeypatch.setattr(cli.resource, "setrlimit", lambda *_: None)

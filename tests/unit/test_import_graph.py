@@ -180,9 +180,14 @@ def test_what_every_layer_shares_stays_at_the_bottom() -> None:
     graph = import_graph(ROOT)
     # A call's values and timing: below the route, gateway, bridge, fronts, transports.
     assert reached(graph, "app.call") <= {"app.upstream.base"}
-    assert reached(graph, "app.upstream.http.common") == set()
+    assert reached(graph, "app.upstream.httpclient.common") == set()
     # The gauges read the live objects through protocols (app/metrics.py).
-    live = {"app.mrtr.bridge", "app.mrtr.lanes", "app.upstream.pool", "app.subscriptions.hub"}
+    live = {
+        "app.mrtr.bridge",
+        "app.mrtr.lanes",
+        "app.upstream.sessions.pool",
+        "app.subscriptions.hub",
+    }
     assert not reached(graph, "app.metrics") & (live | {"app.fronts.modern.gateway"})
 
 

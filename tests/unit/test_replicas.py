@@ -1,4 +1,4 @@
-"""Owned ids and the relay's headers (app/replicas.py): an id names its owner
+"""Owned ids and the relay's headers (app/cluster/replicas.py): an id names its owner
 replica under the deployment's seal, so no client can forge one or steer a
 request to an address of its choosing; the relay passes a request on as it
 came, marked as relayed once."""
@@ -9,9 +9,9 @@ import base64
 
 import structlog
 
+from app.cluster.replicas import HOP_HEADER, OwnedIds, reachable, relayed_headers
 from app.mrtr.state import Claims, Sealer, caller_digest, generate_key
-from app.replicas import HOP_HEADER, OwnedIds, reachable, relayed_headers
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 KEY = generate_key()
 ME = "http://10.0.0.5:8080"

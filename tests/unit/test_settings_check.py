@@ -12,8 +12,8 @@ import pytest
 from pydantic import SecretStr
 
 from app import settings_command
-from app.cli import _command_word, not_a_command, parse_args
 from app.config import Settings, SettingsError
+from app.serving.cli import _command_word, not_a_command, parse_args
 from app.settings_check import NOT_SETTINGS, closest, mask_userinfo, unknown_variables
 from app.settings_load import load_settings
 

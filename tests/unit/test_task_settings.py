@@ -108,7 +108,7 @@ def test_redis_py_is_loaded_only_for_the_redis_store() -> None:
     script = (
         "import sys, os\n"
         "os.environ['MCP_SHIM_UPSTREAM_URL'] = 'http://127.0.0.1:9/mcp'\n"
-        "import app.cli\n"
+        "import app.serving.cli\n"
         "from app.settings_load import load_settings\n"
         "from app.tasks.factory import build_task_store\n"
         "from app.mrtr.state import Sealer, generate_key\n"

@@ -18,7 +18,7 @@ from app.tasks.create import TaskCreator
 from app.tasks.held import Held, TaskSettings
 from app.tasks.store import MemoryTaskStore
 from app.upstream.errors import UpstreamProtocolError
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 EXT = "io.modelcontextprotocol/tasks"
 

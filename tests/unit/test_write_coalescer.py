@@ -14,7 +14,7 @@ import pytest
 
 from app.fronts.modern.gateway import Outgoing
 from app.fronts.shared.answer import CallAnswer
-from app.http_protocol import LINK, ConnectionLink
+from app.serving.http_protocol import LINK, ConnectionLink
 from app.write_coalescer import SMALL_WRITE, CoalescedTransport, WriteCoalescer, for_loop
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"

@@ -13,7 +13,6 @@ from typing import Any
 
 import structlog
 
-from app.auth import AuthRelay
 from app.call import Outgoing
 from app.fronts.legacy import checks as front
 from app.fronts.legacy import messages
@@ -27,6 +26,7 @@ from app.fronts.legacy.replies import (
 from app.fronts.legacy.session import LegacySession, shares_integer_text
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.legacy.turns import IdTurns
+from app.fronts.shared.auth import AuthRelay
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
 from app.upstream.base import Exchange, Message, read_stopper

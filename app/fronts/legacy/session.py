@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 from translators.registry import Version
 
 # Requests waiting for an answer, per session and direction: beyond this the
@@ -55,7 +55,7 @@ class LegacySession:
     # The client's requests not answered yet, by id: their method, so a response
     # the upstream replays on the GET stream (Last-Event-ID) is translated too.
     open_requests: dict[Any, str] = field(default_factory=dict)
-    # A guest copy: the replica owning the session (app/fronts/legacy/notes.py),
+    # A guest copy: the replica owning the session (app/cluster/notes.py),
     # told what only it can serve; None: the session is this process's own.
     owner: str | None = None
     remembered: Remembered | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 
 def held_by(credentials: str, authorization: str | None) -> bool:
