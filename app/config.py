@@ -479,7 +479,7 @@ class Settings(BaseSettings, SettingsRules):
         """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""
         if self.state_key is None:
             return None
-        from app.mrtr.state import parse_keys
+        from app.cluster.sealing import parse_keys
 
         return parse_keys(self.state_key.get_secret_value())
 

@@ -87,7 +87,7 @@ class SettingsRules:
         if value is not None:
             if len(value.get_secret_value()) > STATE_KEY_MAX_CHARS:
                 raise ValueError(f"longer than {STATE_KEY_MAX_CHARS} characters")
-            from app.mrtr.state import parse_keys
+            from app.cluster.sealing import parse_keys
 
             parse_keys(value.get_secret_value())  # ValueError names the bad key, not its value
         return value

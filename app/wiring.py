@@ -35,7 +35,6 @@ from app.fronts.modern.gateway import Gateway
 from app.fronts.shared.auth import MAX_METADATA_BYTES, AuthRelay
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
-from app.serving.readiness import ReadinessCheck
 from app.subscriptions.hub import SubscriptionHub
 from app.tasks.bridge import TaskBridge, TaskSettings
 from app.tasks.factory import build_task_store, is_shared
@@ -43,6 +42,7 @@ from app.tasks.store import MemoryTaskStore
 from app.upstream.choice import Upstream, build_upstream
 from app.upstream.sessions import era_transport
 from app.upstream.sessions.pool import SessionPool
+from app.upstream.sessions.readiness import ReadinessCheck
 from app.upstream.streamable_http.transport import StreamableHttpTransport
 from translators.registry import Version, get_version
 

@@ -22,15 +22,13 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from app.cluster.notes import Notes
 from app.cluster.replicas import OwnedIds, reachable
-from app.fronts.legacy import bound
-from app.fronts.legacy.session import MAX_PENDING, LegacySession, shares_integer_text
-from app.fronts.shared.binding import held_by
+from app.cluster.session import MAX_PENDING, LegacySession, held_by, shares_integer_text
 from app.upstream.sessions.pool import SessionKey, SessionPool, credential_hash
 from translators.registry import get_version
 
@@ -42,6 +40,17 @@ _MAX_GUESTS = 64
 # Sessions named in one touch note at most, of each kind (used, only asked
 # about): the rest in the next ones.
 _TOUCH_BATCH = 2000
+
+
+class SessionBound(Protocol):
+    """The legacy front's bound on sessions (app/fronts/legacy/bound.py
+    `Limits`), as far as guest copies count against it."""
+
+    @property
+    def total(self) -> int: ...
+
+    @property
+    def reclaim_idle_s(self) -> float: ...
 
 
 def _let_go(copy: LegacySession) -> None:
@@ -69,7 +78,7 @@ class GuestCopies:
         *,
         idle_s: float,
         ids: OwnedIds,
-        limits: bound.Limits,
+        limits: SessionBound,
         notes: Notes | None,
         sessions: Mapping[str, LegacySession],
         end: Callable[[LegacySession, str], Awaitable[None]],

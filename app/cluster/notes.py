@@ -26,7 +26,7 @@ request's relay:
   text an integer id shares ("1") is in flight at the owner, and is no longer;
   meanwhile they send none of that text upstream (`IdTurns` across workers).
 
-Each note is sealed with the state key (app/mrtr/state.py, its own purpose):
+Each note is sealed with the state key (app/cluster/sealing.py, its own purpose):
 only a replica of this deployment can send one or read its answer, and the
 upstream session id it carries is never readable on the wire.
 
@@ -51,8 +51,8 @@ import structlog
 
 from app import jsonio
 from app.cluster.replicas import MAX_NOTE_BYTES, ReplicaRelay
-from app.mrtr.state import Sealer, sealed_nonce
-from app.serving.http_protocol import RateLimitedLog
+from app.cluster.sealing import Sealer, sealed_nonce
+from app.connection.busy import RateLimitedLog
 
 log = structlog.get_logger("mcp_shim.legacy")
 

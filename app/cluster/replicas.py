@@ -27,17 +27,16 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import httpx
 import structlog
 from starlette.responses import Response
 
 from app import jsonio, write_coalescer
+from app.cluster.sealing import Sealer, caller_digest, generate_key
 from app.config import Settings
 from app.connection.held import ClientHeld
-from app.mrtr.state import Sealer, caller_digest, generate_key
-from app.serving.handoff import Handoff, request_bytes
 from app.upstream.httpclient.common import KEEPALIVE_S
 
 if TYPE_CHECKING:
@@ -142,6 +141,29 @@ def relayed_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
     if isinstance(request_id, str):
         out.append(("x-request-id", request_id))
     return out
+
+
+class Handoff(Protocol):
+    """Sibling workers reached by handing them the client's connection
+    (app/serving/handoff.py, which the serving layer passes in)."""
+
+    def reaches(self, owner: str) -> bool: ...
+
+    def send(self, owner: str, scope: Mapping[str, Any], request: bytes) -> bool:
+        """Hand this request's connection to `owner` with `request`; True when it
+        is the owner's now, False when it stays here, untouched, to be relayed."""
+        ...
+
+
+def request_bytes(
+    method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes
+) -> bytes:
+    """An HTTP/1.1 request as the owner reads it from the socket: `headers` as
+    given (the caller drops the per-connection ones), its length recomputed."""
+    lines = [f"{method} {target} HTTP/1.1"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    lines.append(f"content-length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class ReplicaRelay:

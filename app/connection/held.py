@@ -7,22 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from app.serving.http_protocol import LINK, ConnectionLink
+from app.connection.link import connection_link
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
-
-
-def connection_link(scope: Mapping[str, Any]) -> ConnectionLink | None:
-    """The gateway's HTTP protocol's link to this request's connection, if the
-    server is that protocol (app/serving/http_protocol.py)."""
-    extensions = scope.get("extensions")
-    link = extensions.get(LINK) if extensions else None
-    return link if isinstance(link, ConnectionLink) else None
 
 
 class ClientHeld:

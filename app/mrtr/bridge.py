@@ -32,11 +32,11 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from app.call import CallState
+from app.call import CallState, ModernCall
 from app.cluster.forwarding import ReplicaForwarder
 from app.cluster.replicas import Replicas, reachable
+from app.cluster.sealing import Sealer
 from app.config import Settings
-from app.fronts.modern.checks import ModernCall
 from app.mrtr import answers, capabilities, results
 from app.mrtr.driving import Driver
 from app.mrtr.exchange import LiveExchange
@@ -44,7 +44,7 @@ from app.mrtr.lanes import Lanes
 from app.mrtr.parking import Parking
 from app.mrtr.results import Frame
 from app.mrtr.shelter import Shelter
-from app.mrtr.state import Claims, Sealer, params_digest
+from app.mrtr.state import Claims, open_state, params_digest
 from app.mrtr.turn import BridgeSettings, Codec, Settled, Turn
 from app.rejections import INVALID_PARAMS, Rejection
 from app.upstream.sessions.pool import SessionKey, SessionPool
@@ -155,7 +155,7 @@ class Bridge:
 
     async def _resume(self, turn: Turn) -> AsyncGenerator[Frame, None]:
         call = turn.call
-        claims = self._sealer.open(call.params["requestState"])
+        claims = open_state(self._sealer, call.params["requestState"])
         if claims is None:
             yield _refusal(
                 turn, "Invalid params: requestState could not be verified", "unverifiable"

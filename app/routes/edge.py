@@ -14,7 +14,7 @@ from starlette.types import Receive
 
 from app import jsonio
 from app.config import Settings
-from app.connection.held import connection_link
+from app.connection.link import connection_link
 from app.fronts.legacy import checks as legacy
 from app.fronts.shared import security
 from app.fronts.shared.auth import gateway_mcp_url

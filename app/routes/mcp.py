@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app import call, logs, metrics, tracing
+from app.call import ModernCall
 from app.cluster.replicas import HOP_HEADER
 from app.config import Settings
 from app.fronts.legacy import checks as legacy
@@ -89,7 +90,7 @@ class McpRoutes:
         self,
         request: Request,
         wiring: Wiring,
-        parsed: modern.ModernCall,
+        parsed: ModernCall,
         body: bytes,
         headers: ScopeHeaders,
         started: float,
@@ -151,7 +152,7 @@ class McpRoutes:
 
     def _done(
         self,
-        parsed: modern.ModernCall,
+        parsed: ModernCall,
         state: call.CallState,
         started: float,
         timing: call.CallTiming,

@@ -32,7 +32,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import structlog
@@ -48,17 +48,6 @@ MAX_MESSAGE: Final = 64 * 1024
 # is closed rather than served: its client has likely given up on it.
 STALE_S: Final = 30.0
 _FD_SIZE: Final = array.array("i").itemsize
-
-
-def request_bytes(
-    method: str, target: str, headers: Iterable[tuple[str, str]], body: bytes
-) -> bytes:
-    """An HTTP/1.1 request as the owner reads it from the socket: `headers` as
-    given (the caller drops the per-connection ones), its length recomputed."""
-    lines = [f"{method} {target} HTTP/1.1"]
-    lines += [f"{name}: {value}" for name, value in headers]
-    lines.append(f"content-length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class Handoff:

@@ -32,29 +32,25 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import structlog
 from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
-    STATUS_LINE,
     HttpToolsProtocol,
-    RequestResponseCycle,
 )
 
 from app import jsonio, write_coalescer
-from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
+from app.connection.busy import RateLimitedLog, server_busy
+from app.connection.link import LINK, ConnectionLink
+from app.rejections import INVALID_REQUEST, Rejection
 
 log = structlog.get_logger("mcp_shim.connections")
 
 # After the read timeout, a route still reading a body gets this long to send
 # its own 408 before the connection is closed under it.
 _BODY_GRACE_S = 2.0
-_LOG_EVERY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,49 +58,6 @@ class ConnectionLimits:
     max_connections: int
     read_timeout_s: float
     write_timeout_s: float
-
-
-@dataclass(slots=True)
-class _Counter:
-    """Counts events of one kind; says when a log line is due (first event, then
-    at most one per period), with the number since the previous line."""
-
-    every_s: float = _LOG_EVERY_S
-    pending: int = 0
-    last: float = field(default=-1e18)
-
-    def hit(self) -> int | None:
-        self.pending += 1
-        now = time.monotonic()
-        if now - self.last < self.every_s:
-            return None
-        self.last = now
-        count, self.pending = self.pending, 0
-        return count
-
-
-class RateLimitedLog:
-    def __init__(self, every_s: float = _LOG_EVERY_S) -> None:
-        self._every_s = every_s
-        self._counters: dict[str, _Counter] = {}
-
-    def event(self, event: str, **fields: Any) -> None:
-        counter = self._counters.setdefault(event, _Counter(self._every_s))
-        count = counter.hit()
-        if count is not None:
-            log.warning(event, count_since_last=count, **fields)
-
-
-def server_busy(what: str) -> Rejection:
-    """What a client gets at MCP_SHIM_MAX_CONNECTIONS, the bound on the requests it
-    may have running or waiting: on `POST /mcp` each holds a connection, so the
-    connections bound them; on an HTTP+SSE channel, whose `POST /messages` is
-    answered 202 at once, the channel counts them itself (app/fronts/http_sse)."""
-    return Rejection(
-        INTERNAL_ERROR,
-        f"Server busy: {what} (MCP_SHIM_MAX_CONNECTIONS); retry later",
-        status=503,
-    )
 
 
 def _raw_response(status: int, rejection: Rejection) -> bytes:
@@ -126,102 +79,6 @@ class Taker(Protocol):
         """Hand `connection` to a sibling worker with `data`, the first bytes of
         its next request; False: it stays here."""
         ...
-
-
-# The scope extension under which an answer finds its ConnectionLink.
-LINK = "mcp_shim.connection"
-# Headers that frame the answer, which uvicorn's `send` interprets: an answer
-# carrying one is not written whole (ConnectionLink.write_whole).
-_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
-
-
-class ConnectionLink:
-    """What an answer may know of its connection beyond ASGI, without a task
-    per call: a callback when the client goes away (ASGI's only way is a task
-    awaiting `receive()` for the whole answer), and whether a write may wait
-    (the transport is paused), so a write is timed only then. In the scope
-    under `extensions[LINK]`; absent under another server, where the answer
-    falls back to ASGI's ways."""
-
-    __slots__ = ("_cycle", "_flow", "_on_lost", "answer_headers", "body_complete", "lost")
-
-    def __init__(self, flow: Any, cycle: RequestResponseCycle | None = None) -> None:
-        self._flow = flow
-        # The cycle weakly: it holds the scope that holds this link, and a strong
-        # reference back would leave every request's cycle and scope to the
-        # cyclic garbage collector (its passes were the p99, bench/profile.py --gc).
-        self._cycle = None if cycle is None else weakref.ref(cycle)
-        self._on_lost: Callable[[], None] | None = None
-        # The client went away while this request was being answered.
-        self.lost = False
-        # The request's whole body has arrived: reading it cannot wait.
-        self.body_complete = False
-        # Set by the application that lets `write_whole` answer (app/serving/server.py):
-        # the headers every answer of the request carries, which its `send`
-        # wrapper would add. None: every answer goes through ASGI `send`.
-        self.answer_headers: tuple[tuple[bytes, bytes], ...] | None = None
-
-    def write_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
-        """The status line, the server's headers, `headers`, `answer_headers`,
-        the content length and `body`, in one write: what uvicorn's `send`
-        writes for an `http.response.start` and its one `http.response.body`,
-        without the two ASGI sends, their wrappers, and their checks of a state
-        known here (6% of a legacy call's instructions, bench/instructions.py).
-        False, and nothing written, when the answer must go through `send`: not
-        armed, already begun, the client gone, the transport paused, the
-        connection to be closed after it, access logging on, or a header that
-        `send` treats itself (framing) or refuses."""
-        extra, ref = self.answer_headers, self._cycle
-        if extra is None or ref is None:
-            return False
-        cycle = ref()
-        if (
-            cycle is None
-            or cycle.response_started
-            or cycle.disconnected
-            or cycle.flow.write_paused
-            or not cycle.keep_alive
-            or cycle.access_log
-            or cycle.scope["method"] == "HEAD"
-        ):
-            return False
-        content = [STATUS_LINE[status]]
-        for raw_name, value in (*cycle.default_headers, *headers, *extra):
-            name = raw_name.lower()
-            if name in _FRAMING or HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-                return False
-            content += (name, b": ", value, b"\r\n")
-        content += (b"content-length: %d\r\n\r\n" % len(body), body)
-        cycle.response_started = True
-        cycle.waiting_for_100_continue = False
-        cycle.chunked_encoding = False
-        cycle.response_complete = True
-        cycle.transport.write(b"".join(content))
-        cycle.message_event.set()  # what a `receive()` waiting for the end awaits
-        # The protocol's turn: the next pipelined request, or the keep-alive timer.
-        cycle.on_response()
-        return True
-
-    @property
-    def write_paused(self) -> bool:
-        # uvicorn's send awaits the drain only when it finds the flow paused.
-        return bool(self._flow.write_paused)
-
-    def on_lost(self, callback: Callable[[], None] | None) -> None:
-        """Call `callback` once when the client disconnects (None: no longer)."""
-        self._on_lost = callback
-
-    @property
-    def watched(self) -> bool:
-        """An answer still waits to hear of the client going away: its request's
-        task has not finished, even if its last byte is written."""
-        return self._on_lost is not None
-
-    def connection_lost(self) -> None:
-        self.lost = True
-        callback, self._on_lost = self._on_lost, None
-        if callback is not None:
-            callback()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import metrics, wiring
 from app.cluster.replicas import MAX_NOTE_BYTES, NOTE_PATH
 from app.config import Settings
+from app.connection.link import LINK, ConnectionLink
 from app.fronts.http_sse.front import MESSAGES_PATH
 from app.fronts.shared.auth import WELL_KNOWN
 from app.metrics import Metrics
@@ -29,7 +30,6 @@ from app.routes.mcp import McpRoutes
 from app.routes.methods import MCP_ALLOW, Methods
 from app.routes.scope_headers import ScopeHeaders
 from app.routes.sse import SseRoutes
-from app.serving.http_protocol import LINK, ConnectionLink
 from app.wiring import Wiring
 
 # POST /mcp (McpRoutes.post), with the request's headers as read once.

@@ -502,7 +502,7 @@ def new_board(count: int) -> int | None:
 def supervise(settings: Settings, count: int) -> int:
     """Run `count` workers on MCP_SHIM_PORT until SIGTERM/SIGINT; the exit code.
     SettingsError when a port cannot be listened on."""
-    from app.mrtr.state import generate_key
+    from app.cluster.sealing import generate_key
 
     addresses = worker_addresses(settings, count)
     listener = listen_socket(settings.host, settings.port, "MCP_SHIM_HOST/MCP_SHIM_PORT")

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.call import CallState, Outgoing
+from app.call import CallState, ModernCall, Outgoing
 from app.cluster.forwarding import ReplicaForwarder
-from app.fronts.modern.checks import ModernCall
+from app.cluster.sealing import Sealer
 from app.mrtr.lanes import Lanes
-from app.mrtr.state import Sealer
 from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import watch

@@ -24,8 +24,7 @@ from typing import NoReturn
 import structlog
 
 from app import jsonio
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, ModernCall, Outgoing
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.exchange import LiveExchange
 from app.mrtr.lanes import Lane

@@ -14,10 +14,9 @@ from typing import Any
 
 import structlog
 
-from app.call import CallState, Outgoing
+from app.call import CallState, ModernCall, Outgoing
 from app.cluster.forwarding import ReplicaForwarder
 from app.cluster.replicas import reachable
-from app.fronts.modern.checks import ModernCall
 from app.rejections import INTERNAL_ERROR, METHOD_NOT_FOUND, Rejection
 from app.tasks import ids, own
 from app.tasks.advertise import Advertiser

@@ -16,8 +16,8 @@ from typing import Any
 
 import structlog
 
-from app.fronts.modern.checks import ModernCall
-from app.mrtr.state import Sealer
+from app.call import ModernCall
+from app.cluster.sealing import Sealer
 from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids

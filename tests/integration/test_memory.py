@@ -58,8 +58,9 @@ _SCRIPT = textwrap.dedent(
             gc.unfreeze()  # the lifespan froze start-up's objects out of gc's lists
             contexts = [o for o in gc.get_objects() if isinstance(o, ssl.SSLContext)]
             certificates = sum(c.cert_store_stats()["x509"] for c in contexts)
-            from app.mrtr.state import Claims, Sealer, generate_key
-            Sealer([generate_key()]).seal(Claims("x", "r", "c", "tools/call", "d", 0, 1))
+            from app.mrtr.state import Claims, seal_state
+            from app.cluster.sealing import Sealer, generate_key
+            seal_state(Sealer([generate_key()]), Claims("x", "r", "c", "tools/call", "d", 0, 1))
             after_seal = [m for m in RARE if m in sys.modules]
         # The lifespan's end closed the upstream session (DELETE).
         after_stop = [m for m in RARE if m in sys.modules and m not in after_seal]

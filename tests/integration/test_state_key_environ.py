@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.mrtr.state import Sealer, parse_keys
+from app.cluster.sealing import Sealer, parse_keys
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire

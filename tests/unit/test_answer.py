@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from app.connection.held import ClientHeld
+from app.connection.link import LINK, ConnectionLink
 from app.fronts.modern.gateway import Outgoing
 from app.fronts.shared.answer import CallAnswer
-from app.serving.http_protocol import LINK, ConnectionLink
 
 NOTE = {
     "jsonrpc": "2.0",

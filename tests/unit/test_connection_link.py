@@ -15,7 +15,8 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from app.serving.http_protocol import LINK, ConnectionLimits, ConnectionLink, protocol_class
+from app.connection.link import LINK, ConnectionLink
+from app.serving.http_protocol import ConnectionLimits, protocol_class
 
 
 class Transport:

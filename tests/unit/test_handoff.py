@@ -22,8 +22,9 @@ import uvloop
 from starlette.types import Receive, Scope, Send
 from uvicorn.server import ServerState
 
+from app.cluster.replicas import request_bytes
 from app.serving import handoff
-from app.serving.handoff import Handoff, request_bytes
+from app.serving.handoff import Handoff
 from app.serving.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 
 LOOPS = pytest.mark.parametrize(

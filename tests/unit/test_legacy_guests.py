@@ -21,12 +21,12 @@ import pytest
 from app.call import Outgoing
 from app.cluster.notes import Notes
 from app.cluster.replicas import OwnedIds
+from app.cluster.sealing import Sealer
+from app.cluster.session import LegacySession
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.calls import LegacyCalls
 from app.fronts.legacy.checks import LegacyRequest
-from app.fronts.legacy.session import LegacySession
 from app.fronts.legacy.sessions import LegacySessions
-from app.mrtr.state import Sealer
 from app.upstream.errors import SessionShareExceeded
 from app.upstream.sessions.pool import SessionPool
 from tests.seam_fake import Script, ScriptedSession, ScriptedTransport, result, server_request

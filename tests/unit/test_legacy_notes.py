@@ -14,9 +14,9 @@ from structlog.testing import capture_logs
 
 from app.cluster.notes import CLOCK_SKEW_S, NOTE_LIFETIME_S, Notes
 from app.cluster.replicas import OwnedIds, ReplicaRelay
+from app.cluster.sealing import Sealer, generate_key
+from app.cluster.session import shares_integer_text
 from app.fronts.legacy.front import _plain_request
-from app.fronts.legacy.session import shares_integer_text
-from app.mrtr.state import Sealer, generate_key
 from app.upstream.sessions.pool import credential_hash
 
 KEY = generate_key()

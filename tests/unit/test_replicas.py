@@ -10,7 +10,8 @@ import base64
 import structlog
 
 from app.cluster.replicas import HOP_HEADER, OwnedIds, reachable, relayed_headers
-from app.mrtr.state import Claims, Sealer, caller_digest, generate_key
+from app.cluster.sealing import Sealer, caller_digest, generate_key
+from app.mrtr.state import Claims, open_state, seal_state
 from app.upstream.sessions.pool import credential_hash
 
 KEY = generate_key()
@@ -55,9 +56,9 @@ def test_an_altered_or_foreign_id_names_nobody() -> None:
 def test_a_request_state_is_no_session_id_and_back() -> None:
     sealer = Sealer([KEY])
     claims = Claims("ex", OTHER, caller_digest(ALICE), "tools/call", "d", 1_900_000_000, 1)
-    state = sealer.seal(claims)
+    state = seal_state(sealer, claims)
     assert OwnedIds(sealer, ME).owner(state, ALICE) is None
-    assert sealer.open(OwnedIds(sealer, OTHER).mint(ALICE)) is None
+    assert open_state(sealer, OwnedIds(sealer, OTHER).mint(ALICE)) is None
 
 
 def test_elsewhere_only_for_another_reachable_owner_and_never_twice() -> None:

@@ -14,11 +14,11 @@ import orjson
 from starlette.responses import Response
 
 from app.cluster.replicas import OwnedIds
+from app.cluster.sealing import Sealer
 from app.fronts.legacy import checks as legacy
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.sessions import LegacySessions
-from app.mrtr.state import Sealer
 from app.upstream.sessions.pool import SessionPool
 from tests.seam_fake import Script, ScriptedTransport, notification, result
 from translators.registry import get_version

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.call import CallState
-from app.mrtr.state import Sealer, generate_key
+from app.cluster.sealing import Sealer, generate_key
 from app.tasks import create, ids
 from app.tasks.advertise import Advertiser
 from app.tasks.create import TaskCreator

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from app.serving.http_protocol import ConnectionLink
+from app.connection.link import ConnectionLink
 from tests.unit.test_connection_link import Transport  # keeps what is written to it
 
 SERVER_HEADERS = [(b"date", b"Wed, 02 Dec 2026 19:00:00 GMT"), (b"server", b"uvicorn")]

@@ -39,15 +39,14 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio
+from app.cluster.session import LegacySession, held_by
+from app.connection.busy import RateLimitedLog, server_busy
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.replies import guarded, refuse, session_not_found
-from app.fronts.legacy.session import LegacySession
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.shared.answer import sse_event
-from app.fronts.shared.binding import held_by
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
-from app.serving.http_protocol import RateLimitedLog, server_busy
 from app.upstream.base import Message
 from app.upstream.sessions.pool import credential_hash
 

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from app.call import Outgoing
+from app.cluster.session import LegacySession, shares_integer_text
 from app.fronts.legacy import checks as front
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
@@ -23,7 +24,6 @@ from app.fronts.legacy.replies import (
     session_not_found,
     upstream_failure,
 )
-from app.fronts.legacy.session import LegacySession, shares_integer_text
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.legacy.turns import IdTurns
 from app.fronts.shared.auth import AuthRelay

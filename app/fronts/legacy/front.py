@@ -25,6 +25,7 @@ from starlette.responses import Response
 from app import jsonio, logs
 from app.call import Outgoing
 from app.cluster.replicas import HOP_HEADER, ReplicaRelay, header_items
+from app.cluster.session import LegacySession, shares_integer_text
 from app.fronts.legacy import batches, opening, stream
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
@@ -37,7 +38,6 @@ from app.fronts.legacy.replies import (
     refuse,
     session_not_found,
 )
-from app.fronts.legacy.session import LegacySession, shares_integer_text
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.shared.answer import CallAnswer, sse_event
 from app.fronts.shared.auth import AuthRelay

@@ -23,7 +23,7 @@ client that holds state on the old one.
 These sessions have their own bound and per-credential share, apart from the
 pooled sessions modern callers use; at the bound an idle one may be ended to
 make room (app/fronts/legacy/bound.py), its client then gets 404 as for any session
-that expired. One session's record and lease are app/fronts/legacy/session.py's.
+that expired. One session's record and lease are app/cluster/session.py's.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ import structlog
 from app.cluster.guests import GuestCopies
 from app.cluster.notes import Notes
 from app.cluster.replicas import OwnedIds
+from app.cluster.session import Lease, LegacySession, held_by
 from app.fronts.legacy import bound
-from app.fronts.legacy.session import Lease, LegacySession
-from app.fronts.shared.binding import held_by
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.sessions.pool import SessionPool, credential_hash
 from translators.registry import Version

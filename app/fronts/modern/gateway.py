@@ -14,9 +14,9 @@ from typing import Any
 
 import structlog
 
-from app.call import CallState, Outgoing, upstream_answered, upstream_sent
+from app.call import CallState, ModernCall, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
-from app.fronts.modern.checks import LOG_LEVELS, ModernCall, supported_version_names
+from app.fronts.modern.checks import LOG_LEVELS, supported_version_names
 from app.fronts.shared import auth
 from app.fronts.shared.auth import AuthRelay
 from app.headers import param_headers

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from app import splice, write_coalescer
 from app.call import Outgoing, mark
 from app.connection.held import ClientHeld, Receive, Scope, Send
-from app.serving.http_protocol import ConnectionLink
+from app.connection.link import ConnectionLink
 
 Chunk = bytes | bytearray | memoryview
 

@@ -1,11 +1,16 @@
-"""One legacy session as the gateway holds it (app/fronts/legacy/sessions.py):
-`LegacySession`, the lease that counts it in use, and the rule that keeps a
-string id with an integer id's text ("1") apart from that integer.
+"""One legacy session as the gateway holds it, its owner's or a guest copy:
+`LegacySession`, the lease that counts it in use, the rule that keeps a
+string id with an integer id's text ("1") apart from that integer, and a
+session's binding to the credential that opened it (`held_by`). The legacy
+front's sessions (app/fronts/legacy/sessions.py) and their guest copies in
+other workers (app/cluster/guests.py) are both made of it, so it sits below
+both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import math
 import re
 import time
@@ -14,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.upstream.sessions.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators.registry import Version
 
 # Requests waiting for an answer, per session and direction: beyond this the
@@ -29,6 +34,16 @@ _NUMBER_TEXT = re.compile(r"0|-?[1-9][0-9]*")
 def shares_integer_text(request_id: Any) -> bool:
     """A string id whose text an integer id has too ("1" and 1)."""
     return isinstance(request_id, str) and _NUMBER_TEXT.fullmatch(request_id) is not None
+
+
+def held_by(credentials: str, authorization: str | None) -> bool:
+    """Whether `authorization` is the credential whose hash (`credential_hash`) the
+    session was opened with; compared in constant time, so the answer's timing
+    tells nothing of the hash. A client's session (a legacy session, an
+    HTTP+SSE channel) is bound to the credential that opened it: a request
+    carrying another `Authorization` does not find it, and is answered as for
+    an unknown id (404)."""
+    return hmac.compare_digest(credentials, credential_hash(authorization))
 
 
 # A guest's way to tell the owner a server request (or a call left to resume
