@@ -122,7 +122,7 @@ async def test_client_that_stops_reading_is_closed_and_the_call_ends() -> None:
 
 
 # The gateway's HTTP protocol links each answer to its connection
-# (app/serving/http_protocol.py ConnectionLink): a disconnect is a callback, not a
+# (app/connection/link.py ConnectionLink): a disconnect is a callback, not a
 # task per call awaiting receive(), and a write is timed only when it can wait.
 
 

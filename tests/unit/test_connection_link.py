@@ -1,4 +1,4 @@
-"""The link from an answer to its connection (app/serving/http_protocol.py
+"""The link from an answer to its connection (app/connection/link.py
 `ConnectionLink`), driven through the gateway's real HTTP protocol with a
 stand-in transport: a client that goes away calls the answer back, and the
 link keeps no request alive (each request's scope and cycle are freed by

@@ -1,5 +1,5 @@
 """A small answer written whole by the protocol (ConnectionLink.write_whole,
-app/serving/http_protocol.py) is byte for byte what uvicorn's own `send` writes for
+app/connection/link.py) is byte for byte what uvicorn's own `send` writes for
 the same `http.response.start` and `http.response.body`, and leaves uvicorn's
 request cycle in the same state; whenever `send` would act on something
 (framing headers, a refused header, a paused or closed connection, a response

@@ -110,7 +110,7 @@ class HttpExchange:
         self._spliced = spliced
         # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON answer's body, an SSE event.
         self._limit = limit
-        # A modern server answers a session's request with 400 (upstream/era_transport.py).
+        # A modern server answers a session's request with 400 (upstream/sessions/era_transport.py).
         self.status = response.status_code
         self._events: AsyncGenerator[Message, None] | None = (
             self._read_events() if _content_type(response) == "text/event-stream" else None
