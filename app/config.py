@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Gateway processes on `port` (app/workers.py); unset: the CPUs this process may use.
+    # Gateway processes on `port` (app/serving/workers.py); unset: the CPUs this process may use.
     workers: int | None = Field(
         default=None,
         ge=1,
@@ -56,7 +56,7 @@ class Settings(BaseSettings):
         description="gateway processes sharing MCP_SHIM_PORT; unset: the CPUs the container "
         "may use (affinity and cgroup CPU quota, whichever is smaller)",
     )
-    # Idle connections moved between workers as the load asks (app/balance.py).
+    # Idle connections moved between workers as the load asks (app/serving/balance.py).
     move_connections: bool = Field(
         default=True,
         description="with several workers, gather a light load's connections on one worker "
@@ -93,7 +93,7 @@ class Settings(BaseSettings):
         description="objects and arrays nested deeper than this in a message are refused (400)",
     )
     # An answer whose client reads nothing for this long is closed
-    # (app/fronts/shared/answer.py, app/http_protocol.py).
+    # (app/fronts/shared/answer.py, app/serving/http_protocol.py).
     write_timeout_s: float = Field(default=30.0, gt=0)
     read_timeout_s: float = Field(
         default=30.0,
@@ -193,12 +193,12 @@ class Settings(BaseSettings):
         description="seconds an idle upstream connection is kept for reuse; keep it "
         "under the upstream server's own keep-alive timeout",
     )
-    # h1: a session's POSTs on app/upstream/http/h1.py, the rest on httpx over
+    # h1: a session's POSTs on app/upstream/httpclient/h1.py, the rest on httpx over
     # aiohttp (the measured default, bench/upstream_post.py); aiohttp: the POSTs on
     # aiohttp too. httpx's own transport is no option: twice the CPU per call,
     # and it pools connections by origin, not by credential (docs/architecture.md).
     upstream_http_transport: Literal["h1", "aiohttp"] = "h1"
-    # Sent on every request to an HTTP upstream (app/upstream/http/client.py);
+    # Sent on every request to an HTTP upstream (app/upstream/httpclient/client.py);
     # resolved by app/settings/headers.py (`{"file": ...}` values read at start).
     upstream_headers: Annotated[dict[str, SecretStr], NoDecode] = Field(
         default_factory=dict,

@@ -6,8 +6,8 @@ environment, the settings file or the default).
 A flag is written into this process's environment before the settings are
 read (`apply_flags`): the settings then have one source, and the processes
 this one starts inherit it (the re-exec that takes MCP_SHIM_STATE_KEY out of
-the environment, app/state_key.py; the supervisor and its workers,
-app/workers.py, which start with the environment and no flags).
+the environment, app/serving/state_key.py; the supervisor and its workers,
+app/serving/workers.py, which start with the environment and no flags).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from app.config import Settings
+from app.serving.workers import worker_count
 from app.settings.check import mask_userinfo, variable
 from app.settings.load import Loaded
-from app.workers import worker_count
 
 
 @dataclass(frozen=True, slots=True)

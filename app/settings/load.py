@@ -45,7 +45,7 @@ class Loaded:
 def load_settings(state_key: str | None = None) -> Settings:
     """The settings from the flags, the environment and the settings file;
     `state_key`: MCP_SHIM_STATE_KEY when it was handed over by a descriptor
-    rather than the environment (app/state_key.py)."""
+    rather than the environment (app/serving/state_key.py)."""
     return load(state_key).settings
 
 

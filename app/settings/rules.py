@@ -8,7 +8,7 @@ call deadline within the read timeout).
 
 `problems` returns one line per broken rule, `MCP_SHIM_X: what is wrong`, as
 app/settings/check.py says a refused value; the model imports nothing of the
-gateway, so the rules that need other modules (app/mrtr/state.py,
+gateway, so the rules that need other modules (app/cluster/sealing.py,
 translators/registry.py) live here, above it.
 """
 
@@ -25,7 +25,7 @@ from app.settings.check import variable
 # Upstream connections kept free of parked exchanges for everything else.
 _SPARE_CONNECTIONS = 64
 # MCP_SHIM_STATE_KEY's length: the key list travels between the gateway's
-# processes in a pipe written at once (app/state_key.py), which holds at least
+# processes in a pipe written at once (app/serving/state_key.py), which holds at least
 # one page. About 90 keys of 32 bytes.
 STATE_KEY_MAX_CHARS = 4096
 
@@ -93,7 +93,7 @@ def _state_keys(s: Settings) -> None:
     text = s.state_key.get_secret_value()
     if len(text) > STATE_KEY_MAX_CHARS:
         raise ValueError(f"longer than {STATE_KEY_MAX_CHARS} characters")
-    from app.mrtr.state import parse_keys
+    from app.cluster.sealing import parse_keys
 
     parse_keys(text)  # ValueError names the bad key, not its value
 

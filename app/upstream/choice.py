@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from app import splice
 from app.config import Settings
 from app.upstream.base import Transport
-from app.upstream.era import Era, EraProbe
-from app.upstream.era_transport import EraTransport
-from app.upstream.http.client import build_client
 from app.upstream.http_sse.transport import DetectingTransport
+from app.upstream.httpclient.client import build_client
 from app.upstream.modern.passthrough import PassThroughUpstream
 from app.upstream.modern.upstream import ModernHttpUpstream
+from app.upstream.sessions.era import Era, EraProbe
+from app.upstream.sessions.era_transport import EraTransport
 from app.upstream.stdio.process import child_environment
 from app.upstream.stdio.transport import StdioTransport
 from app.upstream.streamable_http.transport import StreamableHttpTransport
@@ -29,7 +29,7 @@ class Upstream:
     # handshake); closed last, as it holds the HTTP client or the processes.
     transport: Transport
     # What the pool opens sessions with: over HTTP, the session of the era the
-    # upstream speaks (app/upstream/era_transport.py); over stdio, `transport`.
+    # upstream speaks (app/upstream/sessions/era_transport.py); over stdio, `transport`.
     sessions: Transport
     max_sessions: int
     era: EraProbe
@@ -60,7 +60,7 @@ def build_upstream(settings: Settings) -> Upstream:
     transport, max_sessions = build_transport(settings)
     if not isinstance(transport, StreamableHttpTransport):
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
-    # The upstream's era (app/upstream/era.py) picks the seam's implementation.
+    # The upstream's era (app/upstream/sessions/era.py) picks the seam's implementation.
     modern = ModernHttpUpstream(
         transport.client,
         str(settings.upstream_url),

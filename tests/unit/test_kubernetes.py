@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app import workers
+from app.cluster.sealing import parse_keys
 from app.config import Settings
 from app.fronts.shared.security import check_host
-from app.mrtr.state import parse_keys
+from app.serving import workers
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))

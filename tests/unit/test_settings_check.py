@@ -11,8 +11,8 @@ import re
 import pytest
 from pydantic import SecretStr
 
-from app.cli import _command_word, not_a_command, parse_args
 from app.config import Settings, SettingsError
+from app.serving.cli import _command_word, not_a_command, parse_args
 from app.settings import command as settings_command
 from app.settings.check import NOT_SETTINGS, closest, mask_userinfo, unknown_variables
 from app.settings.load import load_settings

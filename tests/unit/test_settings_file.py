@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
 from app.config import SettingsError
+from app.serving.cli import main
 from app.settings import command
 from app.settings.file import read
 from app.settings.load import load, load_settings

@@ -17,7 +17,7 @@ from app.config import SettingsError
 from app.settings import command
 from app.settings.headers import MAX_HEADERS, fixed_headers, has_authorization
 from app.settings.load import load_settings
-from app.upstream.http.client import build_client
+from app.upstream.httpclient.client import build_client
 from tests.unit.http_peer import LoopbackPeer, read_request
 
 SECRET = "s3cr3t-value"

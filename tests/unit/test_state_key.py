@@ -1,4 +1,4 @@
-"""app/state_key.py: MCP_SHIM_STATE_KEY handed from process to process by a
+"""app/serving/state_key.py: MCP_SHIM_STATE_KEY handed from process to process by a
 pipe, and the bound that keeps that pipe's single write from blocking."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from app import state_key
 from app.config import SettingsError
+from app.serving import state_key
 from app.settings.load import load_settings
 from app.settings.rules import STATE_KEY_MAX_CHARS
 
