@@ -273,6 +273,35 @@ def test_nothing_below_the_cluster_imports_it() -> None:
     assert not imports_from_below({"app.tasks.ids": {"app.cluster.sealing"}}, {"cluster"}, FEATURES)
 
 
+# Imports that still point up, each with the reason it stands; a prefix names
+# a package with its modules. app/config.py's are its own check's.
+KNOWN_UPWARD = {
+    # The message type of the upstream seam (`Message`, app/upstream/base.py,
+    # which imports nothing), named by a call's values.
+    ("app.call", "app.upstream.base"),
+}
+
+
+def upward_anywhere(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module in a higher layer than the importer's."""
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, targets in graph.items()
+        for imported in targets
+        if layer(importer) < layer(imported)
+        and importer != "app.config"
+        and not any(importer == low and imported.startswith(high) for low, high in KNOWN_UPWARD)
+    )
+
+
+def test_imports_point_down_through_the_layers() -> None:
+    assert upward_anywhere(import_graph(ROOT)) == []
+    # The check can fail: the upstream importing a feature, a leaf the wiring.
+    assert upward_anywhere({"app.upstream.sessions.pool": {"app.mrtr.lanes"}}) != []
+    assert upward_anywhere({"app.metrics": {"app.wiring"}}) == ["app.metrics -> app.wiring"]
+    assert upward_anywhere({"app.wiring": {"app.metrics", "app.fronts.base"}}) == []
+
+
 def test_config_imports_nothing_of_app() -> None:
     """The `Settings` model is read by every layer, so it is the one leaf that
     imports nothing of the project: its loading, checks and command (app/settings/)
