@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from app import auth
+from app import auth, tracing
 from app.auth import AuthRelay
 from app.call import CallState, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
@@ -171,6 +171,10 @@ class Gateway:
             pooled = await self._pool.acquire(key, upstream_caps, authorization)
             try:
                 state.upstream_version = pooled.version.name
+                tracing.event(
+                    "mcp_shim.translate",
+                    {"mcp_shim.from": call.version.name, "mcp_shim.to": pooled.version.name},
+                )
                 if call.method == "server/discover":
                     state.outcome = "ok"
                     yield Outgoing(self._discover(call, pooled), final=True)
