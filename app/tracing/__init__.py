@@ -22,10 +22,7 @@ import contextvars
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from app.tracing.spans import Spans
+from typing import Any, Protocol
 
 # version "-" trace-id "-" parent-id "-" trace-flags, lowercase hex (W3C 3.2.2).
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(.*)$")
@@ -138,10 +135,43 @@ def outgoing_headers() -> dict[str, str]:
 
 # -- spans: no-ops unless app/tracing/export.py started the export ---------------
 
+
+class Spans(Protocol):
+    """What app/tracing/spans.py's `Spans` does for the hooks below."""
+
+    def headers(self, span: Any) -> dict[str, str]: ...
+
+    def server(self, headers: Any, scope: Mapping[str, Any], var: SpanVar) -> Any: ...
+
+    def client(
+        self,
+        message: Mapping[str, Any],
+        version: str | None,
+        session_id: str | None,
+        url: Any,
+        var: SpanVar,
+    ) -> Any: ...
+
+    def describe(
+        self, span: Any, method: str, request_id: Any, version: str | None, params: Any
+    ) -> None: ...
+
+    def note(
+        self,
+        span: Any,
+        outcome: str | None,
+        upstream_version: str | None,
+        code: int | None,
+        status: int | None,
+    ) -> None: ...
+
+
+SpanVar = contextvars.ContextVar[Any]
+
 # The live exporter of this process (one per worker), or None.
 _spans: Spans | None = None
 # The current call's span: its server span, or inside an upstream request the client span.
-_span: contextvars.ContextVar[Any] = contextvars.ContextVar("mcp_shim_span", default=None)
+_span: SpanVar = contextvars.ContextVar("mcp_shim_span", default=None)
 
 Send = Callable[[Any], Any]
 

@@ -171,10 +171,7 @@ class Gateway:
             pooled = await self._pool.acquire(key, upstream_caps, authorization)
             try:
                 state.upstream_version = pooled.version.name
-                tracing.event(
-                    "mcp_shim.translate",
-                    {"mcp_shim.from": call.version.name, "mcp_shim.to": pooled.version.name},
-                )
+                tracing.event("mcp_shim.translate", {"mcp_shim.to": pooled.version.name})
                 if call.method == "server/discover":
                     state.outcome = "ok"
                     yield Outgoing(self._discover(call, pooled), final=True)
