@@ -255,5 +255,6 @@ def note(
 def event(name: str, attributes: Mapping[str, str | int] | None = None) -> None:
     """A step of the current call (translation, an MRTR round, a task step)."""
     span = _span.get()
-    if span is not None:
+    # Not recording: not sampled, or ended while a task the call started goes on.
+    if span is not None and span.is_recording():
         span.add_event(name, attributes)

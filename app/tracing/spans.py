@@ -289,6 +289,8 @@ class Spans:
     def describe(
         self, span: Span, method: str, request_id: Any, version: str | None, params: Any
     ) -> None:
+        if not span.is_recording():
+            return
         attributes = call_attributes(method, request_id, params)
         if version is not None:
             attributes["mcp.protocol.version"] = version
@@ -303,6 +305,8 @@ class Spans:
         code: int | None,
         status: int | None,
     ) -> None:
+        if not span.is_recording():
+            return
         if status is not None:
             _answered(span, status)
         if outcome is not None:
