@@ -309,10 +309,12 @@ class Spans:
             return
         if status is not None:
             _answered(span, status)
-        if outcome is not None:
-            span.set_attribute("mcp_shim.outcome", outcome)
-        if upstream_version is not None:
-            span.set_attribute("mcp_shim.upstream.protocol.version", upstream_version)
+        # One set: the SDK checks and locks once per call of set_attribute(s).
+        noted = {
+            "mcp_shim.outcome": outcome,
+            "mcp_shim.upstream.protocol.version": upstream_version,
+        }
+        span.set_attributes({k: v for k, v in noted.items() if v is not None})
         if code is not None:
             span.set_attribute("rpc.response.status_code", str(code))
             _failed(span, str(code))
