@@ -9,8 +9,10 @@ every call sampled: two spans a call, the server span and the upstream request's
 client span, batched and sent by the SDK's exporter thread inside the gateway's
 process), and on with a tenth of the calls sampled (OTEL_TRACES_SAMPLER=
 traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1: the others' spans are not recorded).
-Every gateway request carries a sampled W3C `traceparent`, as a traced
-client's would. The receiver is oteltap (.peers/otel: run
+The gateway's requests carry a sampled W3C `traceparent`, as a traced
+client's would, except in the sampled row: wrk sends one trace id, which a
+ratio sampler would keep or drop whole, so there each call starts a trace.
+The receiver is oteltap (.peers/otel: run
 `bash scripts/setup_peers.sh otel` first); its CPU is not the gateway's and is
 not counted. wrk and the cells are bench/wrk.py's (closed loop, `-t1`,
 `tools/call echo`, passes alternating the row order, the better pass shown);
@@ -138,7 +140,9 @@ def main() -> None:
                     f"  mcp-shim, {name}", f"http://127.0.0.1:{sport}/mcp", "fast", True, shim.pid
                 )
             )
-            paths[-1].headers = {**MODERN_HEADERS, "traceparent": TRACEPARENT}
+            paths[-1].headers = dict(MODERN_HEADERS)
+            if "OTEL_TRACES_SAMPLER" not in extra:
+                paths[-1].headers["traceparent"] = TRACEPARENT
         for p in paths:
             p.upstream_pid = upstream.pid
             if not p.modern:
@@ -154,8 +158,9 @@ def main() -> None:
         calls += 0.1 * sum(r["rps"] * args.seconds for runs in tenth.runs.values() for r in runs)
         received = tap.spans - spans0
     print(
-        f"\nwrk -t1, closed loop, tools/call echo with a sampled traceparent; {args.passes} "
-        f"alternating passes of {args.seconds:g} s per cell; req/s of the better pass (x: against "
+        f"\nwrk -t1, closed loop, tools/call echo with a sampled traceparent (none in the "
+        f"sampled row); {args.passes} alternating passes of {args.seconds:g} s per cell; "
+        f"req/s of the better pass (x: against "
         f"direct); CPU per call: the gateway's process, range over all cells; load average "
         f"{load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end; {os.cpu_count()} CPUs"
     )
