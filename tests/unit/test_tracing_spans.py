@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import structlog.testing
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -235,3 +236,19 @@ def test_start_up_without_export_loads_no_sdk() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_without_the_sdk_the_gateway_runs_unexported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `otel` extra not installed: a warning naming the install, no export."""
+    monkeypatch.setitem(sys.modules, "app.tracing.spans", None)  # import fails
+    seen: list[bool] = []
+
+    async def life() -> None:
+        async with export.exported({"OTEL_TRACES_EXPORTER": "otlp"}):
+            seen.append(tracing.exporting())
+
+    with structlog.testing.capture_logs() as logs:
+        asyncio.run(life())
+    assert seen == [False]
+    (warning,) = [line for line in logs if line["event"] == "tracing_not_exported"]
+    assert export.EXTRA_HINT in warning["reason"]
