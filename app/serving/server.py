@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import metrics, wiring
+from app import metrics, tracing, wiring
 from app.cluster.replicas import MAX_NOTE_BYTES, NOTE_PATH
 from app.config import Settings
 from app.connection.link import LINK, ConnectionLink
@@ -30,6 +30,7 @@ from app.routes.mcp import McpRoutes
 from app.routes.methods import MCP_ALLOW, Methods
 from app.routes.scope_headers import ScopeHeaders
 from app.routes.sse import SseRoutes
+from app.tracing import export as tracing_export
 from app.wiring import Wiring
 
 # POST /mcp (McpRoutes.post), with the request's headers as read once.
@@ -186,8 +187,10 @@ class GatewayApp(FastAPI):
                 headers.get("origin"),
                 whole_writes=True,
             )
-            response = await route(Request(scope, receive), headers)
-            await response(scope, receive, send)
+            # The call's server span (app/tracing/): a shared no-op unless exporting.
+            with tracing.serving(headers, scope) as span:
+                response = await route(Request(scope, receive), headers)
+                await response(scope, receive, span.watch(send))
             return
         await super().__call__(scope, receive, send)
 
@@ -199,7 +202,7 @@ def create_app(settings: Settings) -> GatewayApp:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with wiring.running(settings, app_metrics) as wired:
+        async with tracing_export.exported(), wiring.running(settings, app_metrics) as wired:
             app.state.wiring = wired
             # The ~74k objects alive after start-up never become garbage; left in
             # the collector's generations, every full collection walks them all

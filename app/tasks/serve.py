@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from app import tracing
 from app.call import CallState, ModernCall, Outgoing
 from app.cluster.forwarding import ReplicaForwarder
 from app.cluster.replicas import reachable
@@ -112,6 +113,7 @@ class TaskServer:
         assert self._forwarder is not None
         state.outcome = "forwarded"
         log.info("task_request_forwarded", method=call.method)
+        tracing.event("mcp_shim.task.forwarded")
         async with contextlib.aclosing(
             self._forwarder.forward(call, authorization, replica)
         ) as frames:
@@ -169,6 +171,7 @@ class TaskServer:
         fields, inline = await self._keep(owner, task_id, {**fields, "status": final}, inline)
         await self._held.release(live, cancel_upstream=False)
         log.info("task_settled", status=final)
+        tracing.event("mcp_shim.task.settled", {"mcp_shim.task.status": str(final)})
         return wire.detailed_task(fields, inline)
 
     async def _keep(
@@ -204,6 +207,7 @@ class TaskServer:
             log.info("task_cancel_refused_upstream", code=(reply["error"] or {}).get("code"))
         else:
             log.info("task_cancelled")
+            tracing.event("mcp_shim.task.cancelled")
 
     async def _serve_own(
         self, call: ModernCall, owner: str, task: own.OwnTask, state: CallState

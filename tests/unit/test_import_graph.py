@@ -337,11 +337,6 @@ def root_modules(root: Path) -> list[str]:
     return sorted(path.name for path in (root / "app").glob("*.py") if path.name != "__init__.py")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app/settings_*.py (into app/settings/) and app/passthrough.py (into "
-    "app/fronts/modern/) are still at the root",
-)
 def test_the_root_of_app_holds_at_most_12_modules() -> None:
     assert len(root_modules(ROOT)) <= MAX_ROOT_MODULES, root_modules(ROOT)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from app import tracing
 from app.call import CallState, ModernCall, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
 from app.fronts.modern.checks import LOG_LEVELS, supported_version_names
@@ -171,6 +172,7 @@ class Gateway:
             pooled = await self._pool.acquire(key, upstream_caps, authorization)
             try:
                 state.upstream_version = pooled.version.name
+                tracing.event("mcp_shim.translate", {"mcp_shim.to": pooled.version.name})
                 if call.method == "server/discover":
                     state.outcome = "ok"
                     yield Outgoing(self._discover(call, pooled), final=True)

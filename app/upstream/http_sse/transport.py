@@ -145,10 +145,12 @@ class SseSession:
     async def _post(self, message: Message, what: str) -> None:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
-        with library_errors(what):
-            response = await self._send(
-                jsonio.dumps(message), tracing.outgoing_headers(), resendable(message)
-            )
+        with (
+            tracing.upstream_call(message, None, None, self.endpoint) as span,
+            library_errors(what),
+        ):
+            response = await self._send(jsonio.dumps(message), span.headers(), resendable(message))
+            span.answered(response.status_code)
         try:
             if response.status_code == 404:
                 # The endpoint's session is unknown: the server forgot it.

@@ -292,8 +292,11 @@ class StreamableHttpSession:
 
     async def _post(self, message: Message, what: str) -> Answer:
         content = jsonio.dumps(message)
-        with library_errors(what):
-            response = await self._send(content, tracing.outgoing_headers(), resendable(message))
+        # A client span when exporting (app/tracing/); else the shared no-op.
+        with tracing.upstream_call(message, self.version.name, self.session_id, self._url) as span:
+            with library_errors(what):
+                response = await self._send(content, span.headers(), resendable(message))
+            span.answered(response.status_code)
         mark("answer_head")
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
