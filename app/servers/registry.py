@@ -96,34 +96,35 @@ class Registry:
         delays no other's start), for as long as the gateway runs; then all
         stopped. A graph that cannot be built stops the start."""
         self._log_entries()
-        async with AsyncExitStack() as stack:
+        try:
+            async with AsyncExitStack() as stack:
+                await self._start(stack)
+                try:
+                    yield
+                finally:
+                    for server in self:
+                        server.app.state.wiring = None
+        finally:
+            structlog.contextvars.unbind_contextvars("server")
 
-            async def start(server: Server) -> None:
-                # Its own context: the graph's background tasks log its name.
-                structlog.contextvars.bind_contextvars(server=server.name)
-                part = Part(server.route, server.spec.env, server.spec.cwd)
-                running = wiring.running(server.settings, server.metrics, part)
-                server.app.state.wiring = await stack.enter_async_context(running)
+    async def _start(self, stack: AsyncExitStack) -> None:
+        async def start(server: Server) -> None:
+            # Its own context: the graph's background tasks log its name.
+            structlog.contextvars.bind_contextvars(server=server.name)
+            server.app.state.wiring = await stack.enter_async_context(_named(server))
 
-            outcomes = await asyncio.gather(
-                *(start(server) for server in self), return_exceptions=True
-            )
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            for server in self:
-                wired = server.wiring
-                assert wired is not None
+        outcomes = await asyncio.gather(*(start(server) for server in self), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        for server in self:
+            wired = server.wiring
+            assert wired is not None
+            if wiring.announce:
                 found = era_transport.describe(wired.upstream.era, wired.pool)
-                if wiring.announce:
-                    seen = {f"upstream_{k}": v for k, v in found.items()}
-                    path = server.route + "/mcp"
-                    wiring.say_started(wiring.start_line(server.settings, seen, path))
-            try:
-                yield
-            finally:
-                for server in self:
-                    server.app.state.wiring = None
+                seen = {f"upstream_{k}": v for k, v in found.items()}
+                path = server.route + "/mcp"
+                wiring.say_started(wiring.start_line(server.settings, seen, path))
 
     def _log_entries(self) -> None:
         for server in self:
@@ -136,3 +137,15 @@ class Registry:
                 )
         for name in self.disabled:
             log.info("server_disabled", server=name)
+
+
+@asynccontextmanager
+async def _named(server: Server) -> AsyncIterator[Wiring]:
+    """The server's graph running; its stopping logged with its name too (the
+    stop runs in the gateway's lifespan, outside the start's context)."""
+    part = Part(server.route, server.spec.env, server.spec.cwd)
+    async with wiring.running(server.settings, server.metrics, part) as wired:
+        try:
+            yield wired
+        finally:
+            structlog.contextvars.bind_contextvars(server=server.name)
