@@ -361,6 +361,10 @@ def server_settings(base: Settings, spec: ServerSpec, where: str) -> Settings:
         upstream_command=spec.command,
         **spec.overrides,
     )
+    if base.public_url is not None:
+        # MCP_SHIM_PUBLIC_URL names the gateway's /mcp; the server's is beside it.
+        public = str(base.public_url).rstrip("/").removesuffix("/mcp")
+        values["public_url"] = f"{public}/servers/{spec.name}/mcp"
     if spec.headers:
         if "upstream_headers" not in Settings.model_fields:
             raise _error(where, spec.name, '"headers" need MCP_SHIM_UPSTREAM_HEADERS support')

@@ -210,3 +210,9 @@ def test_read_servers(tmp_path: Path) -> None:
     assert read_servers(Settings(upstream_url="http://a/mcp")) is None
     with pytest.raises(SettingsError, match="cannot be read"):
         read_servers(Settings(servers_file=str(tmp_path / "missing.json")))
+
+
+def test_a_servers_public_url_is_beside_the_gateways() -> None:
+    base = Settings(servers=SecretStr("{}"), public_url="https://mcp.example.com/mcp")
+    mine = server_settings(base, ServerSpec("s-1", url="http://a/mcp"), WHERE)
+    assert str(mine.public_url) == "https://mcp.example.com/servers/s-1/mcp"
