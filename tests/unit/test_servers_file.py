@@ -212,7 +212,13 @@ def test_read_servers(tmp_path: Path) -> None:
         read_servers(Settings(servers_file=str(tmp_path / "missing.json")))
 
 
-def test_a_servers_public_url_is_beside_the_gateways() -> None:
-    base = Settings(servers=SecretStr("{}"), public_url="https://mcp.example.com/mcp")
+def test_a_servers_public_and_advertised_urls_are_its_routes() -> None:
+    base = Settings(
+        servers=SecretStr("{}"),
+        public_url="https://mcp.example.com/mcp",
+        advertise_url="http://10.0.0.7:8080",
+        state_key=SecretStr("A" * 43 + "="),
+    )
     mine = server_settings(base, ServerSpec("s-1", url="http://a/mcp"), WHERE)
     assert str(mine.public_url) == "https://mcp.example.com/servers/s-1/mcp"
+    assert str(mine.advertise_url) == "http://10.0.0.7:8080/servers/s-1"
