@@ -361,6 +361,8 @@ def server_settings(base: Settings, spec: ServerSpec, where: str) -> Settings:
         upstream_command=spec.command,
         **spec.overrides,
     )
+    if spec.cwd is not None and not Path(spec.cwd).is_dir():
+        raise _error(where, spec.name, f'"cwd" {spec.cwd!r} is not a directory')
     if base.public_url is not None:
         # MCP_SHIM_PUBLIC_URL names the gateway's /mcp; the server's is beside it.
         public = str(base.public_url).rstrip("/").removesuffix("/mcp")
