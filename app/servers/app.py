@@ -1,7 +1,7 @@
 """The HTTP application of a gateway with many servers.
 
 Every server is served under `/servers/NAME/` by an app of its own, built by
-the single-server code (app/server.py: the same routes, the POST fast path,
+the single-server code (app/serving/server.py: the same routes, the POST fast path,
 era detection, MRTR, listen, tasks, HTTP+SSE) over its own graph:
 
     POST|GET|DELETE /servers/NAME/mcp   Streamable HTTP, clients of either era
@@ -29,15 +29,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from app import metrics
-from app.auth import WELL_KNOWN
 from app.config import Settings
+from app.fronts.shared.auth import WELL_KNOWN
 from app.rejections import INVALID_REQUEST, Rejection
 from app.routes.cors import Cors
 from app.routes.edge import answer
 from app.routes.status import readiness
-from app.server import GatewayApp, RequestIdMiddleware, create_app
 from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
+from app.serving.server import GatewayApp, RequestIdMiddleware, create_app
 from app.settings.servers import Servers, read_servers
 
 _METADATA = WELL_KNOWN + PREFIX
@@ -85,7 +85,7 @@ class ServersApp(GatewayApp):
 
 
 def gateway_app(settings: Settings) -> GatewayApp:
-    """The app of these settings: one server's (app/server.py), or many servers'."""
+    """The app of these settings: one server's (app/serving/server.py), or many servers'."""
     servers = read_servers(settings)
     if servers is None:
         return create_app(settings)
@@ -103,7 +103,8 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
             if settings.metrics_port is not None:
                 merged.serve(settings.host, settings.metrics_port)
             try:
-                gc.freeze()  # as app/server.py's: start-up's objects stay out of the GC's walks
+                # As app/serving/server.py's: start-up's objects stay out of the GC's walks.
+                gc.freeze()
                 yield
             finally:
                 await merged.aclose()
@@ -119,7 +120,7 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
     app.registry = registry
     app.add_middleware(RequestIdMiddleware, cors=Cors(settings.allowed_origins))
     app.state.metrics = own
-    # Each server's listen streams and tasks wound down at shutdown (app/server.py `drain`).
+    # Each server's listen streams and tasks wound down at shutdown (app/serving/server.py `drain`).
     app.state.parts = [server.app for server in registry]
     names = ", ".join(registry.names)
 
