@@ -9,6 +9,7 @@ The last test kills servers: it runs last, on the module's one gateway."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         _server(procs.LEGACY_PY, procs.FIXTURE, logs / "legacy.log") as (legacy, legacy_proc),
         _server(procs.MODERN_PY, procs.MODERN_FIXTURE, logs / "modern.log") as (modern, _),
     ):
+        secret = logs / "legacy-token"
+        secret.write_text("Bearer many-secret\n")
         servers = {
             "mcpServers": {
                 "everything": {
@@ -69,7 +72,11 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     "env": {"MANY_SERVERS_MARK": "mark-two"},
                     "cwd": str(logs),
                 },
-                "legacy": {"url": legacy, "timeout": 60},
+                "legacy": {
+                    "url": legacy,
+                    "timeout": 60,
+                    "headers": {"Authorization": {"file": str(secret)}},
+                },
                 "modern": {"url": modern, "type": "http", "mcpShim": {"request_timeout_s": 200}},
                 "off": {"url": "http://127.0.0.1:9/mcp", "disabled": True},
             }
@@ -80,7 +87,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env = _env(MCP_SHIM_SERVERS_FILE=str(path), MCP_SHIM_PORT=str(port))
         base = f"http://127.0.0.1:{port}"
         log = logs / "gateway.log"
-        argv = [sys.executable, "-m", "app.cli"]
+        argv = [sys.executable, "-m", "app.serving.cli"]
         with procs.running(argv, base + "/healthz", env=env, log_path=log) as gateway:
             yield {
                 "base": base,
@@ -145,6 +152,15 @@ def test_a_stdio_server_gets_its_own_variables(many: dict[str, Any]) -> None:
     assert "MANY_SERVERS_MARK" not in _text(other["call"])
 
 
+def test_a_server_gets_its_own_fixed_headers(many: dict[str, Any]) -> None:
+    url = f"{many['base']}/servers/legacy/mcp"
+    out: Any = procs.run_modern_client("list_and_call.py", url, "whoami", "{}")
+    # The fixture tells the digest of the Authorization it received (never the secret).
+    digest = hashlib.sha256(b"Bearer many-secret").hexdigest()[:16]
+    assert out["call"]["result"]["structuredContent"]["authorization"] == digest
+    assert "many-secret" not in many["log"].read_text()
+
+
 def test_readiness_of_every_server(many: dict[str, Any]) -> None:
     answer = httpx.get(many["base"] + "/readyz", timeout=30)
     assert answer.status_code == 200
@@ -190,7 +206,7 @@ def test_the_log_names_each_server(many: dict[str, Any]) -> None:
 
 def test_probe_reports_every_server(many: dict[str, Any]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "probe", "--json", "--timeout", "60"],
+        [sys.executable, "-m", "app.serving.cli", "probe", "--json", "--timeout", "60"],
         env=many["env"],
         capture_output=True,
         timeout=120,
@@ -255,7 +271,7 @@ def test_one_server_file_serves_it_at_mcp_too(tmp_path: Path, many: dict[str, An
     port = procs.free_port()
     env = _env(MCP_SHIM_SERVERS=json.dumps(servers), MCP_SHIM_PORT=str(port))
     base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, base + "/healthz", env=env, log_path=tmp_path / "gw.log"):
         for url in (base + "/mcp", base + "/servers/only/mcp"):
             out: Any = procs.run_modern_client("list_and_call.py", url, "test_simple_text", "{}")
@@ -282,6 +298,10 @@ def test_faults_stop_the_start(extra: dict[str, str], words: str) -> None:
     servers = {"mcpServers": {"bad": {"command": "true", "envFile": ".env"}}}
     env = _env(MCP_SHIM_SERVERS=json.dumps(servers), MCP_SHIM_PORT=str(procs.free_port()), **extra)
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli"], env=env, capture_output=True, timeout=60, cwd=procs.ROOT
+        [sys.executable, "-m", "app.serving.cli"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        cwd=procs.ROOT,
     )
     assert done.returncode == 2 and words in done.stderr.decode(), done.stderr.decode()
