@@ -202,6 +202,8 @@ _LAYER_OF = {
     "serving": SERVING,
     "settings": SERVING,
     "probe": SERVING,
+    # Many servers: one app per server (app/serving/server.py's), routed to by name.
+    "servers": SERVING,
     "routes": ROUTES,
     # The object graph built from the settings: the routes take it, it builds the fronts.
     "wiring": WIRING,
