@@ -1,0 +1,1 @@
+"""Many servers behind one gateway."""
