@@ -135,13 +135,13 @@ def notification(scope: Scope, message: Mapping[str, Any]) -> Mapping[str, Any] 
     return message
 
 
-def for_listen(message: Mapping[str, Any], listen_id: Any) -> Mapping[str, Any]:
+def for_listen(message: Mapping[str, Any], listen_id: Any) -> dict[str, Any]:
     """A notification on the aggregate's listen stream: it names the client's
-    `subscriptions/listen` request, not the aggregator's own to the member."""
+    `subscriptions/listen` request (2026-07-28 basic/patterns/subscriptions:
+    every notification on the stream carries it), not the aggregator's own to
+    the member."""
     params = message.get("params")
-    if not isinstance(params, dict):
-        return message
+    params = params if isinstance(params, dict) else {}
     meta = params.get("_meta")
-    if not isinstance(meta, dict) or SUBSCRIPTION_ID not in meta:
-        return message
+    meta = meta if isinstance(meta, dict) else {}
     return {**message, "params": {**params, "_meta": {**meta, SUBSCRIPTION_ID: listen_id}}}
