@@ -39,6 +39,15 @@ class Settings(BaseSettings, SettingsRules):
         description="command line (shell quoting rules, no shell) of a stdio MCP server the "
         "gateway starts itself",
     )
+    # Many servers instead (app/settings/servers.py): each at /servers/NAME/mcp.
+    servers_file: str | None = Field(
+        default=None,
+        description="JSON file of the servers behind the gateway, in the mcpServers shape of "
+        "the clients' files; each is served at /servers/NAME/mcp",
+    )
+    servers: SecretStr | None = Field(
+        default=None, description="the servers file's JSON itself, inline"
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
@@ -404,6 +413,30 @@ class Settings(BaseSettings, SettingsRules):
 
     @model_validator(mode="after")
     def _one_upstream(self) -> Settings:
+        many = [
+            name
+            for name, value in (
+                ("MCP_SHIM_SERVERS_FILE", self.servers_file),
+                ("MCP_SHIM_SERVERS", self.servers),
+            )
+            if value is not None
+        ]
+        one = [
+            name
+            for name, value in (
+                ("MCP_SHIM_UPSTREAM_URL", self.upstream_url),
+                ("MCP_SHIM_UPSTREAM_COMMAND", self.upstream_command),
+            )
+            if value is not None
+        ]
+        if many and (one or len(many) > 1):
+            raise ValueError(
+                f"{' and '.join(one + many)} are set together; set either one upstream "
+                "(MCP_SHIM_UPSTREAM_URL or _COMMAND) or the servers (MCP_SHIM_SERVERS_FILE "
+                "or MCP_SHIM_SERVERS), only one of them"
+            )
+        if many:
+            return self
         if (self.upstream_url is None) == (self.upstream_command is None):
             state = "both are" if self.upstream_url is not None else "neither is"
             raise ValueError(

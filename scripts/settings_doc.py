@@ -52,6 +52,13 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         ],
     ),
     (
+        "Many servers",
+        [
+            ("servers_file", "JSON file of servers (`mcpServers`), each at `/servers/NAME/mcp`"),
+            ("servers", "The same JSON inline (a secret: it may hold headers)"),
+        ],
+    ),
+    (
         "Upstream",
         [
             ("upstream_transport", "`auto`, `streamable-http` or `sse` (2024-11-05 HTTP+SSE)"),

@@ -1,0 +1,1 @@
+"""Loading and checking the gateway's settings (app/config.py's `Settings`)."""
