@@ -48,6 +48,26 @@ class Settings(BaseSettings, SettingsRules):
     servers: SecretStr | None = Field(
         default=None, description="the servers file's JSON itself, inline"
     )
+    # The aggregated /mcp in front of the servers (app/servers/aggregate/).
+    aggregate: bool = Field(
+        default=True,
+        description="with a servers file, serve every member server as one at /mcp, tools "
+        "and prompts prefixed SERVER<separator>; false: the named routes only",
+    )
+    aggregate_separator: str = Field(
+        default="__",
+        min_length=1,
+        max_length=8,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="between a server's name and its tool or prompt name at /mcp",
+    )
+    aggregate_list_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="how long the aggregated /mcp waits for each server's list or discovery "
+        "before answering without it",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.

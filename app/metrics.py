@@ -400,6 +400,14 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self._left_out = Counter(
+            "mcp_shim_aggregate_left_out",
+            "Servers left out of an answer of the aggregated /mcp (a list, discovery): "
+            "down, hung past MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S, or refusing; by server "
+            "(the servers file's names) and reason",
+            ["server", "reason"],
+            registry=self.registry,
+        )
         self._relay_duration = Histogram(
             "mcp_shim_replica_relay_duration_seconds",
             "Relayed requests other than streams (a GET stream lasts as its client "
@@ -469,6 +477,10 @@ class Metrics:
     def connections_moved(self, reason: str, count: int) -> None:
         """Connections handed to a sibling worker by the balancer (app/balance.py)."""
         self._moved.labels(reason if reason in ("gather", "spill") else OTHER).inc(count)
+
+    def aggregate_left_out(self, server: str, reason: str) -> None:
+        """A server left out of an aggregated answer (app/servers/aggregate/members.py)."""
+        self._left_out.labels(server, reason).inc()
 
     def rejected(self, code: int | None, status: int) -> None:
         """A front refusal (the `request_refused` / `request_rejected` log events)."""
