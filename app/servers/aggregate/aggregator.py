@@ -89,6 +89,7 @@ class Aggregator:
         self.sealer = sealer
         self.left_out = left_out
         self.version = LATEST_MODERN.name
+        self.page_items = lists.PAGE_ITEMS
         # Ownership of URIs from the latest resource lists read (uris.py).
         self._resources: dict[str, list[str]] = {}
         self._templates: dict[str, list[str]] = {}
@@ -211,7 +212,7 @@ class Aggregator:
         merged = lists.merge(
             kind, [(m.name, c.items) for m, c in found], self.separator, self.owners
         )
-        page, following = lists.page(merged, offset)
+        page, following = lists.page(merged, offset, self.page_items)
         partial = len(found) < len(self.members)
         ttls = [c.ttl_ms for _, c in found]
         result: dict[str, Any] = {
