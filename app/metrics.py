@@ -326,6 +326,17 @@ class _LiveCollector(Collector):
         return out
 
 
+def _left_out_counter(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "mcp_shim_aggregate_left_out",
+        "Servers left out of an answer of the aggregated /mcp (a list, discovery): "
+        "down, hung past MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S, or refusing; by server "
+        "(the servers file's names) and reason",
+        ["server", "reason"],
+        registry=registry,
+    )
+
+
 def _gauge(name: str, documentation: str, read: Callable[[], int]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=read())
 
@@ -400,14 +411,7 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-        self._left_out = Counter(
-            "mcp_shim_aggregate_left_out",
-            "Servers left out of an answer of the aggregated /mcp (a list, discovery): "
-            "down, hung past MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S, or refusing; by server "
-            "(the servers file's names) and reason",
-            ["server", "reason"],
-            registry=self.registry,
-        )
+        self._left_out = _left_out_counter(self.registry)
         self._relay_duration = Histogram(
             "mcp_shim_replica_relay_duration_seconds",
             "Relayed requests other than streams (a GET stream lasts as its client "
