@@ -327,6 +327,7 @@ class _LiveCollector(Collector):
 
 
 def _left_out_counter(registry: CollectorRegistry) -> Counter:
+    """Made by the first server left out: only a gateway with many servers has it."""
     return Counter(
         "mcp_shim_aggregate_left_out",
         "Servers left out of an answer of the aggregated /mcp (a list, discovery): "
@@ -346,6 +347,8 @@ def _gauge(name: str, documentation: str, read: Callable[[], int]) -> GaugeMetri
 
 class Metrics:
     """The gateway's registry and its series (one per app: tests may run several)."""
+
+    _left_out: Counter | None = None
 
     def __init__(self, *, process: bool = True) -> None:
         try:
@@ -411,7 +414,6 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-        self._left_out = _left_out_counter(self.registry)
         self._relay_duration = Histogram(
             "mcp_shim_replica_relay_duration_seconds",
             "Relayed requests other than streams (a GET stream lasts as its client "
@@ -484,6 +486,8 @@ class Metrics:
 
     def aggregate_left_out(self, server: str, reason: str) -> None:
         """A server left out of an aggregated answer (app/servers/aggregate/members.py)."""
+        if self._left_out is None:
+            self._left_out = _left_out_counter(self.registry)
         self._left_out.labels(server, reason).inc()
 
     def rejected(self, code: int | None, status: int) -> None:

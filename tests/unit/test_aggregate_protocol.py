@@ -212,7 +212,10 @@ def test_notifications_renamed() -> None:
         "params": {"_meta": {answers.SUBSCRIPTION_ID: 3}},
     }
     assert answers.for_listen(meta, "L")["params"]["_meta"] == {answers.SUBSCRIPTION_ID: "L"}
-    assert answers.for_listen(changed, "L") == {**changed, "params": {"_meta": {answers.SUBSCRIPTION_ID: "L"}}}
+    assert answers.for_listen(changed, "L") == {
+        **changed,
+        "params": {"_meta": {answers.SUBSCRIPTION_ID: "L"}},
+    }
 
 
 def test_too_long_to_seal() -> None:
