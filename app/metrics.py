@@ -327,8 +327,7 @@ class _LiveCollector(Collector):
 
 
 def _left_out_counter(registry: CollectorRegistry) -> Counter:
-    """Made by the first server left out: only a gateway with many servers has it."""
-    return Counter(
+    return Counter(  # made by the first server left out: only many servers have it
         "mcp_shim_aggregate_left_out",
         "Servers left out of an answer of the aggregated /mcp (a list, discovery): "
         "down, hung past MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S, or refusing; by server "
