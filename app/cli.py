@@ -28,7 +28,9 @@ from app.handoff import Handoff
 from app.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 from app.load_board import CANCELS_WITHHELD
 from app.rejections import INVALID_REQUEST, Rejection
-from app.server import create_app, drain
+from app.server import drain
+from app.servers.app import gateway_app
+from app.settings import servers
 from app.settings_load import load_settings
 from app.upstream.base import server_pids, share_cancel_stop
 
@@ -416,7 +418,7 @@ def serve(
 ) -> None:
     """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
     listening sockets (a worker's: the shared port and its internal listener)."""
-    app = create_app(settings)
+    app = gateway_app(settings)
     served: ASGIApp = NotOnMainPort(app, settings.port) if metrics_internal_only else app
     config = uvicorn.Config(
         served,
@@ -490,7 +492,7 @@ def checked_settings(key: str | None, flags: Collection[str] = ()) -> Settings:
     message otherwise. Whether the address can be listened on is serve's alone:
     a probe or `config` beside a running gateway must not fail for its port."""
     try:
-        settings = load_settings(state_key=key)
+        settings = servers.settled(load_settings(state_key=key))
         workers.worker_addresses(settings, workers.worker_count(settings))
     except SettingsError as exc:
         print(f"mcp-shim: {settings_command.with_flag_names(str(exc), flags)}", file=sys.stderr)

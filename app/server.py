@@ -280,3 +280,6 @@ async def drain(app: FastAPI) -> None:
     wired: Wiring | None = getattr(app.state, "wiring", None)
     if wired is not None:
         await wired.drain()
+    # Many servers (app/servers): each one's graph.
+    for part in getattr(app.state, "parts", ()):
+        await drain(part)

@@ -4,6 +4,7 @@ here once for the gateway (app/wiring.py) and for `mcp-shim probe`."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app import splice
@@ -55,9 +56,12 @@ class Upstream:
         await self.transport.aclose()
 
 
-def build_upstream(settings: Settings) -> Upstream:
-    """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe."""
-    transport, max_sessions = build_transport(settings)
+def build_upstream(
+    settings: Settings, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> Upstream:
+    """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe.
+    `env`, `cwd`: a stdio server's own variables and directory (the servers file's)."""
+    transport, max_sessions = build_transport(settings, env, cwd)
     if not isinstance(transport, StreamableHttpTransport):
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
     # The upstream's era (app/upstream/era.py) picks the seam's implementation.
@@ -73,12 +77,15 @@ def build_upstream(settings: Settings) -> Upstream:
     return Upstream(transport, sessions, max_sessions, era, modern, transport, passing)
 
 
-def build_transport(settings: Settings) -> tuple[Transport, int]:
+def build_transport(
+    settings: Settings, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> tuple[Transport, int]:
     """The upstream transport, and how many sessions the pool may keep with it."""
     if settings.upstream_command is not None:
         stdio = StdioTransport(
             command_argv(settings.upstream_command),
-            env=child_environment(os.environ, settings.upstream_env),
+            env={**child_environment(os.environ, settings.upstream_env), **(env or {})},
+            cwd=cwd,
             max_processes=settings.stdio_max_processes,
             max_per_credential=settings.stdio_process_share(),
             start_timeout_s=settings.stdio_start_timeout_s,
