@@ -35,6 +35,7 @@ from app.routes.cors import Cors
 from app.routes.edge import answer
 from app.routes.status import readiness
 from app.server import GatewayApp, RequestIdMiddleware, create_app
+from app.servers.aggregate.serve import Aggregate, wanted
 from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
 from app.settings.servers import Servers, read_servers
@@ -49,9 +50,15 @@ class ServersApp(GatewayApp):
     the rest to the gateway's own routes."""
 
     registry: Registry
+    aggregate: Aggregate | None = None  # the aggregated /mcp (app/servers/aggregate/serve.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            if self.aggregate is not None:
+                served = self.aggregate.route(scope["path"])
+                if served is not None:
+                    await served(scope, receive, send)
+                    return
             server, path = self._route(scope["path"])
             if server is not None:
                 if path != scope["path"]:
@@ -77,6 +84,15 @@ class ServersApp(GatewayApp):
         return None, path
 
 
+@asynccontextmanager
+async def _aggregating(aggregate: Aggregate | None) -> AsyncIterator[None]:
+    if aggregate is None:
+        yield
+        return
+    async with aggregate.running():
+        yield
+
+
 def gateway_app(settings: Settings) -> GatewayApp:
     """The app of these settings: one server's (app/server.py), or many servers'."""
     servers = read_servers(settings)
@@ -88,11 +104,15 @@ def gateway_app(settings: Settings) -> GatewayApp:
 def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
     registry = Registry(settings, servers)
     own = metrics.Metrics()
-    merged = MergedMetrics(own, [(server.name, server.metrics) for server in registry])
+    aggregate = Aggregate(settings, servers.specs, own) if wanted(settings, servers.specs) else None
+    parts = [(server.name, server.metrics) for server in registry]
+    if aggregate is not None:
+        parts.append(("/mcp", aggregate.app.state.metrics))
+    merged = MergedMetrics(own, parts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with registry.running():
+        async with registry.running(), _aggregating(aggregate):
             if settings.metrics_port is not None:
                 merged.serve(settings.host, settings.metrics_port)
             try:
@@ -110,10 +130,14 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
         redirect_slashes=False,
     )
     app.registry = registry
+    app.aggregate = aggregate
     app.add_middleware(RequestIdMiddleware, cors=Cors(settings.allowed_origins))
     app.state.metrics = own
     # Each server's listen streams and tasks wound down at shutdown (app/server.py `drain`).
-    app.state.parts = [server.app for server in registry]
+    # The aggregated /mcp first: its listens end before the members' they follow.
+    app.state.parts = ([aggregate.app] if aggregate is not None else []) + [
+        server.app for server in registry
+    ]
     names = ", ".join(registry.names)
 
     async def not_found(request: Request, exc: Exception) -> Response:
