@@ -142,6 +142,8 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
 
     async def not_found(request: Request, exc: Exception) -> Response:
         message = f"Not found: the MCP endpoints are POST /servers/NAME/mcp, NAME one of {names}"
+        if aggregate is not None:
+            message += ", and POST /mcp: every server as one"
         return answer(Rejection(INVALID_REQUEST, message, status=404))
 
     async def healthz(request: Request) -> Response:
