@@ -222,3 +222,37 @@ def test_aggregation_off_serves_named_routes_only(
             )
         assert top.status_code == 404
         assert "echo" in [t["name"] for t in named.json()["result"]["tools"]]
+
+
+def _call(base: str, name: str, rid: int) -> dict[str, Any]:
+    message = wire.body("tools/call", {"name": name, "arguments": {}}, rid=rid)
+    with httpx.Client(timeout=30) as client:
+        answer = wire.post(client, base + "/mcp", message, wire.headers_for(message))
+    return wire.answer_messages(answer)[-1]
+
+
+def test_listen_merges_every_servers_notifications(gateway: tuple[str, Path]) -> None:
+    """One listen at /mcp: acknowledged for all, and a list change of the
+    legacy server and of the modern server both arrive on it, naming it."""
+    base, _ = gateway
+    message = wire.body(
+        "subscriptions/listen", {"notifications": {"toolsListChanged": True}}, rid=77
+    )
+    with (
+        httpx.Client(timeout=20) as client,
+        client.stream(
+            "POST", base + "/mcp", json=message, headers=wire.headers_for(message)
+        ) as stream,
+    ):
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        events = (json.loads(line[5:]) for line in stream.iter_lines() if line.startswith("data:"))
+        first = next(events)
+        assert first["method"] == "notifications/subscriptions/acknowledged"
+        assert first["params"]["notifications"] == {"toolsListChanged": True}
+        for rid, tool in enumerate(
+            ("legacy__test_trigger_tool_change", "modern__test_trigger_tool_change")
+        ):
+            assert "result" in _call(base, tool, 100 + rid)
+            changed = next(events)
+            assert changed["method"] == "notifications/tools/list_changed", changed
+            assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 77
