@@ -256,3 +256,53 @@ def test_listen_merges_every_servers_notifications(gateway: tuple[str, Path]) ->
             changed = next(events)
             assert changed["method"] == "notifications/tools/list_changed", changed
             assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 77
+
+
+def test_a_task_through_the_aggregate_is_polled_at_its_server(
+    servers: tuple[str, str, int], tmp_path: Path
+) -> None:
+    """The task fixture (mcp 1.x, 2025-11-25 tasks) as a member: a task made at
+    /mcp has an id the aggregate sealed with the member's name, polled to its
+    end at /mcp; the id means nothing at the member's own route."""
+    legacy, _, _ = servers
+    ext = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    with procs.legacy_tasks_server(procs.free_port(), log_path=tmp_path / "tasks.log") as tasks:
+        path = tmp_path / "servers.json"
+        path.write_text(
+            json.dumps({"mcpServers": {"legacy": {"url": legacy}, "tasks": {"url": tasks}}})
+        )
+        with (
+            many_servers_gateway(
+                {"MCP_SHIM_SERVERS_FILE": str(path)}, tmp_path / "gateway.log"
+            ) as base,
+            httpx.Client(timeout=30) as client,
+        ):
+
+            def ask(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+                message = wire.body(method, params, meta={wire.META_CAPABILITIES: ext})
+                extra = {"mcp_name": params["taskId"]} if method.startswith("tasks/") else {}
+                answer = wire.post(client, url, message, wire.headers_for(message, **extra))
+                return wire.answer_messages(answer)[-1]
+
+            made = ask(
+                base + "/mcp",
+                "tools/call",
+                {"name": "tasks__slow_compute", "arguments": {"seconds": 1, "label": "agg"}},
+            )
+            assert made["result"]["resultType"] == "task", made
+            task_id = made["result"]["taskId"]
+            deadline = time.monotonic() + 30
+            while True:
+                got = ask(base + "/mcp", "tasks/get", {"taskId": task_id})["result"]
+                if (
+                    got["status"] in ("completed", "failed", "cancelled")
+                    or time.monotonic() > deadline
+                ):
+                    break
+                time.sleep(0.2)
+            assert got["status"] == "completed", got
+            assert got["taskId"] == task_id
+            elsewhere = ask(base + "/servers/tasks/mcp", "tasks/get", {"taskId": task_id})
+            assert elsewhere["error"]["code"] == -32602
+            forged = ask(base + "/mcp", "tasks/get", {"taskId": task_id[:-4] + "AAAA"})
+            assert forged["error"]["code"] == -32602

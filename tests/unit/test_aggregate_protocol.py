@@ -301,3 +301,13 @@ def test_listen_filter_split() -> None:
         "b": {"toolsListChanged": True, "resourceSubscriptions": ["file:///x"]},
     }
     assert unknown == ["q://z", "5"]
+
+
+def test_the_task_id_a_request_named_is_answered_as_sent() -> None:
+    outer = sealed.wrap(SEALER, sealed.TASK, "b", "t-1")
+    assert outer is not None
+    scope = answers.Scope(SEALER, "b", OWNERS, task=("t-1", outer))
+    shown = answers.result(scope, "tasks/get", {"taskId": "t-1", "status": "completed"})
+    assert shown["taskId"] == outer
+    other = answers.result(scope, "tasks/get", {"taskId": "t-2", "status": "completed"})
+    assert sealed.unwrap(SEALER, sealed.TASK, other["taskId"]) == ("b", "t-2")

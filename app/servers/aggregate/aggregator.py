@@ -119,7 +119,7 @@ class Aggregator:
             return _refusal(routed)
         if isinstance(routed, str):
             return await self._local(routed, message, headers)
-        return await self._forward(routed, headers)
+        return await self._forward(routed, headers, _task_named(message, routed))
 
     async def _local(self, method: str, message: Message, headers: Mapping[str, str]) -> Answer:
         if method == "ping":
@@ -226,10 +226,12 @@ class Aggregator:
             result["nextCursor"] = sealed.seal_cursor(self.sealer, kind.method, following)
         return _reply(message, result)
 
-    async def _forward(self, routed: routing.Routed, headers: Mapping[str, str]) -> Answer:
+    async def _forward(
+        self, routed: routing.Routed, headers: Mapping[str, str], task: tuple[str, str] | None
+    ) -> Answer:
         member = self._by_name[routed.member]
         method = str(routed.message.get("method"))
-        scope = answers.Scope(self.sealer, member.name, self.owners)
+        scope = answers.Scope(self.sealer, member.name, self.owners, task)
         rid = routed.message.get("id")
         try:
             exchange = await member.link.request(
@@ -274,6 +276,15 @@ async def _renamed(
         ).message
     except (answers.TooLong, UpstreamError, Refused) as exc:
         yield _unreachable(member, method, rid, exc).message
+
+
+def _task_named(message: Message, routed: routing.Routed) -> tuple[str, str] | None:
+    """(the member's task id, the client's) of a request naming a task."""
+    outer = (message.get("params") or {}).get("taskId")
+    inner = routed.message["params"].get("taskId")
+    if isinstance(outer, str) and isinstance(inner, str) and outer != inner:
+        return inner, outer
+    return None
 
 
 def _meta(message: Message) -> dict[str, Any]:
