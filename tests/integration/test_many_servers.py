@@ -61,6 +61,14 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     "args": [str(procs.require_peer(EVERYTHING))],
                     "autoApprove": ["echo"],
                 },
+                # A second stdio server in the same process, with variables of its own.
+                "env-mark": {
+                    "type": "stdio",
+                    "command": str(procs.require_peer(procs.NODE)),
+                    "args": [str(procs.require_peer(EVERYTHING))],
+                    "env": {"MANY_SERVERS_MARK": "mark-two"},
+                    "cwd": str(logs),
+                },
                 "legacy": {"url": legacy, "timeout": 60},
                 "modern": {"url": modern, "type": "http", "mcpShim": {"request_timeout_s": 200}},
                 "off": {"url": "http://127.0.0.1:9/mcp", "disabled": True},
@@ -127,11 +135,21 @@ def test_servers_keep_their_own_tools(many: dict[str, Any]) -> None:
     assert "test_simple_text" not in everything["tools"]
 
 
+def test_a_stdio_server_gets_its_own_variables(many: dict[str, Any]) -> None:
+    url = f"{many['base']}/servers/env-mark/mcp"
+    out: Any = procs.run_modern_client("list_and_call.py", url, "get-env", "{}")
+    assert "mark-two" in _text(out["call"])
+    other: Any = procs.run_modern_client(
+        "list_and_call.py", f"{many['base']}/servers/everything/mcp", "get-env", "{}"
+    )
+    assert "MANY_SERVERS_MARK" not in _text(other["call"])
+
+
 def test_readiness_of_every_server(many: dict[str, Any]) -> None:
     answer = httpx.get(many["base"] + "/readyz", timeout=30)
     assert answer.status_code == 200
     servers = answer.json()["servers"]
-    assert set(servers) == {"everything", "legacy", "modern"}
+    assert set(servers) == {"everything", "env-mark", "legacy", "modern"}
     assert all(body["status"] == "ready" for body in servers.values()), servers
     assert servers["modern"]["upstream"]["era"] == "modern"
     assert servers["legacy"]["upstream"]["era"] == "legacy"
@@ -153,7 +171,7 @@ def test_metrics_name_each_server(many: dict[str, Any]) -> None:
     for name, labels, value in parse_exposition(text):
         if name == "mcp_shim_calls_total" and labels.get("method") == "tools/call":
             calls[labels["server"]] = calls.get(labels["server"], 0) + value
-    assert set(calls) == {"everything", "legacy", "modern"}, calls
+    assert set(calls) == {"everything", "env-mark", "legacy", "modern"}, calls
     assert all(count >= 1 for count in calls.values()), calls
     assert text.count("# TYPE mcp_shim_calls_total counter") == 1
 
@@ -161,7 +179,7 @@ def test_metrics_name_each_server(many: dict[str, Any]) -> None:
 def test_the_log_names_each_server(many: dict[str, Any]) -> None:
     lines = [json.loads(line) for line in many["log"].read_text().splitlines() if line[:1] == "{"]
     started = [line["message"] for line in lines if line.get("event") == "gateway_listening"]
-    assert len(started) == 3 and any("/servers/everything/mcp -> stdio" in s for s in started)
+    assert len(started) == 4 and any("/servers/everything/mcp -> stdio" in s for s in started)
     named = {line.get("server") for line in lines if line.get("event") == "legacy_initialize"}
     assert {"everything", "legacy", "modern"} <= named
     ignored = [line for line in lines if line.get("event") == "server_keys_ignored"]
@@ -178,7 +196,7 @@ def test_probe_reports_every_server(many: dict[str, Any]) -> None:
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     report = json.loads(done.stdout)
-    assert report["ok"] and set(report["servers"]) == {"everything", "legacy", "modern"}
+    assert report["ok"] and set(report["servers"]) == {"everything", "env-mark", "legacy", "modern"}
     assert report["servers"]["modern"]["era"] == "modern"
     assert report["servers"]["everything"]["transport"] == "stdio"
 
@@ -225,7 +243,7 @@ def test_one_server_dying_never_stops_the_others(many: dict[str, Any]) -> None:
     assert ready.status_code == 200
     servers = ready.json()["servers"]
     assert servers["legacy"]["status"] == "not_ready" and servers["modern"]["status"] == "ready"
-    assert servers["everything"]["status"] == "ready"
+    assert servers["everything"]["status"] == "ready" and servers["env-mark"]["status"] == "ready"
     assert httpx.get(base + "/servers/legacy/readyz", timeout=60).status_code == 503
 
 
