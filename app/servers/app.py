@@ -104,7 +104,10 @@ def gateway_app(settings: Settings) -> GatewayApp:
 def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
     registry = Registry(settings, servers)
     own = metrics.Metrics()
-    aggregate = Aggregate(settings, servers.specs, own) if wanted(settings, servers.specs) else None
+    aggregate = None
+    if wanted(settings, servers.specs):
+        apps = {server.name: server.app for server in registry}
+        aggregate = Aggregate(settings, servers.specs, own, apps)
     parts = [(server.name, server.metrics) for server in registry]
     if aggregate is not None:
         parts.append(("/mcp", aggregate.app.state.metrics))

@@ -11,10 +11,11 @@ in front of one modern server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
+from starlette.types import ASGIApp
 
 from app.config import Settings
 from app.metrics import Metrics
@@ -22,7 +23,8 @@ from app.mrtr.state import Sealer, generate_key
 from app.servers.aggregate import names
 from app.servers.aggregate.aggregator import Aggregator
 from app.servers.aggregate.endpoint import PATH, Endpoint
-from app.servers.aggregate.members import Member
+from app.servers.aggregate.inprocess import InProcessLink
+from app.servers.aggregate.members import Link, Member
 from app.settings.servers import ServerSpec
 from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.modern.upstream import ModernHttpUpstream
@@ -80,7 +82,14 @@ class Built:
         await self.client.aclose()
 
 
-def build(settings: Settings, specs: Sequence[ServerSpec], metrics: Metrics) -> Built:
+def build(
+    settings: Settings,
+    specs: Sequence[ServerSpec],
+    metrics: Metrics,
+    apps: Mapping[str, ASGIApp] | None = None,
+) -> Built:
+    """The aggregate over its members: each called in this process when `apps`
+    has its route's app (inprocess.py), else over loopback HTTP."""
     chosen = members_of(settings, specs)
     client = build_client(
         connect_timeout_s=settings.connect_timeout_s,
@@ -90,15 +99,17 @@ def build(settings: Settings, specs: Sequence[ServerSpec], metrics: Metrics) -> 
         max_answer_bytes=settings.max_upstream_answer_bytes,
     )
     base = loopback_base(settings)
-    members = [
-        Member(
-            name,
-            ModernHttpUpstream(
-                client, f"{base}/servers/{name}/mcp", request_timeout_s=settings.request_timeout_s
-            ),
-        )
-        for name in chosen
-    ]
+    host = base.removeprefix("http://")
+    members: list[Member] = []
+    for name in chosen:
+        app = (apps or {}).get(name)
+        link: Link
+        if app is not None:
+            link = InProcessLink(name, app, host, settings.max_upstream_answer_bytes)
+        else:
+            url = f"{base}/servers/{name}/mcp"
+            link = ModernHttpUpstream(client, url, request_timeout_s=settings.request_timeout_s)
+        members.append(Member(name, link))
     # The replicas' key, so a value sealed by one worker opens on any other.
     sealer = Sealer(settings.state_keys() or [generate_key()])
     aggregator = Aggregator(

@@ -10,7 +10,7 @@ serves it at `/mcp` as it is, unprefixed (app/servers/app.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -35,8 +35,14 @@ def wanted(settings: Settings, specs: Sequence[ServerSpec]) -> bool:
 class Aggregate:
     """The aggregate's endpoint and the top-level graph's app."""
 
-    def __init__(self, settings: Settings, specs: Sequence[ServerSpec], metrics: Metrics) -> None:
-        self.built: Built = build(settings, specs, metrics)
+    def __init__(
+        self,
+        settings: Settings,
+        specs: Sequence[ServerSpec],
+        metrics: Metrics,
+        apps: Mapping[str, ASGIApp] | None = None,
+    ) -> None:
+        self.built: Built = build(settings, specs, metrics, apps)
         self.settings = top_settings(settings)
         self.app: GatewayApp = create_app(self.settings)
 
