@@ -20,7 +20,7 @@ from typing import Any, Final
 import structlog
 
 from app import jsonio
-from app.rejections import INVALID_REQUEST, PARSE_ERROR, Rejection
+from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, Rejection
 from app.servers.aggregate.aggregator import Aggregator, Streamed, Whole
 from app.servers.aggregate.listen import listen
 from app.servers.aggregate.members import is_final
@@ -54,11 +54,8 @@ def _event(message: Message) -> bytes:
     return b"event: message\ndata: " + jsonio.dumps(message) + b"\n\n"
 
 
-async def _sse(
-    send: Send, receive: Receive, first: Message | None, rest: AsyncIterator[Message]
-) -> None:
-    """Stream `first` then `rest` until the last message (a response) or the
-    caller's disconnect, whichever comes first."""
+async def _sse(send: Send, first: Message | None, rest: AsyncIterator[Message]) -> None:
+    """Stream `first` then `rest` until the last message (a response)."""
     await send(
         {
             "type": "http.response.start",
@@ -66,34 +63,40 @@ async def _sse(
             "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
         }
     )
-
-    async def pump() -> None:
+    try:
         if first is not None:
             await send({"type": "http.response.body", "body": _event(first), "more_body": True})
         async for message in rest:
             await send({"type": "http.response.body", "body": _event(message), "more_body": True})
             if is_final(message):
-                return
+                break
+    finally:
+        closer = getattr(rest, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _until_gone(receive: Receive, work: Awaitable[None]) -> None:
+    """`work` until it ends or the caller disconnects, which cancels it (its
+    clean-up closes the members' streams: 2026-07-28 streamable-http
+    "Cancellation", a closed stream cancels the call)."""
 
     async def gone() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
 
-    pumping = asyncio.create_task(pump())
-    watching = asyncio.create_task(gone())
+    working = asyncio.ensure_future(work)
+    watching = asyncio.ensure_future(gone())
     try:
-        await asyncio.wait((pumping, watching), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((working, watching), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (pumping, watching):
+        for task in (working, watching):
             task.cancel()
-        await asyncio.gather(pumping, watching, return_exceptions=True)
-        closer = getattr(rest, "aclose", None)
-        if closer is not None:
-            with contextlib.suppress(Exception):
-                await closer()
-    if pumping.done() and not pumping.cancelled() and pumping.exception() is None:
-        with contextlib.suppress(OSError, RuntimeError):
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await asyncio.gather(working, watching, return_exceptions=True)
+    if working.done() and not working.cancelled():
+        working.result()  # its exception, if it ended with one
 
 
 async def _body(receive: Receive, limit: int) -> bytes | None:
@@ -147,23 +150,28 @@ class Endpoint:
             await send({"type": "http.response.start", "status": 202, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
+        await _until_gone(receive, self._answer(message, headers, send))
+
+    async def _answer(self, message: Message, headers: dict[str, str], send: Send) -> None:
         if message["method"] == "subscriptions/listen":
-            await _sse(send, receive, None, listen(self.aggregator, message, headers))
+            await _sse(send, None, listen(self.aggregator, message, headers))
             return
         answered = await self.aggregator.answer(message, headers)
         if isinstance(answered, Whole):
             await _json(send, answered.status, answered.message)
             return
-        await self._stream(answered, send, receive)
+        await self._stream(answered, send)
 
-    async def _stream(self, answered: Streamed, send: Send, receive: Receive) -> None:
+    async def _stream(self, answered: Streamed, send: Send) -> None:
         try:
             first = await anext(answered.messages, None)
-            if first is None:
+            if first is None:  # `_renamed` always ends with a response: not expected
+                refused = Rejection(INTERNAL_ERROR, "the server's answer ended empty", status=502)
+                await _json(send, refused.http_status, refused.to_message())
                 return
             if is_final(first):
                 await _json(send, 200, first)
                 return
-            await _sse(send, receive, first, answered.messages)
+            await _sse(send, first, answered.messages)
         finally:
             await answered.aclose()
