@@ -281,3 +281,22 @@ async def test_listen_merges_members_and_tells_when_one_goes() -> None:
         ("notifications/message", "b"),
         ("notifications/tools/list_changed", None),
     }
+
+
+async def test_unknown_uri_refreshes_the_lists_at_most_once_a_second() -> None:
+    def resources(message: Message) -> Any:
+        if message["method"] == "resources/list":
+            return {"resources": [{"uri": "file:///late"}]}
+        if message["method"] == "resources/templates/list":
+            return {"resourceTemplates": []}
+        return {"contents": [{"uri": message["params"]["uri"], "text": "t"}]}
+
+    link = Link(resources)
+    agg = aggregator({"a": link}, [])
+    read = await agg.answer(req("resources/read", {"uri": "file:///late"}), HEADERS)
+    assert isinstance(read, Streamed)
+    assert [m async for m in read.messages][-1]["result"]["contents"][0]["uri"] == "file:///late"
+    lists_asked = len(link.seen)
+    missing = await agg.answer(req("resources/read", {"uri": "file:///none"}), HEADERS)
+    assert isinstance(missing, Whole) and missing.message["error"]["code"] == -32602
+    assert len(link.seen) == lists_asked  # within the second: not listed again

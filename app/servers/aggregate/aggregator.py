@@ -13,6 +13,7 @@ one modern server.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,6 +41,8 @@ from translators.registry import LATEST_MODERN
 log = structlog.get_logger("mcp_shim.aggregate")
 
 SERVER_INFO: Final = {"name": "mcp-shim aggregate", "version": "1"}
+# Reads of URIs no list showed refresh the lists at most this often.
+REFRESH_EVERY_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,7 @@ class Aggregator:
         self._templates: dict[str, list[str]] = {}
         self.owners = uris.Owners(order=tuple(m.name for m in self.members))
         self._logged_shared: set[tuple[str, str, str]] = set()
+        self._refreshed_at = float("-inf")
 
     def table(self) -> routing.Table:
         return routing.Table(
@@ -175,8 +179,19 @@ class Aggregator:
         return found
 
     async def refresh_owners(self, message: Message, headers: Mapping[str, str]) -> None:
-        for method in ("resources/list", "resources/templates/list"):
-            await self.crawl_all(lists.KINDS[method], message, headers)
+        """Both resource lists read again, at once; at most once per
+        `REFRESH_EVERY_S`, so that reads of unknown URIs cannot make every
+        member list its resources at the caller's pace."""
+        now = asyncio.get_running_loop().time()
+        if now - self._refreshed_at < REFRESH_EVERY_S:
+            return
+        self._refreshed_at = now
+        await asyncio.gather(
+            *(
+                self.crawl_all(lists.KINDS[method], message, headers)
+                for method in ("resources/list", "resources/templates/list")
+            )
+        )
 
     def _recompute_owners(self) -> None:
         order = [m.name for m in self.members]
