@@ -192,9 +192,11 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings) -> GatewayApp:
+def create_app(settings: Settings, mcp_path: str = "/mcp") -> GatewayApp:
+    """`mcp_path`: where clients reach the MCP endpoint (app/servers mounts one
+    app per server under /servers/NAME/)."""
     app_metrics = metrics.Metrics()
-    edge = Edge(settings, app_metrics)
+    edge = Edge(settings, app_metrics, mcp_path)
     cors = Cors(settings.allowed_origins)
 
     @asynccontextmanager

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from app import metrics
+from app.auth import WELL_KNOWN
 from app.config import Settings
 from app.rejections import INVALID_REQUEST, Rejection
 from app.routes.cors import Cors
@@ -40,6 +41,7 @@ from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
 from app.settings.servers import Servers, read_servers
 
+_METADATA = WELL_KNOWN + PREFIX
 # A single server's routes, served unprefixed too.
 _UNPREFIXED = frozenset({"/mcp", "/sse", "/messages"})
 
@@ -72,6 +74,11 @@ class ServersApp(GatewayApp):
         await super().__call__(scope, receive, send)
 
     def _route(self, path: str) -> tuple[Server | None, str]:
+        if path.startswith(_METADATA):
+            # RFC 9728 3.1: /servers/NAME/mcp's metadata, at the root; its app
+            # answers it as its own (Edge.metadata_paths).
+            name = path[len(_METADATA) :].partition("/")[0]
+            return self.registry.get(name), path
         if path.startswith(PREFIX):
             name, slash, rest = path[len(PREFIX) :].partition("/")
             server = self.registry.get(name)

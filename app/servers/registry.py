@@ -68,7 +68,8 @@ class Registry:
         self._servers: dict[str, Server] = {}
         for spec in servers.specs:
             own = server_settings(settings, spec, where)
-            self._servers[spec.name] = Server(spec, own, create_app(own))
+            app = create_app(own, PREFIX + spec.name + "/mcp")
+            self._servers[spec.name] = Server(spec, own, app)
 
     def __iter__(self) -> Iterator[Server]:
         return iter(self._servers.values())

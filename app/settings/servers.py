@@ -361,6 +361,16 @@ def server_settings(base: Settings, spec: ServerSpec, where: str) -> Settings:
         upstream_command=spec.command,
         **spec.overrides,
     )
+    if spec.cwd is not None and not Path(spec.cwd).is_dir():
+        raise _error(where, spec.name, f'"cwd" {spec.cwd!r} is not a directory')
+    if base.public_url is not None:
+        # MCP_SHIM_PUBLIC_URL names the gateway's /mcp; the server's is beside it.
+        public = str(base.public_url).rstrip("/").removesuffix("/mcp")
+        values["public_url"] = f"{public}/servers/{spec.name}/mcp"
+    if base.advertise_url is not None:
+        # Owned ids name the server's route on their replica: a relay to the
+        # owner (its /mcp, its notes) reaches that server's app there.
+        values["advertise_url"] = f"{str(base.advertise_url).rstrip('/')}/servers/{spec.name}"
     if spec.headers:
         if "upstream_headers" not in Settings.model_fields:
             raise _error(where, spec.name, '"headers" need MCP_SHIM_UPSTREAM_HEADERS support')

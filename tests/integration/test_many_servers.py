@@ -182,6 +182,9 @@ def test_the_log_names_each_server(many: dict[str, Any]) -> None:
     assert len(started) == 4 and any("/servers/everything/mcp -> stdio" in s for s in started)
     named = {line.get("server") for line in lines if line.get("event") == "legacy_initialize"}
     assert {"everything", "legacy", "modern"} <= named
+    # A stdio server's process lines, outliving the request that started it.
+    stderr = {line.get("server") for line in lines if line.get("event") == "upstream_stderr"}
+    assert {"everything", "env-mark"} <= stderr, stderr
     ignored = [line for line in lines if line.get("event") == "server_keys_ignored"]
     assert {line["server"] for line in ignored} == {"everything", "legacy"}
 

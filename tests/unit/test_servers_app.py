@@ -44,6 +44,8 @@ def test_routes_go_to_their_servers_app() -> None:
     for path in ("/servers/a", "/servers/c/mcp", "/mcp", "/servers//mcp", "/readyz"):
         assert app._route(path) == (None, path)
     assert str(b.settings.upstream_url) == "http://127.0.0.1:9/x"
+    metadata = "/.well-known/oauth-protected-resource/servers/a/mcp"
+    assert app._route(metadata) == (a, metadata)
 
 
 def test_one_server_is_also_at_mcp() -> None:

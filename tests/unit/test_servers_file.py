@@ -210,3 +210,22 @@ def test_read_servers(tmp_path: Path) -> None:
     assert read_servers(Settings(upstream_url="http://a/mcp")) is None
     with pytest.raises(SettingsError, match="cannot be read"):
         read_servers(Settings(servers_file=str(tmp_path / "missing.json")))
+
+
+def test_a_servers_public_and_advertised_urls_are_its_routes() -> None:
+    base = Settings(
+        servers=SecretStr("{}"),
+        public_url="https://mcp.example.com/mcp",
+        advertise_url="http://10.0.0.7:8080",
+        state_key=SecretStr("A" * 43 + "="),
+    )
+    mine = server_settings(base, ServerSpec("s-1", url="http://a/mcp"), WHERE)
+    assert str(mine.public_url) == "https://mcp.example.com/servers/s-1/mcp"
+    assert str(mine.advertise_url) == "http://10.0.0.7:8080/servers/s-1"
+
+
+def test_a_cwd_must_be_a_directory(tmp_path: Path) -> None:
+    base = Settings(servers=SecretStr("{}"))
+    assert server_settings(base, ServerSpec("s", command="sh", cwd=str(tmp_path)), WHERE)
+    with pytest.raises(SettingsError, match=r"server 's': \"cwd\" .* is not a directory"):
+        server_settings(base, ServerSpec("s", command="sh", cwd=str(tmp_path / "no")), WHERE)
