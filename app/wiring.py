@@ -42,6 +42,7 @@ from app.tasks.factory import build_task_store, is_shared
 from app.tasks.store import MemoryTaskStore
 from app.upstream import era_transport
 from app.upstream.choice import Upstream, build_upstream
+from app.upstream.http.client import UpstreamClient
 from app.upstream.pool import SessionPool
 from app.upstream.streamable_http.transport import StreamableHttpTransport
 from translators.registry import Version, get_version
@@ -72,6 +73,8 @@ class Part:
     route: str
     env: Mapping[str, str]
     cwd: str | None = None
+    # The HTTP upstream's client, when not the settings' (the aggregated /mcp's).
+    client: UpstreamClient | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ async def running(
     if part is None:
         upstream = build_upstream(settings)
     else:
-        upstream = build_upstream(settings, part.env, part.cwd)
+        upstream = build_upstream(settings, part.env, part.cwd, part.client)
     messages = MESSAGES_PATH if part is None else part.route + MESSAGES_PATH
     try:
         wiring = _build(settings, metrics, upstream, messages)

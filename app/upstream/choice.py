@@ -13,7 +13,7 @@ from app.settings_rules import command_argv
 from app.upstream.base import Transport
 from app.upstream.era import Era, EraProbe
 from app.upstream.era_transport import EraTransport
-from app.upstream.http.client import build_client
+from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.http_sse.transport import DetectingTransport
 from app.upstream.modern.passthrough import PassThroughUpstream
 from app.upstream.modern.upstream import ModernHttpUpstream
@@ -57,11 +57,16 @@ class Upstream:
 
 
 def build_upstream(
-    settings: Settings, env: Mapping[str, str] | None = None, cwd: str | None = None
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: UpstreamClient | None = None,
 ) -> Upstream:
     """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe.
-    `env`, `cwd`: a stdio server's own variables and directory (the servers file's)."""
-    transport, max_sessions = build_transport(settings, env, cwd)
+    `env`, `cwd`: a stdio server's own variables and directory (the servers file's);
+    `client`: an HTTP upstream's client, when not the one the settings make (the
+    aggregated /mcp's, app/servers/aggregate/loopback.py)."""
+    transport, max_sessions = build_transport(settings, env, cwd, client)
     if not isinstance(transport, StreamableHttpTransport):
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
     # The upstream's era (app/upstream/era.py) picks the seam's implementation.
@@ -78,7 +83,10 @@ def build_upstream(
 
 
 def build_transport(
-    settings: Settings, env: Mapping[str, str] | None = None, cwd: str | None = None
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: UpstreamClient | None = None,
 ) -> tuple[Transport, int]:
     """The upstream transport, and how many sessions the pool may keep with it."""
     if settings.upstream_command is not None:
@@ -106,7 +114,7 @@ def build_transport(
     assert settings.upstream_url is not None  # one of the two: app/config.py
     # One bound for the whole process: every upstream's answers share it.
     splice.ROOM.limit = settings.max_answer_bytes_in_flight
-    client = build_client(
+    client = client or build_client(
         connect_timeout_s=settings.connect_timeout_s,
         max_connections=settings.max_upstream_connections,
         transport=settings.upstream_http_transport,

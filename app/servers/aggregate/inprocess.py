@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio, tracing
 from app.quoting import quoted
@@ -93,6 +93,79 @@ class InProcessAnswer:
             await self._run
 
 
+def post_scope(path: str, root_path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """An ASGI scope of a POST to `path`, as the gateway's HTTP server makes one."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode("latin-1"),
+        "root_path": root_path,
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 0),
+        "server": None,
+    }
+
+
+async def call_app(app: ASGIApp, scope: dict[str, Any], body: bytes, limit: int) -> InProcessAnswer:
+    """`app` handed one request in a task of its own: its answer once its
+    status and headers are sent, the body following as the app sends it."""
+    chunks: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+    started = asyncio.get_running_loop().create_future()
+    delivered = False
+    answer: InProcessAnswer
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await answer.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(event: MutableMapping[str, Any]) -> None:
+        if event["type"] == "http.response.start":
+            found: CIMultiDict[str] = CIMultiDict()
+            for k, v in event.get("headers", ()):
+                found.add(k.decode("latin-1"), v.decode("latin-1"))
+            answer.status_code = event["status"]
+            answer.headers = CIMultiDictProxy(found)
+            if not started.done():
+                started.set_result(None)
+        elif event["type"] == "http.response.body":
+            chunk = bytes(event.get("body", b""))
+            if chunk:
+                chunks.put_nowait(chunk)
+            if not event.get("more_body", False):
+                chunks.put_nowait(None)
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        except BaseException as exc:
+            chunks.put_nowait(exc)
+            if not started.done():
+                started.set_exception(
+                    UpstreamUnavailable(f"the route failed: {type(exc).__name__}")
+                )
+            raise
+        chunks.put_nowait(None)
+        if not started.done():
+            started.set_exception(UpstreamUnavailable("the route answered nothing"))
+
+    answer = InProcessAnswer(asyncio.create_task(run()), chunks, limit)
+    try:
+        await started
+    except BaseException:
+        await answer.aclose()
+        raise
+    return answer
+
+
 class InProcessLink:
     """A member's route as a `Link` (members.py): its app, called in place."""
 
@@ -103,7 +176,15 @@ class InProcessLink:
         self._host = host.encode("latin-1")
         self._limit = max_answer_bytes
 
-    def _scope(self, headers: Mapping[str, str]) -> dict[str, Any]:
+    async def _member_app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The member's log lines name it, as on its route (app/servers/app.py).
+        structlog.contextvars.bind_contextvars(server=self._name)
+        await self._app(scope, receive, send)
+
+    async def request(
+        self, message: Message, headers: Mapping[str, str], *, long_lived: bool = False
+    ) -> HttpExchange:
+        method = message.get("method")
         raw = [
             (b"host", self._host),
             (b"accept", _ACCEPT.encode()),
@@ -111,77 +192,8 @@ class InProcessLink:
         ]
         sent = {**headers, **tracing.outgoing_headers()}
         raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in sent.items()]
-        return {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/mcp",
-            "raw_path": b"/mcp",
-            "root_path": self._root_path,
-            "query_string": b"",
-            "headers": raw,
-            "client": ("127.0.0.1", 0),
-            "server": None,
-        }
-
-    async def request(
-        self, message: Message, headers: Mapping[str, str], *, long_lived: bool = False
-    ) -> HttpExchange:
-        method = message.get("method")
-        body = jsonio.dumps(message)
-        chunks: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
-        started = asyncio.get_running_loop().create_future()
-        delivered = False
-        answer: InProcessAnswer
-
-        async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await answer.gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(event: MutableMapping[str, Any]) -> None:
-            if event["type"] == "http.response.start":
-                found: CIMultiDict[str] = CIMultiDict()
-                for k, v in event.get("headers", ()):
-                    found.add(k.decode("latin-1"), v.decode("latin-1"))
-                answer.status_code = event["status"]
-                answer.headers = CIMultiDictProxy(found)
-                if not started.done():
-                    started.set_result(None)
-            elif event["type"] == "http.response.body":
-                chunk = bytes(event.get("body", b""))
-                if chunk:
-                    chunks.put_nowait(chunk)
-                if not event.get("more_body", False):
-                    chunks.put_nowait(None)
-
-        async def run() -> None:
-            # The member's log lines name it, as on its route (app/servers/app.py).
-            structlog.contextvars.bind_contextvars(server=self._name)
-            try:
-                await self._app(self._scope(headers), receive, send)
-            except BaseException as exc:
-                chunks.put_nowait(exc)
-                if not started.done():
-                    started.set_exception(
-                        UpstreamUnavailable(f"the member's route failed: {type(exc).__name__}")
-                    )
-                raise
-            chunks.put_nowait(None)
-            if not started.done():
-                started.set_exception(UpstreamUnavailable("the member's route answered nothing"))
-
-        answer = InProcessAnswer(asyncio.create_task(run()), chunks, self._limit)
-        try:
-            await started
-        except BaseException:
-            await answer.aclose()
-            raise
+        scope = post_scope("/mcp", self._root_path, raw)
+        answer = await call_app(self._member_app, scope, jsonio.dumps(message), self._limit)
         return await _checked(answer, quoted(method), method in SPLICED_METHODS, self._limit)
 
 

@@ -22,7 +22,9 @@ from app.metrics import Metrics
 from app.server import GatewayApp, create_app
 from app.servers.aggregate.build import Built, build, top_settings
 from app.servers.aggregate.endpoint import PATH
+from app.servers.aggregate.loopback import LoopbackClient
 from app.settings.servers import ServerSpec
+from app.upstream.http.client import UpstreamClient, build_client
 
 # The top-level graph's routes: a single gateway's.
 TOP_PATHS: Final = frozenset({"/mcp", "/sse", "/messages"})
@@ -57,7 +59,10 @@ class Aggregate:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The top-level graph, for as long as the servers' graphs run."""
-        part = wiring.Part(route="", env={})
+        # Its upstream, the aggregate's endpoint, called in process (loopback.py).
+        url = str(self.settings.upstream_url)
+        client = LoopbackClient(url, self.built.endpoint, _http_client(self.settings))
+        part = wiring.Part(route="", env={}, client=client.as_client())
         try:
             async with wiring.running(self.settings, self.app.state.metrics, part) as wired:
                 self.app.state.wiring = wired
@@ -67,3 +72,15 @@ class Aggregate:
                     self.app.state.wiring = None
         finally:
             await self.built.aclose()
+
+
+def _http_client(settings: Settings) -> UpstreamClient:
+    """The client the top-level graph would have had: for what is not a POST
+    to the aggregate's endpoint (an OAuth metadata GET)."""
+    return build_client(
+        connect_timeout_s=settings.connect_timeout_s,
+        max_connections=settings.max_upstream_connections,
+        transport=settings.upstream_http_transport,
+        keepalive_s=settings.upstream_keepalive_s,
+        max_answer_bytes=settings.max_upstream_answer_bytes,
+    )
