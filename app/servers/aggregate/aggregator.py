@@ -5,10 +5,9 @@ the lists from every member at once (members.py `bounded`: a member down or
 hung is left out within `MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S`), anything else
 from the one member it belongs to (routing.py), its answer renamed for the
 aggregate (answers.py) as it streams. `subscriptions/listen` is listen.py's.
-The aggregate is served on the gateway's own loopback listener
-(app/servers/aggregate/endpoint.py) and a gateway graph of its own sits in
-front of it at `/mcp`, so every client era is translated there exactly as for
-one modern server.
+The aggregate is served by its endpoint (endpoint.py) and a gateway graph
+of its own sits in front of it at `/mcp` (serve.py), so every client era is
+translated there exactly as for one modern server.
 """
 
 from __future__ import annotations

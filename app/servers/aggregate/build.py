@@ -1,12 +1,13 @@
 """The aggregate built from the settings and the servers file's entries.
 
 The members are the servers whose entry leaves `"mcpShim": {"aggregate": ...}`
-true, in the file's order, each reached at its own named route on the
-gateway's own listener over loopback (`/servers/NAME/mcp`). The aggregate's
-endpoint (endpoint.py) is on the same listener, and the top-level `/mcp`
-is an ordinary gateway graph whose upstream is that endpoint, its era fixed
-modern: so every client era is served at `/mcp` by the same translation as
-in front of one modern server.
+true, in the file's order, each reached at its own named route
+(`/servers/NAME/mcp`), that route's app called in process (inprocess.py).
+The aggregate's endpoint (endpoint.py) has an address on the gateway's own
+listener, and the top-level `/mcp` is an ordinary gateway graph whose
+upstream is that endpoint (called in process too: loopback.py), its era
+fixed modern: so every client era is served at `/mcp` by the same
+translation as in front of one modern server.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The aggregate's own HTTP endpoint: one 2026-07-28 MCP server.
 
 It serves `POST` at `PATH` on the gateway's own listener; the top-level `/mcp`
-gateway graph (its upstream URL this endpoint on loopback) sits in front of it
-and serves every client era, as for any modern server. Each request answered
+gateway graph, whose upstream it is (called in process: loopback.py), sits
+in front of it and serves every client era, as for any modern server. Each request answered
 in one JSON body, or as an SSE stream when the member's answer streams
 (notifications before its result) or for `subscriptions/listen`; the caller's
 disconnect closes the stream and every member's stream behind it. The
