@@ -114,13 +114,14 @@ def build_transport(
     assert settings.upstream_url is not None  # one of the two: app/config.py
     # One bound for the whole process: every upstream's answers share it.
     splice.ROOM.limit = settings.max_answer_bytes_in_flight
-    client = client or build_client(
-        connect_timeout_s=settings.connect_timeout_s,
-        max_connections=settings.max_upstream_connections,
-        transport=settings.upstream_http_transport,
-        keepalive_s=settings.upstream_keepalive_s,
-        max_answer_bytes=settings.max_upstream_answer_bytes,
-    )
+    if client is None:
+        client = build_client(
+            connect_timeout_s=settings.connect_timeout_s,
+            max_connections=settings.max_upstream_connections,
+            transport=settings.upstream_http_transport,
+            keepalive_s=settings.upstream_keepalive_s,
+            max_answer_bytes=settings.max_upstream_answer_bytes,
+        )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
