@@ -153,6 +153,19 @@ def test_legacy_client_lists_and_calls_every_server(gateway: tuple[str, Path]) -
     _check_calls(out)
 
 
+def test_http_sse_client_at_the_aggregate(gateway: tuple[str, Path]) -> None:
+    """A 2024-11-05 HTTP+SSE client at /sse: every server's tools, and a call."""
+    base, _ = gateway
+    arguments = json.dumps({"message": "over sse"})
+    out: Any = procs.run_legacy_client(
+        "list_and_call.py", base + "/sse", "2024-11-05", "everything__echo", arguments
+    )
+    assert out["protocolVersion"] == "2024-11-05"
+    assert out["server"]["name"] == "mcp-shim aggregate"
+    assert _prefixes(out["tools"]) == {"legacy", "modern", "everything"}
+    assert out["call"]["result"]["content"][0]["text"] == "Echo: over sse"
+
+
 def test_every_listed_resource_is_read_from_its_server(gateway: tuple[str, Path]) -> None:
     """The two fixtures share URIs: the first server in the file (legacy) keeps
     them, the modern server's copies are listed and read as `mcp-shim:modern/...`."""
