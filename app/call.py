@@ -1,9 +1,11 @@
-"""What the layers of one call hand each other: its messages for the client
-(`Outgoing`), what is logged of it (`CallState`), and the timing of its
-upstream part (`CallTiming`, bound to the request's context by `start_call`).
+"""What the layers of one call hand each other: a modern client's validated
+request (`ModernCall`, app/fronts/modern/checks.py makes it), its messages for
+the client (`Outgoing`), what is logged of it (`CallState`), and the timing of
+its upstream part (`CallTiming`, bound to the request's context by `start_call`).
 
 Plain values at the bottom of the import graph: this module imports nothing of
-the project but the message type (app/upstream/base.py), so the route, the
+the project but the message type (app/upstream/base.py), the request id type
+(app/rejections.py) and the revision (translators/registry.py), so the route, the
 gateway, the MRTR bridge, subscriptions, the answer writer and the upstream
 transports all import it, and none of them imports another to name a call's
 values (docs/architecture.md, "Imports point
@@ -20,9 +22,29 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from app.rejections import RequestId
 from app.upstream.base import Message
+from translators.registry import Version
+
+
+@dataclass(frozen=True, slots=True)
+class ModernCall:
+    """A validated 2026-07-28 request."""
+
+    id: RequestId
+    method: str
+    params: dict[str, Any]
+    message: dict[str, Any]
+    version: Version
+    client_capabilities: dict[str, Any]
+    log_level: str | None
+    # `Mcp-Param-*` headers as sent, by lower-cased name: checked against the
+    # tool's `x-mcp-header` annotations once the tool list is known.
+    param_headers: Mapping[str, str]
 
 
 @dataclass(slots=True)
@@ -47,9 +69,9 @@ class CallState:
     upstream_version: str | None = None
     outcome: str = "pending"
     request_id: str | None = None
-    # Forwarded by another replica to this one (app/mrtr/forwarding.py): never again.
+    # Forwarded by another replica to this one (app/cluster/forwarding.py): never again.
     hop: bool = False
-    # The gateway's MCP URL for this request (app/auth.py), None if it cannot be told.
+    # The gateway's MCP URL for this request (app/fronts/shared/auth.py), None if it cannot be told.
     gateway_url: str | None = None
 
 

@@ -26,7 +26,7 @@ from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
-from app.upstream.listener import default_answer
+from app.upstream.sessions.listener import default_answer
 from translators import translate
 from translators._base import INPUT_REQUEST_METHODS
 

@@ -12,11 +12,10 @@ from typing import Any, Protocol
 
 import structlog
 
-from app.call import CallState
-from app.fronts.modern.checks import ModernCall
-from app.mrtr.state import caller_digest
+from app.call import CallState, ModernCall
+from app.cluster.sealing import caller_digest
 from app.upstream.base import Exchange, Message
-from app.upstream.pool import PooledSession, SessionKey, credential_hash
+from app.upstream.sessions.pool import PooledSession, SessionKey, credential_hash
 
 log = structlog.get_logger("mcp_shim.mrtr")
 

@@ -15,19 +15,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app import call, logs, metrics, tracing
+from app.call import ModernCall
+from app.cluster.replicas import HOP_HEADER
 from app.config import Settings
 from app.fronts.legacy import checks as legacy
 from app.fronts.modern import checks as modern
 from app.fronts.shared.answer import CallAnswer
 from app.passthrough import PassThrough
 from app.rejections import Rejection
-from app.replicas import HOP_HEADER
 from app.routes.edge import Edge, accepts, answer
 from app.routes.methods import MCP_ALLOW
 from app.routes.scope_headers import ScopeHeaders
 from app.subscriptions import listen as subscriptions_listen
-from app.upstream import era_transport
 from app.upstream.modern.upstream import passed_headers
+from app.upstream.sessions import era_transport
 from app.wiring import Wiring
 
 log = structlog.get_logger("mcp_shim.http")
@@ -45,7 +46,7 @@ class McpRoutes:
         self._timeline = settings.log_level == "debug"  # each call's steps, logged (CallTiming)
 
     async def post(self, request: Request, headers: ScopeHeaders) -> Response:
-        """Not a FastAPI route: app/server.py's GatewayApp serves it (see there
+        """Not a FastAPI route: app/serving/server.py's GatewayApp serves it (see there
         why), with the headers read once from the scope (app/routes/scope_headers.py);
         starlette's `request.headers` only where a legacy or pass-through path needs one."""
         started = time.perf_counter()
@@ -89,7 +90,7 @@ class McpRoutes:
         self,
         request: Request,
         wiring: Wiring,
-        parsed: modern.ModernCall,
+        parsed: ModernCall,
         body: bytes,
         headers: ScopeHeaders,
         started: float,
@@ -151,7 +152,7 @@ class McpRoutes:
 
     def _done(
         self,
-        parsed: modern.ModernCall,
+        parsed: ModernCall,
         state: call.CallState,
         started: float,
         timing: call.CallTiming,

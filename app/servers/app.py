@@ -1,7 +1,7 @@
 """The HTTP application of a gateway with many servers.
 
 Every server is served under `/servers/NAME/` by an app of its own, built by
-the single-server code (app/server.py: the same routes, the POST fast path,
+the single-server code (app/serving/server.py: the same routes, the POST fast path,
 era detection, MRTR, listen, tasks, HTTP+SSE) over its own graph:
 
     POST|GET|DELETE /servers/NAME/mcp   Streamable HTTP, clients of either era
@@ -29,16 +29,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from app import metrics
-from app.auth import WELL_KNOWN
 from app.config import Settings
+from app.fronts.shared.auth import WELL_KNOWN
 from app.rejections import INVALID_REQUEST, Rejection
 from app.routes.cors import Cors
 from app.routes.edge import answer
 from app.routes.status import readiness
-from app.server import GatewayApp, RequestIdMiddleware, create_app
 from app.servers.aggregate.serve import Aggregate, wanted
 from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
+from app.serving.server import GatewayApp, RequestIdMiddleware, create_app
 from app.settings.servers import Servers, read_servers
 
 _METADATA = WELL_KNOWN + PREFIX
@@ -101,7 +101,7 @@ async def _aggregating(aggregate: Aggregate | None) -> AsyncIterator[None]:
 
 
 def gateway_app(settings: Settings) -> GatewayApp:
-    """The app of these settings: one server's (app/server.py), or many servers'."""
+    """The app of these settings: one server's (app/serving/server.py), or many servers'."""
     servers = read_servers(settings)
     if servers is None:
         return create_app(settings)
@@ -126,7 +126,8 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
             if settings.metrics_port is not None:
                 merged.serve(settings.host, settings.metrics_port)
             try:
-                gc.freeze()  # as app/server.py's: start-up's objects stay out of the GC's walks
+                # As app/serving/server.py's: start-up's objects stay out of the GC's walks.
+                gc.freeze()
                 yield
             finally:
                 await merged.aclose()
@@ -143,8 +144,8 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
     app.aggregate = aggregate
     app.add_middleware(RequestIdMiddleware, cors=Cors(settings.allowed_origins))
     app.state.metrics = own
-    # Each server's listen streams and tasks wound down at shutdown (app/server.py `drain`).
-    # The aggregated /mcp first: its listens end before the members' they follow.
+    # Each server's listen streams and tasks wound down at shutdown (app/serving/server.py
+    # `drain`); the aggregated /mcp first: its listens end before the members' they follow.
     app.state.parts = ([aggregate.app] if aggregate is not None else []) + [
         server.app for server in registry
     ]

@@ -1,5 +1,5 @@
 """The servers behind one gateway: each one's settings, its app (the routes of
-app/server.py over its own graph) and its graph, started and stopped together.
+app/serving/server.py over its own graph) and its graph, started and stopped together.
 
 Isolation: every server has its own graph (app/wiring.py): its session pool,
 stdio processes, legacy sessions, parked calls and tasks, each bounded by its
@@ -21,9 +21,9 @@ import structlog
 from app import wiring
 from app.config import Settings
 from app.metrics import Metrics
-from app.server import GatewayApp, create_app
+from app.serving.server import GatewayApp, create_app
 from app.settings.servers import Servers, ServerSpec, server_settings, where_of
-from app.upstream import era_transport
+from app.upstream.sessions import era_transport
 from app.wiring import Part, Wiring
 
 log = structlog.get_logger("mcp_shim.servers")

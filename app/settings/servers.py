@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.config import Settings, SettingsError
+from app.settings import rules
 
 # Letters, digits and single `-` or `_` between them: a route segment
 # (`/servers/NAME/mcp`) and a prefix of aggregated names, whose separator `__`
@@ -371,17 +372,19 @@ def server_settings(base: Settings, spec: ServerSpec, where: str) -> Settings:
         # Owned ids name the server's route on their replica: a relay to the
         # owner (its /mcp, its notes) reaches that server's app there.
         values["advertise_url"] = f"{str(base.advertise_url).rstrip('/')}/servers/{spec.name}"
-    if spec.headers:
-        if "upstream_headers" not in Settings.model_fields:
-            raise _error(where, spec.name, '"headers" need MCP_SHIM_UPSTREAM_HEADERS support')
-        values["upstream_headers"] = dict(spec.headers)
+    # Its own fixed headers (MCP_SHIM_UPSTREAM_HEADERS is the single server's).
+    values["upstream_headers"] = dict(spec.headers)
     try:
-        return Settings.model_validate(values)
+        own = Settings.model_validate(values)
     except ValidationError as exc:
         faults = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors()
         )
         raise _error(where, spec.name, faults) from None
+    broken = rules.problems(own)
+    if broken:
+        raise _error(where, spec.name, "; ".join(broken))
+    return own
 
 
 def read_servers(settings: Settings) -> Servers | None:

@@ -21,13 +21,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from app.call import CallState
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, ModernCall
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import filters, frames
 from app.subscriptions.hub import SubscriptionHub
 from app.subscriptions.mailbox import End, Mailbox
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 
 log = structlog.get_logger("mcp_shim.subscriptions")
 

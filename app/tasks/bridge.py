@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
-from app.mrtr.forwarding import ReplicaForwarder
+from app.call import CallState, ModernCall, Outgoing
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.sealing import Sealer
 from app.mrtr.lanes import Lanes
-from app.mrtr.state import Sealer
 from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import watch
@@ -40,7 +39,7 @@ from app.tasks.shutdown import WindDown
 from app.tasks.store import TaskStore
 from app.tasks.watch import Watchers
 from app.upstream.base import Message
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionPool
 
 __all__ = ["METHODS", "Resume", "RunAsTask", "TaskBridge", "TaskSettings"]
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import structlog
 
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, ModernCall, Outgoing
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, Rejection
 from app.tasks.store import TaskStoreUnavailable
 from app.upstream.base import Message

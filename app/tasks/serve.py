@@ -3,7 +3,7 @@ extension): answered from the upstream's `tasks/get` for a task this replica
 follows, the payload of its `tasks/result` inlined once terminal and its
 questions shown as `inputRequests`; from the store once the record holds the
 result; from the task itself for one the gateway runs; and relayed to the
-replica running the task otherwise (app/replicas.py).
+replica running the task otherwise (app/cluster/replicas.py).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from typing import Any
 
 import structlog
 
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
-from app.mrtr.forwarding import ReplicaForwarder
+from app.call import CallState, ModernCall, Outgoing
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.replicas import reachable
 from app.rejections import INTERNAL_ERROR, METHOD_NOT_FOUND, Rejection
-from app.replicas import reachable
 from app.tasks import ids, own
 from app.tasks.advertise import Advertiser
 from app.tasks.answers import feed, payload_in, payload_up
@@ -35,7 +34,7 @@ from app.tasks.store import MAX_RECORD_SETTING, Record, record_refusal
 from app.tasks.upstream import ask
 from app.upstream.base import Message
 from app.upstream.errors import SessionExpired
-from app.upstream.pool import PooledSession, credential_hash
+from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")
@@ -51,7 +50,7 @@ class TaskServer:
     ) -> None:
         self._held = held
         self._advertiser = advertiser
-        # The hop to the replica running a task (the MRTR bridge's, app/replicas.py).
+        # The hop to the replica running a task (the MRTR bridge's, app/cluster/replicas.py).
         self._forwarder = forwarder
 
     async def serve(

@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.servers.aggregate import sealed
 from app.servers.aggregate.aggregator import Aggregator, Streamed, Whole
 from app.servers.aggregate.listen import listen

@@ -10,7 +10,7 @@ from typing import Any, cast
 import httpx
 
 from app.servers.aggregate.loopback import LoopbackClient
-from app.upstream.http.client import UpstreamClient
+from app.upstream.httpclient.client import UpstreamClient
 
 URL = "http://127.0.0.1:8080/aggregate/mcp"
 TIMEOUTS = httpx.Timeout(5)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.rejections import INVALID_PARAMS, METHOD_NOT_FOUND, Rejection
 from app.servers.aggregate import answers, capabilities, lists, routing, sealed, uris
 

@@ -15,11 +15,13 @@ import pytest
 import structlog
 
 from app import logs
+from app.call import ModernCall
 from app.config import Settings
 from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import CallState, Gateway, Outgoing
 from app.fronts.shared.answer import CallAnswer
 from app.fronts.shared.security import check_host, parse_host
+from app.settings import rules
 from translators.registry import get_version
 
 # ---------------------------------------------------------------------------
@@ -96,7 +98,7 @@ MODERN = get_version("2026-07-28")
 LEGACY = get_version("2025-11-25")
 
 
-def _call() -> modern.ModernCall:
+def _call() -> ModernCall:
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -110,7 +112,7 @@ def _call() -> modern.ModernCall:
         }
     )
     parsed = modern.parse(raw, {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"})
-    assert isinstance(parsed, modern.ModernCall)
+    assert isinstance(parsed, ModernCall)
     return parsed
 
 
@@ -282,8 +284,11 @@ def test_new_settings_defaults() -> None:
     ],
 )
 def test_new_settings_are_validated(fields: dict[str, str], says: str) -> None:
+    # The type and range on building the model, the rules across settings on
+    # the built one (as load_settings checks them).
     with pytest.raises(ValueError, match=says):
-        _settings(**fields)
+        broken = rules.problems(_settings(**fields))
+        raise ValueError("\n".join(broken))
 
 
 @pytest.mark.parametrize(
@@ -313,7 +318,7 @@ def test_connection_bound_fits_the_descriptor_limit(
     configured: dict[str, str],
     effective: int,
 ) -> None:
-    from app import cli
+    from app.serving import cli
 
     monkeypatch.setattr(cli.resource, "getrlimit", lambda _: nofile)
     monkeypatch.setattr(cli.resource, "setrlimit", lambda *_: None)

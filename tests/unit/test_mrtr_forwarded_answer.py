@@ -1,4 +1,4 @@
-"""The owner's answer to a forwarded multi round-trip retry (app/mrtr/forwarding.py)
+"""The owner's answer to a forwarded multi round-trip retry (app/cluster/forwarding.py)
 is read within MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON body as it arrives
 (announced or not), each SSE event; beyond it the forwarding replica raises
 the error of an oversized upstream answer. The owner here is a loopback HTTP
@@ -13,10 +13,11 @@ import orjson
 import pytest
 from aiohttp import web
 
+from app.call import ModernCall
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.replicas import ReplicaRelay
 from app.fronts.modern import checks as modern
-from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.results import Frame
-from app.replicas import ReplicaRelay
 from app.upstream.errors import UpstreamAnswerTooLarge
 
 LIMIT = 4096
@@ -79,7 +80,7 @@ async def owner() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def retry() -> modern.ModernCall:
+def retry() -> ModernCall:
     body = {
         "jsonrpc": "2.0",
         "id": 5,
@@ -96,7 +97,7 @@ def retry() -> modern.ModernCall:
     }
     headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
     call = modern.parse(orjson.dumps(body), headers)
-    assert isinstance(call, modern.ModernCall)
+    assert isinstance(call, ModernCall)
     return call
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr
 
 from app.config import Settings, SettingsError
+from app.settings import rules
 from app.settings.servers import (
     MAX_NAME,
     ServerSpec,
@@ -192,10 +193,13 @@ def test_per_server_settings_are_validated() -> None:
 
 
 def test_one_upstream_and_servers_together_exit_naming_both() -> None:
-    with pytest.raises(ValidationError, match="MCP_SHIM_UPSTREAM_URL and MCP_SHIM_SERVERS_FILE"):
-        Settings(upstream_url="http://a/mcp", servers_file="/x.json")
-    with pytest.raises(ValidationError, match="MCP_SHIM_SERVERS_FILE and MCP_SHIM_SERVERS"):
-        Settings(servers_file="/x.json", servers=SecretStr("{}"))
+    both = rules.problems(Settings(upstream_url="http://a/mcp", servers_file="/x.json"))
+    assert any("MCP_SHIM_UPSTREAM_URL and MCP_SHIM_SERVERS_FILE" in line for line in both)
+    both = rules.problems(Settings(servers_file="/x.json", servers=SecretStr("{}")))
+    assert any("MCP_SHIM_SERVERS_FILE and MCP_SHIM_SERVERS" in line for line in both)
+    fixed = Settings(servers_file="/x.json", upstream_headers={"X": "y"})
+    assert any("each server" in line for line in rules.problems(fixed))
+    assert rules.problems(Settings(servers_file="/x.json")) == []
 
 
 def test_read_servers(tmp_path: Path) -> None:
@@ -229,3 +233,11 @@ def test_a_cwd_must_be_a_directory(tmp_path: Path) -> None:
     assert server_settings(base, ServerSpec("s", command="sh", cwd=str(tmp_path)), WHERE)
     with pytest.raises(SettingsError, match=r"server 's': \"cwd\" .* is not a directory"):
         server_settings(base, ServerSpec("s", command="sh", cwd=str(tmp_path / "no")), WHERE)
+
+
+def test_a_servers_headers_are_its_fixed_upstream_headers() -> None:
+    base = Settings(servers=SecretStr("{}"))
+    spec = ServerSpec("s", url="http://a/mcp", headers={"X-Key": "k1"})
+    assert server_settings(base, spec, WHERE).fixed_upstream_headers() == {"X-Key": "k1"}
+    bare = server_settings(base, ServerSpec("t", url="http://a/mcp"), WHERE)
+    assert bare.fixed_upstream_headers() == {}

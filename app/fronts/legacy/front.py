@@ -23,8 +23,9 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio, logs
-from app.auth import AuthRelay
 from app.call import Outgoing
+from app.cluster.replicas import HOP_HEADER, ReplicaRelay, header_items
+from app.cluster.session import LegacySession, shares_integer_text
 from app.fronts.legacy import batches, opening, stream
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
@@ -37,12 +38,11 @@ from app.fronts.legacy.replies import (
     refuse,
     session_not_found,
 )
-from app.fronts.legacy.session import LegacySession, shares_integer_text
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.shared.answer import CallAnswer, sse_event
+from app.fronts.shared.auth import AuthRelay
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection, RequestId
-from app.replicas import HOP_HEADER, ReplicaRelay, header_items
 from app.upstream.base import Message
 from translators.registry import Version
 
@@ -87,7 +87,7 @@ class LegacyFront:
         # A quiet GET stream gets an SSE comment this often, or proxies cut it.
         self._keepalive_s = keepalive_s
         self.auth_relay = auth_relay
-        # Toward the replica owning a session that is not here (app/replicas.py).
+        # Toward the replica owning a session that is not here (app/cluster/replicas.py).
         self.relay = relay
         self._sessions = sessions
         # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
@@ -171,7 +171,7 @@ class LegacyFront:
         request_id: RequestId | None = None,
     ) -> Response | None:
         """The owner's answer, when the id (a session's, an HTTP+SSE channel's) names
-        another replica (app/replicas.py); None: serve it here (which answers 404
+        another replica (app/cluster/replicas.py); None: serve it here (which answers 404
         for an id that is not here)."""
         if self.relay is None:
             return None

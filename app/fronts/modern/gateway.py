@@ -14,11 +14,11 @@ from typing import Any
 
 import structlog
 
-from app import auth
-from app.auth import AuthRelay
-from app.call import CallState, Outgoing, upstream_answered, upstream_sent
+from app.call import CallState, ModernCall, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
-from app.fronts.modern.checks import LOG_LEVELS, ModernCall, supported_version_names
+from app.fronts.modern.checks import LOG_LEVELS, supported_version_names
+from app.fronts.shared import auth
+from app.fronts.shared.auth import AuthRelay
 from app.headers import param_headers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
@@ -37,8 +37,8 @@ from app.upstream.errors import (
     UpstreamAuthChallenge,
     UpstreamError,
 )
-from app.upstream.listener import default_answer
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.listener import default_answer
+from app.upstream.sessions.pool import PooledSession, SessionPool
 from translators import translate
 from translators.registry import Version
 
@@ -77,7 +77,7 @@ class Gateway:
         # MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all: sessions declare every input
         # capability; the caller's own set still decides what it is asked.
         self._declare_every_input = declare_every_input
-        # Upstream 401/403 relayed with their challenge (app/auth.py).
+        # Upstream 401/403 relayed with their challenge (app/fronts/shared/auth.py).
         self._auth = auth
         # The MRTR bridge (app/mrtr); None: the upstream's requests are refused.
         self._bridge = bridge

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import structlog
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, Rejection
 from app.servers.aggregate import answers, capabilities, lists, routing, sealed, uris
 from app.servers.aggregate.members import (

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.servers.aggregate import sealed
 from app.servers.aggregate.uris import Owners
 

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 import structlog
 from starlette.types import ASGIApp
 
+from app.cluster.sealing import Sealer, generate_key, parse_keys
 from app.config import Settings
 from app.metrics import Metrics
-from app.mrtr.state import Sealer, generate_key
 from app.servers.aggregate import names
 from app.servers.aggregate.aggregator import Aggregator
 from app.servers.aggregate.endpoint import PATH, Endpoint
 from app.servers.aggregate.inprocess import InProcessLink
 from app.servers.aggregate.members import Link, Member
 from app.settings.servers import ServerSpec
-from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.modern.upstream import ModernHttpUpstream
 
 log = structlog.get_logger("mcp_shim.aggregate")
@@ -112,7 +112,8 @@ def build(
             link = ModernHttpUpstream(client, url, request_timeout_s=settings.request_timeout_s)
         members.append(Member(name, link))
     # The replicas' key, so a value sealed by one worker opens on any other.
-    sealer = Sealer(settings.state_keys() or [generate_key()])
+    key = settings.state_key
+    sealer = Sealer(parse_keys(key.get_secret_value()) if key is not None else [generate_key()])
     aggregator = Aggregator(
         members,
         separator=settings.aggregate_separator,

@@ -19,8 +19,8 @@ import httpx
 from starlette.types import ASGIApp
 
 from app.servers.aggregate.inprocess import call_app, post_scope
-from app.upstream.http.client import UpstreamClient
-from app.upstream.http.interface import Answer, Post
+from app.upstream.httpclient.client import UpstreamClient
+from app.upstream.httpclient.interface import Answer, Post
 
 
 class LoopbackClient:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, METHOD_NOT_FOUND, Rejection
 from app.servers.aggregate import names, sealed

@@ -1,7 +1,7 @@
 """What the aggregate hands a client that must come back to the same member:
 a `requestState`, a task id, a list cursor. Each is the member's own value (or
 the gateway's cursor) sealed with the member's name under the replicas'
-`MCP_SHIM_STATE_KEY` (AES-GCM, app/mrtr/state.py), each kind with a purpose
+`MCP_SHIM_STATE_KEY` (AES-GCM, app/cluster/sealing.py), each kind with a purpose
 of its own so that none opens as another, nor as any other sealed value of
 the gateway. A client can neither read nor alter which member a value goes
 back to; a retry reaches the member that asked. Pure: no clock, no I/O.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from app import jsonio
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 
 STATE: Final = b"mcp-shim aggregate requestState v1"
 TASK: Final = b"mcp-shim aggregate task id v1"

@@ -19,12 +19,12 @@ from starlette.types import ASGIApp
 from app import wiring
 from app.config import Settings
 from app.metrics import Metrics
-from app.server import GatewayApp, create_app
 from app.servers.aggregate.build import Built, build, top_settings
 from app.servers.aggregate.endpoint import PATH
 from app.servers.aggregate.loopback import LoopbackClient
+from app.serving.server import GatewayApp, create_app
 from app.settings.servers import ServerSpec
-from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.httpclient.client import UpstreamClient, build_client
 
 # The top-level graph's routes: a single gateway's.
 TOP_PATHS: Final = frozenset({"/mcp", "/sse", "/messages"})

@@ -48,11 +48,11 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.http.client import UpstreamClient, library_errors
-from app.upstream.http.interface import Answer
-from app.upstream.http.sse_decoder import Event
-from app.upstream.http.sse_decoder import events as sse_events
-from app.upstream.routing import Exchange, Router, initialize_result
+from app.upstream.httpclient.client import UpstreamClient, library_errors
+from app.upstream.httpclient.interface import Answer
+from app.upstream.httpclient.sse_decoder import Event
+from app.upstream.httpclient.sse_decoder import events as sse_events
+from app.upstream.sessions.routing import Exchange, Router, initialize_result
 from app.upstream.streamable_http.transport import (
     StreamableHttpSession,
     StreamableHttpTransport,
@@ -69,7 +69,7 @@ log = structlog.get_logger("mcp_shim.http_sse")
 FALLBACK_STATUSES = frozenset({400, 404, 405})
 
 
-# The routing (app/upstream/routing.py) is the same as stdio's: one exchange class.
+# The routing (app/upstream/sessions/routing.py) is the same as stdio's: one exchange class.
 SseExchange = Exchange
 
 

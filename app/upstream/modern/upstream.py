@@ -12,8 +12,8 @@ side of the upstream seam has two uses:
   a legacy client's request made stateless by app/upstream/modern/session.py),
   its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
 
-Its requests go through `UpstreamClient` (app/upstream/http/client.py),
-their answers are `Answer`s (app/upstream/http/interface.py), whichever library
+Its requests go through `UpstreamClient` (app/upstream/httpclient/client.py),
+their answers are `Answer`s (app/upstream/httpclient/interface.py), whichever library
 carried them; library exceptions become the gateway's errors in each adapter's
 `upstream_error`, applied by `http.client.library_errors`.
 """
@@ -30,8 +30,8 @@ from app.headers.header_values import NAME_FIELDS, header_form
 from app.quoting import quoted
 from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
-from app.upstream.http.client import UpstreamClient, library_errors
-from app.upstream.http.interface import Answer
+from app.upstream.httpclient.client import UpstreamClient, library_errors
+from app.upstream.httpclient.interface import Answer
 from app.upstream.streamable_http.transport import (
     SPLICED_METHODS,
     HttpExchange,
