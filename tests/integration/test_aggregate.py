@@ -56,7 +56,7 @@ def many_servers_gateway(env: dict[str, str], log: Path) -> Iterator[str]:
     full = {"MCP_SHIM_PORT": str(port), "MCP_SHIM_HOST": "127.0.0.1", **env}
     base = f"http://127.0.0.1:{port}"
     with procs.running(
-        [sys.executable, "-m", "app.cli"], base + "/healthz", env=full, log_path=log
+        [sys.executable, "-m", "app.serving.cli"], base + "/healthz", env=full, log_path=log
     ):
         yield base
 

@@ -80,7 +80,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env = _env(MCP_SHIM_SERVERS_FILE=str(path), MCP_SHIM_PORT=str(port))
         base = f"http://127.0.0.1:{port}"
         log = logs / "gateway.log"
-        argv = [sys.executable, "-m", "app.cli"]
+        argv = [sys.executable, "-m", "app.serving.cli"]
         with procs.running(argv, base + "/healthz", env=env, log_path=log) as gateway:
             yield {
                 "base": base,
@@ -191,7 +191,7 @@ def test_the_log_names_each_server(many: dict[str, Any]) -> None:
 
 def test_probe_reports_every_server(many: dict[str, Any]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "probe", "--json", "--timeout", "60"],
+        [sys.executable, "-m", "app.serving.cli", "probe", "--json", "--timeout", "60"],
         env=many["env"],
         capture_output=True,
         timeout=120,
@@ -256,7 +256,7 @@ def test_one_server_file_serves_it_at_mcp_too(tmp_path: Path, many: dict[str, An
     port = procs.free_port()
     env = _env(MCP_SHIM_SERVERS=json.dumps(servers), MCP_SHIM_PORT=str(port))
     base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, base + "/healthz", env=env, log_path=tmp_path / "gw.log"):
         for url in (base + "/mcp", base + "/servers/only/mcp"):
             out: Any = procs.run_modern_client("list_and_call.py", url, "test_simple_text", "{}")
@@ -283,6 +283,6 @@ def test_faults_stop_the_start(extra: dict[str, str], words: str) -> None:
     servers = {"mcpServers": {"bad": {"command": "true", "envFile": ".env"}}}
     env = _env(MCP_SHIM_SERVERS=json.dumps(servers), MCP_SHIM_PORT=str(procs.free_port()), **extra)
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli"], env=env, capture_output=True, timeout=60, cwd=procs.ROOT
+        [sys.executable, "-m", "app.serving.cli"], env=env, capture_output=True, timeout=60, cwd=procs.ROOT
     )
     assert done.returncode == 2 and words in done.stderr.decode(), done.stderr.decode()
