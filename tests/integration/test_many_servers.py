@@ -9,6 +9,7 @@ The last test kills servers: it runs last, on the module's one gateway."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         _server(procs.LEGACY_PY, procs.FIXTURE, logs / "legacy.log") as (legacy, legacy_proc),
         _server(procs.MODERN_PY, procs.MODERN_FIXTURE, logs / "modern.log") as (modern, _),
     ):
+        secret = logs / "legacy-token"
+        secret.write_text("Bearer many-secret\n")
         servers = {
             "mcpServers": {
                 "everything": {
@@ -69,7 +72,11 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     "env": {"MANY_SERVERS_MARK": "mark-two"},
                     "cwd": str(logs),
                 },
-                "legacy": {"url": legacy, "timeout": 60},
+                "legacy": {
+                    "url": legacy,
+                    "timeout": 60,
+                    "headers": {"Authorization": {"file": str(secret)}},
+                },
                 "modern": {"url": modern, "type": "http", "mcpShim": {"request_timeout_s": 200}},
                 "off": {"url": "http://127.0.0.1:9/mcp", "disabled": True},
             }
@@ -143,6 +150,15 @@ def test_a_stdio_server_gets_its_own_variables(many: dict[str, Any]) -> None:
         "list_and_call.py", f"{many['base']}/servers/everything/mcp", "get-env", "{}"
     )
     assert "MANY_SERVERS_MARK" not in _text(other["call"])
+
+
+def test_a_server_gets_its_own_fixed_headers(many: dict[str, Any]) -> None:
+    url = f"{many['base']}/servers/legacy/mcp"
+    out: Any = procs.run_modern_client("list_and_call.py", url, "whoami", "{}")
+    # The fixture tells the digest of the Authorization it received (never the secret).
+    digest = hashlib.sha256(b"Bearer many-secret").hexdigest()[:16]
+    assert out["call"]["result"]["structuredContent"]["authorization"] == digest
+    assert "many-secret" not in many["log"].read_text()
 
 
 def test_readiness_of_every_server(many: dict[str, Any]) -> None:
@@ -283,6 +299,10 @@ def test_faults_stop_the_start(extra: dict[str, str], words: str) -> None:
     servers = {"mcpServers": {"bad": {"command": "true", "envFile": ".env"}}}
     env = _env(MCP_SHIM_SERVERS=json.dumps(servers), MCP_SHIM_PORT=str(procs.free_port()), **extra)
     done = subprocess.run(
-        [sys.executable, "-m", "app.serving.cli"], env=env, capture_output=True, timeout=60, cwd=procs.ROOT
+        [sys.executable, "-m", "app.serving.cli"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        cwd=procs.ROOT,
     )
     assert done.returncode == 2 and words in done.stderr.decode(), done.stderr.decode()

@@ -39,7 +39,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         MCP_SHIM_WORKERS="1",
     )
     url = f"http://127.0.0.1:{gateway_port}"
-    gateway = [sys.executable, "-m", "app.cli"]
+    gateway = [sys.executable, "-m", "app.serving.cli"]
     with (
         procs.running(argv, upstream, log_path=logs / "oauth-server.log"),
         procs.running(gateway, url + "/healthz", env=env, log_path=logs / "gateway.log"),

@@ -42,7 +42,7 @@ def replicas(logs_dir: Path) -> Iterator[list[str]]:
                 MCP_SHIM_ADVERTISE_URL=f"http://127.0.0.1:{port}",
             )
             base = f"http://127.0.0.1:{port}"
-            argv = [sys.executable, "-m", "app.cli"]
+            argv = [sys.executable, "-m", "app.serving.cli"]
             log = logs_dir / f"many-replica-{n}.log"
             stack.enter_context(procs.running(argv, base + "/healthz", env=env, log_path=log))
             bases.append(base)
