@@ -21,7 +21,7 @@ import structlog
 
 from app.cluster.sealing import Sealer
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, Rejection
-from app.servers.aggregate import answers, capabilities, lists, routing, sealed, uris
+from app.servers.aggregate import answers, capabilities, lists, names, routing, sealed, uris
 from app.servers.aggregate.members import (
     Crawled,
     LeftOut,
@@ -226,6 +226,10 @@ class Aggregator:
         merged = lists.merge(
             kind, [(m.name, c.items) for m, c in found], self.separator, self.owners
         )
+        if not kind.by_uri:
+            long = [i[kind.key] for i in merged if names.too_long(i[kind.key])]
+            if long:  # still listed: the spec's 128 characters are a SHOULD
+                log.warning("aggregate_names_too_long", method=kind.method, count=len(long))
         page, following = lists.page(merged, offset, self.page_items)
         partial = len(found) < len(self.members)
         ttls = [c.ttl_ms for _, c in found]

@@ -71,5 +71,5 @@ def member_problems(members: Iterable[str], separator: str) -> list[str]:
 
 def too_long(name: str) -> bool:
     """A prefixed name over the spec's length: still listed (the limit is a
-    SHOULD), and logged by the aggregator."""
+    SHOULD), and counted in the aggregator's `aggregate_names_too_long` line."""
     return len(name) > MAX_NAME_CHARS
