@@ -48,6 +48,10 @@ class Settings(BaseSettings):
         default=None, description="JSON file of the servers behind the gateway (mcpServers)"
     )
     servers: SecretStr | None = Field(default=None, description="the servers file's JSON, inline")
+    # The aggregated /mcp (app/servers/aggregate/; docs/settings.md says what each does).
+    aggregate: bool = True
+    aggregate_separator: str = Field(default="__", pattern=r"^[A-Za-z0-9_.-]{1,8}$")
+    aggregate_list_timeout_s: float = Field(default=5.0, gt=0, le=60)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.

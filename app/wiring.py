@@ -40,6 +40,7 @@ from app.tasks.bridge import TaskBridge, TaskSettings
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.store import MemoryTaskStore
 from app.upstream.choice import Upstream, build_upstream
+from app.upstream.httpclient.client import UpstreamClient
 from app.upstream.sessions import era_transport
 from app.upstream.sessions.pool import SessionPool
 from app.upstream.sessions.readiness import ReadinessCheck
@@ -72,6 +73,8 @@ class Part:
     route: str
     env: Mapping[str, str]
     cwd: str | None = None
+    # The HTTP upstream's client, when not the settings' (the aggregated /mcp's).
+    client: UpstreamClient | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ async def running(
     if part is None:
         upstream = build_upstream(settings)
     else:
-        upstream = build_upstream(settings, part.env, part.cwd)
+        upstream = build_upstream(settings, part.env, part.cwd, part.client)
     messages = MESSAGES_PATH if part is None else part.route + MESSAGES_PATH
     try:
         wiring = _build(settings, metrics, upstream, messages)

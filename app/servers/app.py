@@ -35,6 +35,7 @@ from app.rejections import INVALID_REQUEST, Rejection
 from app.routes.cors import Cors
 from app.routes.edge import answer
 from app.routes.status import readiness
+from app.servers.aggregate.serve import Aggregate, wanted
 from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
 from app.serving.server import GatewayApp, RequestIdMiddleware, create_app
@@ -51,9 +52,15 @@ class ServersApp(GatewayApp):
     the rest to the gateway's own routes."""
 
     registry: Registry
+    aggregate: Aggregate | None = None  # the aggregated /mcp (app/servers/aggregate/serve.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            if self.aggregate is not None:
+                served = self.aggregate.route(scope["path"])
+                if served is not None:
+                    await served(scope, receive, send)
+                    return
             server, path = self._route(scope["path"])
             if server is not None:
                 if path != scope["path"]:
@@ -84,6 +91,15 @@ class ServersApp(GatewayApp):
         return None, path
 
 
+@asynccontextmanager
+async def _aggregating(aggregate: Aggregate | None) -> AsyncIterator[None]:
+    if aggregate is None:
+        yield
+        return
+    async with aggregate.running():
+        yield
+
+
 def gateway_app(settings: Settings) -> GatewayApp:
     """The app of these settings: one server's (app/serving/server.py), or many servers'."""
     servers = read_servers(settings)
@@ -95,11 +111,18 @@ def gateway_app(settings: Settings) -> GatewayApp:
 def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
     registry = Registry(settings, servers)
     own = metrics.Metrics()
-    merged = MergedMetrics(own, [(server.name, server.metrics) for server in registry])
+    aggregate = None
+    if wanted(settings, servers.specs):
+        apps = {server.name: server.app for server in registry}
+        aggregate = Aggregate(settings, servers.specs, own, apps)
+    parts = [(server.name, server.metrics) for server in registry]
+    if aggregate is not None:
+        parts.append(("/mcp", aggregate.app.state.metrics))
+    merged = MergedMetrics(own, parts)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with registry.running():
+        async with registry.running(), _aggregating(aggregate):
             if settings.metrics_port is not None:
                 merged.serve(settings.host, settings.metrics_port)
             try:
@@ -118,14 +141,20 @@ def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:
         redirect_slashes=False,
     )
     app.registry = registry
+    app.aggregate = aggregate
     app.add_middleware(RequestIdMiddleware, cors=Cors(settings.allowed_origins))
     app.state.metrics = own
-    # Each server's listen streams and tasks wound down at shutdown (app/serving/server.py `drain`).
-    app.state.parts = [server.app for server in registry]
+    # Each server's listen streams and tasks wound down at shutdown (app/serving/server.py
+    # `drain`); the aggregated /mcp first: its listens end before the members' they follow.
+    app.state.parts = ([aggregate.app] if aggregate is not None else []) + [
+        server.app for server in registry
+    ]
     names = ", ".join(registry.names)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         message = f"Not found: the MCP endpoints are POST /servers/NAME/mcp, NAME one of {names}"
+        if aggregate is not None:
+            message += ", and POST /mcp: every server as one"
         return answer(Rejection(INVALID_REQUEST, message, status=404))
 
     async def healthz(request: Request) -> Response:

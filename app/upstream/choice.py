@@ -12,7 +12,7 @@ from app import splice
 from app.config import Settings
 from app.upstream.base import Transport
 from app.upstream.http_sse.transport import DetectingTransport
-from app.upstream.httpclient.client import build_client
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.modern.passthrough import PassThroughUpstream
 from app.upstream.modern.upstream import ModernHttpUpstream
 from app.upstream.sessions.era import Era, EraProbe
@@ -57,11 +57,16 @@ class Upstream:
 
 
 def build_upstream(
-    settings: Settings, env: Mapping[str, str] | None = None, cwd: str | None = None
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: UpstreamClient | None = None,
 ) -> Upstream:
     """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe.
-    `env`, `cwd`: a stdio server's own variables and directory (the servers file's)."""
-    transport, max_sessions = build_transport(settings, env, cwd)
+    `env`, `cwd`: a stdio server's own variables and directory (the servers file's);
+    `client`: an HTTP upstream's client, when not the one the settings make (the
+    aggregated /mcp's, app/servers/aggregate/loopback.py)."""
+    transport, max_sessions = build_transport(settings, env, cwd, client)
     if not isinstance(transport, StreamableHttpTransport):
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
     # The upstream's era (app/upstream/sessions/era.py) picks the seam's implementation.
@@ -78,7 +83,10 @@ def build_upstream(
 
 
 def build_transport(
-    settings: Settings, env: Mapping[str, str] | None = None, cwd: str | None = None
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: UpstreamClient | None = None,
 ) -> tuple[Transport, int]:
     """The upstream transport, and how many sessions the pool may keep with it."""
     if settings.upstream_command is not None:
@@ -107,14 +115,15 @@ def build_transport(
     assert settings.upstream_url is not None  # one of the two: app/config.py
     # One bound for the whole process: every upstream's answers share it.
     splice.ROOM.limit = settings.max_answer_bytes_in_flight
-    client = build_client(
-        connect_timeout_s=settings.connect_timeout_s,
-        max_connections=settings.max_upstream_connections,
-        transport=settings.upstream_http_transport,
-        keepalive_s=settings.upstream_keepalive_s,
-        max_answer_bytes=settings.max_upstream_answer_bytes,
-        fixed_headers=settings.fixed_upstream_headers(),
-    )
+    if client is None:
+        client = build_client(
+            connect_timeout_s=settings.connect_timeout_s,
+            max_connections=settings.max_upstream_connections,
+            transport=settings.upstream_http_transport,
+            keepalive_s=settings.upstream_keepalive_s,
+            max_answer_bytes=settings.max_upstream_answer_bytes,
+            fixed_headers=settings.fixed_upstream_headers(),
+        )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s
