@@ -5,19 +5,23 @@ killed, then back, while the others are called.
 
 One gateway with a servers file of three legacy HTTP servers, each a
 bench/fast_upstream.py process of its own (`a`, `b`, `c`), and
-MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S=2. Four phases, each `--seconds` long:
+MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S=2. Five phases, each `--seconds` long, in
+each of which wrk (`-t1 -c{concurrency}`, bench/call.lua) sends a modern
+`tools/call echo` to /servers/a/mcp:
 
-1. baseline: wrk (`-t1 -c{concurrency}`, bench/call.lua) sends a modern
-   `tools/call echo` to /servers/a/mcp;
-2. c hung (SIGSTOP): the same, while a second wrk (`-c{stuck}`, `--timeout 3s`)
-   keeps calling /servers/c/mcp, whose calls hang until the client gives up;
-3. c killed (SIGKILL): the same two loads;
-4. c back (started again on its port): the same two loads.
+1. a alone;
+2. c called: `--callers` clients call /servers/c/mcp in a closed loop, each
+   giving up after 3 s and calling again on a new connection (as a client
+   that times out and retries), while c is up;
+3. c hung (SIGSTOP): the same callers, whose calls now hang;
+4. c killed (SIGKILL): the same callers, refused;
+5. c back (started again on its port): the same callers.
 
 In every phase, a modern `tools/list` on the aggregated /mcp every 0.5 s:
 its worst latency against the bound, and whether c's tools are in it (they
 must not be while c is down, and must be once it is back). Prints one row per
-phase and the machine's load average; raw outputs in results/bench/.
+phase (with the gateway's open descriptors and CPU) and the machine's load
+average; raw outputs in results/bench/.
 """
 
 from __future__ import annotations
