@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from app.upstream.stdio.transport import StdioTransport
-from tests.unit.stdio_spawn import until
+from tests.waiting import until
 
 # Reads initialize, waits for the file named in argv[1], answers with the same id,
 # then reads on (notifications/initialized) until its stdin ends.
@@ -49,7 +49,11 @@ async def test_a_server_counts_as_load_only_once_it_has_answered_initialize(
     )
     opening = asyncio.create_task(transport.open_session(_INITIALIZE, {}))
     try:
-        await until(lambda: transport.processes == 1 and not transport._starting, 10, "a process")
+        await until(
+            lambda: transport.processes == 1 and not transport._starting,
+            timeout_s=10,
+            what="a process",
+        )
         await asyncio.sleep(0.1)  # it is running, and reading initialize
         assert transport.server_pids() == []
         go.touch()

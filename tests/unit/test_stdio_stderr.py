@@ -6,22 +6,18 @@ writing to stderr (a shell), since what is checked is the pipe, not MCP."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
 from app.upstream.stdio.process import STDERR_BURST, STDERR_LINE_CHARS, STDERR_LINES_PER_S
 from app.upstream.stdio.session import StdioSession
 from app.upstream.stdio.transport import StdioTransport
-from tests.unit.stdio_spawn import spawned, until
+from tests.unit.stdio_spawn import spawned
+from tests.waiting import until
 
 
 async def _session(script: str) -> tuple[StdioTransport, StdioSession]:
     return await spawned(["sh", "-c", script], grace_s=0.2)
-
-
-async def _until(predicate: Callable[[], bool], within_s: float) -> None:
-    await until(predicate, within_s, "the process's last stderr line")
 
 
 async def test_a_flood_of_lines_is_logged_at_a_bounded_rate(
@@ -34,7 +30,11 @@ async def test_a_flood_of_lines_is_logged_at_a_bounded_rate(
     started = asyncio.get_running_loop().time()
     try:
         # The writer finished: its pipe was drained all along.
-        await _until(lambda: "last-line" in session.stderr_tail, within_s=20)
+        await until(
+            lambda: "last-line" in session.stderr_tail,
+            timeout_s=20,
+            what="the process's last stderr line",
+        )
     finally:
         await session.close()
         await transport.aclose()
@@ -51,7 +51,11 @@ async def test_a_line_without_end_stays_bounded(capsys: pytest.CaptureFixture[st
         "head -c 3000000 /dev/zero | tr '\\000' x >&2; echo >&2; echo after >&2; sleep 30"
     )
     try:
-        await _until(lambda: "after" in session.stderr_tail, within_s=20)
+        await until(
+            lambda: "after" in session.stderr_tail,
+            timeout_s=20,
+            what="the process's last stderr line",
+        )
     finally:
         await session.close()
         await transport.aclose()
@@ -66,8 +70,14 @@ async def test_stdout_lines_that_are_not_json_rpc_are_skipped_and_logged_sparing
         "yes 'Server banner, not JSON' | head -n 3000; echo done >&2; sleep 30"
     )
     try:
-        await _until(lambda: "done" in session.stderr_tail, within_s=20)
-        await _until(lambda: session.not_json == 3000, within_s=5)
+        await until(
+            lambda: "done" in session.stderr_tail,
+            timeout_s=20,
+            what="the process's last stderr line",
+        )
+        await until(
+            lambda: session.not_json == 3000, timeout_s=5, what="3000 lines counted as not JSON"
+        )
         assert session.gone is None  # still a usable session
     finally:
         await session.close()

@@ -13,7 +13,8 @@ import pytest
 
 from app.upstream.stdio import process as stdio
 from app.upstream.stdio.process import ServerPipes
-from tests.unit.stdio_spawn import spawned, until
+from tests.unit.stdio_spawn import spawned
+from tests.waiting import until
 
 
 class _Lines:
@@ -131,7 +132,7 @@ async def test_a_server_writing_past_the_bound_is_stopped(
         ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' x; sleep 30"], grace_s=0.2
     )
     try:
-        await until(lambda: session.gone is not None, 10, "the session's end")
+        await until(lambda: session.gone is not None, timeout_s=10, what="the session's end")
         assert session.gone is not None
         assert "longer than 1000 bytes" in session.gone.message
     finally:
@@ -151,7 +152,7 @@ async def test_lines_of_a_real_pipe_reach_the_routes_and_its_end_stops_the_sessi
         assert got == [{"jsonrpc": "2.0", "id": 7, "result": {}}]  # its last line had no end
         assert session.not_json == 1
         # stdout closed while the process runs on: the server ended the session.
-        await until(lambda: session.gone is not None, 10, "the session's end")
+        await until(lambda: session.gone is not None, timeout_s=10, what="the session's end")
         assert session.gone is not None and "closed its stdout" in session.gone.message
     finally:
         await transport.aclose()
