@@ -73,3 +73,21 @@ def until_sync(
         if time.monotonic() >= deadline:
             raise _failure(what, timeout_s, value)
         time.sleep(interval)
+
+
+async def forever() -> None:
+    """A step that never ends by itself: it ends only when cancelled (a peer
+    that stays silent, a call that hangs)."""
+    await asyncio.Event().wait()
+
+
+async def one_turn() -> None:
+    """A step that suspends for one turn of the loop: what was scheduled with
+    `call_soon` before it runs before it returns. For code whose behaviour is
+    the loop's turn (writes held to the next iteration) or that times or counts
+    its awaits; never as a way to let another task catch up (it may need more
+    than one turn: wait for what it does instead)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done

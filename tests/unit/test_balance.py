@@ -26,6 +26,7 @@ from app.accept_gate import AcceptGate
 from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
 from app.http_protocol import GuardedHttpToolsProtocol
 from app.load_board import CANCELS_WITHHELD, STALE_S, LoadBoard
+from tests.waiting import until
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("light load on worker 1 gathers on 0", 1, [0.1, 0.2], 6, Move(0, 6, "gather")),
@@ -144,24 +145,23 @@ async def _off_and_on() -> None:
     port, servers, opened = serving.port, serving.servers, serving.opened
     gate = await serving.gate()
     clients = [await _connect(port)]
-    await asyncio.sleep(0.1)
-    assert len(accepted) == 1
+    await until(lambda: len(accepted) == 1, what="the first connection accepted")
     gate.set(False)
     assert not gate.accepting
-    # The kernel completes the handshake into the accept queue; nobody takes it.
+    # Nothing serves the socket any more: the kernel completes the handshake
+    # into the accept queue and nobody takes it.
+    assert not servers[0].is_serving() and opened == []
     clients.append(await _connect(port))
-    await asyncio.sleep(0.2)
     assert len(accepted) == 1
     gate.set(True)
-    await asyncio.sleep(0.2)
-    assert len(accepted) == 2  # the connection that waited is served
+    await until(lambda: len(accepted) == 2, what="the connection that waited to be served")
+    assert len(opened) == 1 and opened[0].is_serving()
     assert servers == opened  # uvicorn's list holds the live server, for its shutdown
     gate.close()
     gate.set(False)  # after close: nothing changes any more
-    assert gate.accepting
+    assert gate.accepting and opened[0].is_serving()
     clients.append(await _connect(port))
-    await asyncio.sleep(0.1)
-    assert len(accepted) == 3
+    await until(lambda: len(accepted) == 3, what="a connection accepted after close")
     servers[0].close()
     await servers[0].wait_closed()
     for transport in accepted:
@@ -185,8 +185,8 @@ async def _off_while_opening() -> None:
     gate.set(False)
     gate.set(True)  # opening...
     gate.set(False)  # ...and off again before it is ready
-    await asyncio.sleep(0.1)
-    assert len(opened) == 1 and not opened[0].is_serving()
+    await until(lambda: len(opened) == 1, what="the server being opened")
+    await until(lambda: not opened[0].is_serving(), what="the opened server closed")
     assert not servers[0].is_serving()
     gate.close()
 
@@ -250,15 +250,15 @@ def test_a_stdio_server_s_load_is_how_busy_its_main_thread_was() -> None:
         pids = [sleep.pid]
         load = balance.ServerLoad(lambda: pids)
         assert load.share(0.5) == 0.0  # the first reading has nothing to compare
-        time.sleep(0.5)
+        time.sleep(0.5)  # the window measured is the behaviour under test
         assert load.share(0.5) < 0.1
         pids.append(spin.pid)
         load.share(0.5)  # the spinning one counts from its first reading
-        time.sleep(0.5)
+        time.sleep(0.5)  # the window measured is the behaviour under test
         assert 0.8 < load.share(0.5) <= 1.0  # ran or waited to run all along
         spin.kill()
         spin.wait()
-        time.sleep(0.3)  # gone: left out
+        time.sleep(0.3)  # the window measured is the behaviour under test: gone, left out
         assert load.share(0.3) < 0.1
     finally:
         for proc in (spin, sleep):

@@ -16,6 +16,7 @@ from app.fronts.modern.gateway import Outgoing
 from app.fronts.shared.answer import CallAnswer
 from app.http_protocol import LINK, ConnectionLink
 from app.write_coalescer import SMALL_WRITE, CoalescedTransport, WriteCoalescer, for_loop
+from tests.waiting import one_turn
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 
@@ -58,9 +59,9 @@ async def test_one_iterations_writes_to_a_transport_go_out_as_one_write_at_the_n
     writes.write(recorder, HEAD)
     writes.write(recorder, b"{}")
     assert recorder.writes == []  # held for the rest of this iteration
-    await asyncio.sleep(0)
+    await one_turn()  # the next iteration is the behaviour under test
     assert recorder.writes == [HEAD + b"{}"]
-    await asyncio.sleep(0)
+    await one_turn()
     assert recorder.writes == [HEAD + b"{}"]  # nothing written twice
 
 
@@ -71,7 +72,7 @@ async def test_transports_are_written_in_the_order_they_first_wrote() -> None:
     writes.write(first, b"a")
     writes.write(second, b"b")
     writes.write(first, b"c")
-    await asyncio.sleep(0)
+    await one_turn()  # the next iteration's flush
     assert log == [("first", b"ac"), ("second", b"b")]
 
 
@@ -84,7 +85,7 @@ async def test_a_large_write_goes_at_once_after_what_is_queued_before_it() -> No
     writes.write(recorder, HEAD)
     writes.write(recorder, large)
     assert recorder.writes == [large, HEAD + large]
-    await asyncio.sleep(0)
+    await one_turn()  # the next iteration's flush
     assert recorder.writes == [large, HEAD + large]
 
 
@@ -108,7 +109,7 @@ async def test_a_transport_closed_before_the_flush_gets_nothing_and_others_still
         writes.write(recorder, b"answer")
     gone.closed = True
     failing.fail = True
-    await asyncio.sleep(0)  # no exception reaches the loop
+    await one_turn()  # the flush runs: no exception reaches the loop
     assert gone.writes == [] and failing.writes == []
     assert fine.writes == [b"answer"]
 
@@ -122,7 +123,7 @@ async def test_the_connection_transport_closes_after_sending_what_is_queued() ->
     transport.close()
     assert recorder.writes == [b"HTTP/1.1 100 Continue\r\n\r\n" + HEAD]
     assert recorder.closed
-    await asyncio.sleep(0)
+    await one_turn()  # the next iteration's flush
     assert len(recorder.writes) == 1
 
 
@@ -131,7 +132,7 @@ async def test_the_connection_transport_abort_drops_what_is_queued() -> None:
     transport = CoalescedTransport(recorder, WriteCoalescer(asyncio.get_running_loop()))
     transport.write(HEAD)
     transport.abort()
-    await asyncio.sleep(0)
+    await one_turn()  # the next iteration's flush
     assert recorder.writes == [] and recorder.aborted
 
 
