@@ -21,6 +21,7 @@ from app import jsonio
 from app.upstream.stdio.process import StdioProcessExited
 from app.write_coalescer import SMALL_WRITE, for_loop
 from tests.unit.stdio_spawn import spawned
+from tests.waiting import one_turn, until
 
 
 @contextlib.asynccontextmanager
@@ -63,8 +64,7 @@ async def test_one_iterations_lines_reach_the_pipe_together_at_the_next() -> Non
         for data in lines:
             writes.write(transport, data)
         assert read_now(fd) == b"", "a small line went out before the loop came round"
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await one_turn()  # the next iteration is the behaviour under test
         # One write: a single read finds every line, in order.
         assert read_now(fd) == b"".join(lines)
 
@@ -82,29 +82,20 @@ async def test_concurrent_writers_of_any_size_keep_order_and_whole_lines() -> No
             sent.append(data)
             writes.write(transport, data)
             if rng.random() < 0.5:
-                await asyncio.sleep(0)
+                await one_turn()  # the other writers' turn: their lines interleave
 
     got = bytearray()
-
-    async def drain(fd: int) -> None:
-        # The pipe holds 64 KiB: read as the writers go, or the large lines stall.
-        while True:
-            got.extend(read_now(fd))
-            await asyncio.sleep(0.005)
+    loop = asyncio.get_running_loop()
 
     async with pipe() as (transport, fd):
-        reader = asyncio.create_task(drain(fd))
+        # The pipe holds 64 KiB: read as the writers go, or the large lines stall.
+        loop.add_reader(fd, lambda: got.extend(read_now(fd)))
         try:
             await asyncio.gather(*(writer(k, transport) for k in range(8)))
             total = sum(len(data) for data in sent)
-            for _ in range(1000):
-                if len(got) >= total:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: len(got) >= total, what=f"the {total} bytes written")
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            loop.remove_reader(fd)
     # Exactly the lines written, in the order of the write calls: none lost,
     # none merged into another or cut.
     received = bytes(got).split(b"\n")
@@ -123,8 +114,7 @@ async def test_a_sessions_lines_wait_for_the_next_iteration_and_go_out_as_one() 
         for message in messages:
             await session.notify(message)
         assert read_now(fd) == b"", "each line woke the server on its own"
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await one_turn()  # the next iteration is the behaviour under test
         assert read_now(fd) == b"".join(jsonio.dumps(m) + b"\n" for m in messages)
     finally:
         os.close(fd)

@@ -26,6 +26,7 @@ from app.upstream.http import h1, h1_errors
 from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
+from tests.waiting import forever, until
 from translators.registry import get_version
 
 CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t"}}
@@ -229,7 +230,8 @@ async def test_the_read_timeout_runs_between_reads_not_over_the_answer(
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
         writer.write(b"transfer-encoding: chunked\r\n\r\n")
         for _ in range(6):
-            await asyncio.sleep(0.2)
+            # A quiet gap shorter than the timeout: the behaviour under test.
+            await asyncio.sleep(0.2)  # the behaviour under test
             event = b": tick\n\n"
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))
         event = b"data: " + ANSWER + b"\n\n"
@@ -259,7 +261,7 @@ async def test_the_pool_is_bounded_and_a_wait_for_it_times_out(
     peer = await serve(held)
     async with _client(max_connections=1) as client:
         first = asyncio.create_task(_call(client, peer.url, timeout_s=5.0))
-        await asyncio.sleep(0.05)
+        await until(lambda: len(peer.requests) == 1, what="the first call to hold the connection")
         # The one connection is busy: the second call waits for it (pool
         # timeout: the request timeout, as aiohttp's ClientTimeout(connect=pool)).
         with pytest.raises(UpstreamTimeout):
@@ -284,11 +286,12 @@ async def test_idle_connections_expire_and_closed_ones_are_not_reused(
     async with _client(keepalive_s=0.3) as client:
         lean = _lean(client)
         await _call(client, peer.url)
-        await asyncio.sleep(0.6)  # past the keep-alive time: swept
-        assert lean.open_connections == 0
+        assert lean.open_connections == 1
+        # Past the keep-alive time: swept.
+        await until(lambda: lean.open_connections == 0, what="the idle connection swept")
         await _call(client, peer.url)
         await _call(client, peer.url)  # the server closes this one after answering
-        await asyncio.sleep(0.05)
+        await until(lambda: lean.open_connections == 0, what="the server's close noticed")
         await _call(client, peer.url)  # a request: it would not be resent
     assert [c for c, _ in peer.requests] == [1, 2, 2, 3]
 
@@ -300,13 +303,13 @@ async def test_a_call_given_up_early_closes_its_connection(
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
         writer.write(b"transfer-encoding: chunked\r\n\r\n")
         await writer.drain()
-        await asyncio.sleep(10)
+        await forever()
         return True
 
     peer = await serve(endless)
     async with _client() as client:
         task = asyncio.create_task(_call(client, peer.url))
-        await asyncio.sleep(0.1)
+        await until(lambda: len(peer.requests) == 1, what="the call's request to arrive")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
