@@ -16,6 +16,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from app.http_protocol import LINK, ConnectionLimits, ConnectionLink, protocol_class
+from tests.waiting import until
 
 
 class Transport:
@@ -86,7 +87,7 @@ async def test_a_client_that_goes_away_calls_the_answer_back() -> None:
     protocol = _protocol(app)
     protocol.connection_made(Transport())
     protocol.data_received(REQUEST)
-    await asyncio.sleep(0.05)
+    await until(lambda: seen, what="the application called")
     assert len(seen) == 1 and not seen[0].lost
     protocol.connection_lost(None)
     assert lost.is_set() and seen[0].lost
@@ -116,11 +117,12 @@ async def test_an_answered_request_is_freed_without_the_cycle_collector() -> Non
     gc.disable()
     try:
         protocol.data_received(REQUEST)
-        await asyncio.sleep(0.05)
+        await until(lambda: transport.written.count(b"HTTP/1.1 200") == 1, what="the answer")
         protocol.data_received(REQUEST)  # the next request replaces the first's cycle
-        await asyncio.sleep(0.05)
-        assert transport.written.count(b"HTTP/1.1 200") == 2
-        assert scopes[0]() is None, "the first request's scope was kept alive by a reference cycle"
+        await until(lambda: transport.written.count(b"HTTP/1.1 200") == 2, what="2 answers")
+        # With the cycle collector off, only reference counting frees it: a
+        # reference cycle keeps it, and the wait times out.
+        await until(lambda: scopes[0]() is None, what="the first request's scope freed")
     finally:
         gc.enable()
         protocol.connection_lost(None)
@@ -130,10 +132,12 @@ async def test_the_link_says_when_the_whole_body_has_come() -> None:
     # `read_body` (app/routes/edge.py) times its reads only while the body can still
     # be on its way; the link is how it knows.
     seen: list[tuple[bool, bool]] = []
+    started: list[bool] = []
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         link = scope["extensions"][LINK]
         before = link.body_complete
+        started.append(before)
         while (await receive()).get("more_body"):
             pass
         seen.append((before, link.body_complete))
@@ -143,11 +147,11 @@ async def test_the_link_says_when_the_whole_body_has_come() -> None:
     protocol = _protocol(app)
     protocol.connection_made(Transport())
     protocol.data_received(REQUEST)  # head and body in one read
-    await asyncio.sleep(0.05)
+    await until(lambda: len(seen) == 1, what="the first request answered")
     head, body = REQUEST[:-2], REQUEST[-2:]
     protocol.data_received(head)  # the body after the application started
-    await asyncio.sleep(0.05)
+    await until(lambda: len(started) == 2, what="the application called for the second")
     protocol.data_received(body)
-    await asyncio.sleep(0.05)
+    await until(lambda: len(seen) == 2, what="the second request answered")
     protocol.connection_lost(None)
     assert seen == [(True, True), (False, True)]

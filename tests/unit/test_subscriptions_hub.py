@@ -19,6 +19,7 @@ from app.subscriptions.hub import Listener, SubscriptionHub
 from app.subscriptions.mailbox import End
 from app.upstream.errors import SessionExpired
 from app.upstream.pool import PooledSession, SessionPool
+from tests.waiting import until
 from translators.registry import get_version
 
 CAPS: dict[str, Any] = {
@@ -37,9 +38,11 @@ class FakeExchange:
         self.last_event_id: str | None = None
         self._messages = list(messages or [])
         self._queue: asyncio.Queue[Any] | None = None if messages is not None else asyncio.Queue()
+        self.unread = 0  # messages pushed and not yet taken by the reader
 
     def push(self, item: Any) -> None:
         assert self._queue is not None
+        self.unread += item is not _CLOSE
         self._queue.put_nowait(item)
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
@@ -51,6 +54,7 @@ class FakeExchange:
             item = await self._queue.get()
             if item is _CLOSE:
                 return
+            self.unread -= 1
             yield item
 
     async def aclose(self, drain: bool = False) -> None:
@@ -156,9 +160,19 @@ class Rig:
         return self.transport.sessions[-1]
 
     async def settle(self) -> None:
-        """Let background upstream calls (unsubscribe, re-open) run."""
-        for _ in range(5):
-            await asyncio.sleep(0.01)
+        """Until what was pushed on the GET streams is read (a message is handled
+        in the step that reads it) and the hub's background upstream calls
+        (subscribe, unsubscribe, re-open) have ended."""
+        await until(
+            lambda: all(
+                stream.unread == 0
+                for session in self.transport.sessions
+                for stream in session.streams
+            ),
+            what="the pushed messages read off the GET streams",
+        )
+        while self.hub._tasks:
+            await asyncio.gather(*list(self.hub._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
         await self.hub.aclose(0.1)
@@ -281,7 +295,7 @@ async def test_a_slow_listener_overflows_alone() -> None:
         got: list[Any] = []
         for n in range(10):
             rig.session.push(change(filters.TOOLS_LIST_CHANGED, n=n))
-            await asyncio.sleep(0.005)
+            await rig.settle()
             got += await received(fast, 0.001)
         assert [m["params"]["n"] for m in got] == list(range(10))
         assert await received(slow) == [End.OVERFLOW]  # queue dropped, error to send
@@ -309,11 +323,7 @@ async def test_a_dropped_get_stream_reconnects_and_keeps_delivering(rig: Rig) ->
     listener = await rig.join(Filter(tools=True), 1)
     session = rig.session
     session.drop()
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if len(session.streams) == 2:
-            break
-    assert len(session.streams) == 2
+    await until(lambda: len(session.streams) == 2, what="the GET stream reconnected")
     session.push(change(filters.TOOLS_LIST_CHANGED))
     assert await received(listener, 0.2) == [change(filters.TOOLS_LIST_CHANGED)]
 
@@ -323,10 +333,11 @@ async def test_an_expired_session_is_reopened_and_resubscribed(rig: Rig) -> None
     stale = rig.session
     stale.expired = True
     stale.drop()  # the upstream ends the stream; the reconnect gets 404
-    for _ in range(200):
-        await asyncio.sleep(0.01)
-        if len(rig.transport.sessions) == 2 and rig.session.streams:
-            break
+    await until(
+        lambda: len(rig.transport.sessions) == 2 and rig.session.streams,
+        what="a fresh session with its GET stream",
+    )
+    await rig.settle()
     fresh = rig.session
     assert fresh is not stale
     assert fresh.subscribed == ["file:///a"]
@@ -362,7 +373,6 @@ async def test_shutdown_drains_then_ends_every_listener(rig: Rig) -> None:
             rig.hub.leave(listener)
 
     readers = [asyncio.create_task(stream(one)), asyncio.create_task(stream(two))]
-    await asyncio.sleep(0)
     assert await rig.hub.close_all(2.0) == 2
     for reader in readers:
         assert await reader == [change(filters.TOOLS_LIST_CHANGED), End.SHUTDOWN]
@@ -383,7 +393,10 @@ async def test_a_client_gone_before_its_ack_leaves_nothing_behind(rig: Rig) -> N
     pooled = await rig.pooled()
     hang = asyncio.Event()
 
+    connecting = asyncio.Event()
+
     async def never_connects(last_event_id: str | None = None) -> FakeExchange:
+        connecting.set()
         await hang.wait()
         raise AssertionError("unreachable")
 
@@ -391,7 +404,7 @@ async def test_a_client_gone_before_its_ack_leaves_nothing_behind(rig: Rig) -> N
     join = asyncio.create_task(
         rig.hub.join(pooled, {}, None, 1, MODERN, Filter(uris=("file:///a",)))
     )
-    await asyncio.sleep(0.05)  # subscribed, waiting for the GET stream
+    await connecting.wait()  # subscribed, waiting for the GET stream
     assert rig.hub.active == 1
     join.cancel()
     with pytest.raises(asyncio.CancelledError):
