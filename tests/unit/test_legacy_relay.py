@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from app.fronts.legacy.reads import reads
+from tests.waiting import until
 
 
 class Source:
@@ -37,8 +38,8 @@ async def test_until_stops_a_silent_stream_at_the_cancellation() -> None:
     source.queue.put_nowait({"n": 1})
     assert await anext(relayed) == {"n": 1}
     pending = asyncio.ensure_future(anext(relayed))
-    await asyncio.sleep(0.01)
-    assert not pending.done() and source.reading
+    await until(lambda: source.reading, what="the relay's next read")
+    assert not pending.done()
     stop.set()  # the upstream never answers: the relay must not wait for it
     try:
         await asyncio.wait_for(pending, 1)
@@ -75,8 +76,7 @@ async def test_keepalive_relay_closed_cancels_its_read() -> None:
     assert await anext(relayed) is None
     assert source.reading
     await relayed.aclose()
-    await asyncio.sleep(0)
-    assert not source.reading
+    await until(lambda: not source.reading, what="the read cancelled")
 
 
 async def test_until_cancelled_from_outside_cancels_its_read() -> None:
@@ -85,15 +85,13 @@ async def test_until_cancelled_from_outside_cancels_its_read() -> None:
     source = Source()
     relayed = reads(source.messages(), stop=asyncio.Event())
     waiting = asyncio.ensure_future(anext(relayed))
-    await asyncio.sleep(0.01)
-    assert source.reading
+    await until(lambda: source.reading, what="the relay's read")
     waiting.cancel()
     try:
         await waiting
     except asyncio.CancelledError:
         pass
-    await asyncio.sleep(0)
-    assert not source.reading
+    await until(lambda: not source.reading, what="the read cancelled")
 
 
 async def test_stop_and_quiet_together_keepalive_then_stop() -> None:
@@ -104,7 +102,7 @@ async def test_stop_and_quiet_together_keepalive_then_stop() -> None:
     source.queue.put_nowait({"n": 1})
     assert await anext(relayed) == {"n": 1}
     pending = asyncio.ensure_future(anext(relayed))
-    await asyncio.sleep(0)
+    await until(lambda: source.reading, what="the relay's next read")
     stop.set()
     assert [item async for item in _drain(pending, relayed)] == []
     assert not source.reading

@@ -14,6 +14,7 @@ import pytest
 from app.upstream.errors import PoolExhausted
 from app.upstream.pool import PooledSession, SessionPool
 from tests.unit.pool_session import Session
+from tests.waiting import one_turn, until
 from translators.registry import get_version
 
 LEGACY = get_version("2025-11-25")
@@ -30,7 +31,7 @@ class HookedTransport:
     async def open_session(
         self, initialize: dict[str, Any], headers: Mapping[str, str]
     ) -> tuple[Session, dict[str, Any]]:
-        await asyncio.sleep(0)
+        await one_turn()  # an open suspends, as a real one does
         session = Session()
         self.opened.append(session)
         hook, self.on_open = self.on_open, None
@@ -77,10 +78,11 @@ async def test_every_caller_waiting_on_an_open_holds_its_lease_at_once() -> None
     assert key is not None
     # As the open finishes (before any waiter runs again), both waiters' leases
     # are already counted: nothing may close the session in between.
+    # The hook runs in the opening, as it finishes.
+    transport.on_open = lambda: pool._opening[key].add_done_callback(
+        lambda _: seen.append(pool._sessions[key].in_flight)
+    )
     waiters = [asyncio.create_task(take(pool, None)) for _ in range(2)]
-    await asyncio.sleep(0)
-    opening = pool._opening[key]
-    opening.add_done_callback(lambda _: seen.append(pool._sessions[key].in_flight))
     first, second = await asyncio.gather(*waiters)
     assert first is second and seen == [2] and first.in_flight == 2
     await pool.aclose()
@@ -111,17 +113,16 @@ async def test_a_404_retires_only_the_session_that_got_it() -> None:
     for pooled in idle:
         pool.release(pooled)
     pool.expired(idle[0])
-    await asyncio.sleep(0)  # closings run in the background
-    await asyncio.sleep(0)
-    assert idle[0].session.closed  # type: ignore[attr-defined]
+    # Closings run in the background.
+    await until(lambda: idle[0].session.closed, what="the expired session closed")  # type: ignore[attr-defined]
     assert not any(p.session.closed for p in [*idle[1:], busy])  # type: ignore[attr-defined]
     assert len(pool) == 3 and pool.open_sessions == 3
     # A leased session that got a 404 leaves the map at once, closed when released.
     pool.expired(busy)
     assert len(pool) == 2 and not busy.session.closed  # type: ignore[attr-defined]
     pool.release(busy)
-    await asyncio.sleep(0)
-    assert busy.session.closed and pool.open_sessions == 2  # type: ignore[attr-defined]
+    await until(lambda: busy.session.closed, what="the released expired session closed")  # type: ignore[attr-defined]
+    assert pool.open_sessions == 2
     # The others are still served from the pool, no new initialize.
     opened = len(transport.opened)
     assert await take(pool, "Bearer 1") is idle[1]

@@ -13,6 +13,7 @@ from uvicorn.server import ServerState
 
 from app.http_protocol import ConnectionLimits, protocol_class
 from tests.unit.test_connection_link import REQUEST, Transport
+from tests.waiting import until
 
 
 def _protocol(read_timeout_s: float) -> Any:
@@ -44,10 +45,9 @@ async def test_a_request_in_one_read_arms_no_timer(monkeypatch: Any) -> None:
         return real(delay, callback, *args)
 
     monkeypatch.setattr(loop, "call_later", counted)
-    for _ in range(3):
+    for n in range(1, 4):
         protocol.data_received(REQUEST)
-        await asyncio.sleep(0.02)
-    assert transport.written.count(b"HTTP/1.1 200") == 3
+        await until(lambda n=n: transport.written.count(b"HTTP/1.1 200") == n, what=f"answer {n}")
     assert protocol._read_timer is None
     read_timers = [name for name in armed if name.endswith("_timed_out")]
     assert read_timers == [], "a read timer was armed for a request that came whole"
@@ -59,12 +59,11 @@ async def test_a_later_requests_unfinished_head_gets_408() -> None:
     transport = Transport()
     protocol.connection_made(transport)
     protocol.data_received(REQUEST)
-    await asyncio.sleep(0.02)
-    assert transport.written.count(b"HTTP/1.1 200") == 1
+    await until(lambda: transport.written.count(b"HTTP/1.1 200") == 1, what="the first answer")
     protocol.data_received(REQUEST[:20])  # half a head, then nothing
     assert protocol._read_timer is not None
-    await asyncio.sleep(0.3)
-    assert b"HTTP/1.1 408" in transport.written
+    # The 0.1 s read timeout firing is the behaviour under test.
+    await until(lambda: b"HTTP/1.1 408" in transport.written, what="the 408 of the read timeout")
     assert transport.closing
     protocol.connection_lost(None)
 
@@ -78,7 +77,8 @@ async def test_a_body_left_short_is_timed_from_its_head() -> None:
     assert timer is not None
     protocol.data_received(b"")  # another read, still short: the same timer goes on
     assert protocol._read_timer is timer
-    await asyncio.sleep(0.2)
-    # It fired: the application (still reading) gets a grace to answer 408 itself.
-    assert protocol._read_timer is not None and protocol._read_timer is not timer
+    # It fires (0.1 s, the behaviour under test): the application (still
+    # reading) gets a grace timer to answer 408 itself.
+    await until(lambda: protocol._read_timer is not timer, what="the read timer to fire")
+    assert protocol._read_timer is not None
     protocol.connection_lost(None)
