@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from app.mrtr.parked import ParkedRegistry, RegistryFull
+from tests.waiting import until
 
 
 def registry(max_parked: int = 10) -> tuple[ParkedRegistry[str], list[str]]:
@@ -28,7 +29,7 @@ async def test_expiry_removes_and_hands_over() -> None:
     parked, expired = registry()
     parked.park("a", "exchange-a", 0.05, new=True)
     parked.park("b", "exchange-b", 5, new=True)
-    await asyncio.sleep(0.15)
+    await until(lambda: expired, what="a's TTL to end")
     assert expired == ["exchange-a"]
     assert parked.peek("a") is None and parked.peek("b") == "exchange-b"
 
@@ -37,7 +38,9 @@ async def test_taken_exchanges_do_not_expire() -> None:
     parked, expired = registry()
     parked.park("a", "exchange-a", 0.05, new=True)
     assert parked.take("a") is not None
-    await asyncio.sleep(0.15)
+    # Past the TTL on the loop's clock (timers run in order of their time):
+    # the deadline passing is the behaviour under test.
+    await asyncio.sleep(0.06)  # the behaviour under test
     assert expired == []
 
 
@@ -45,7 +48,7 @@ async def test_parking_again_resets_the_deadline() -> None:
     parked, expired = registry()
     parked.park("a", "round-1", 0.05, new=True)
     parked.park("a", "round-2", 5, new=False)
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.06)  # the behaviour under test: past the first deadline
     assert expired == [] and parked.peek("a") == "round-2"
 
 
@@ -68,5 +71,5 @@ async def test_drain_cancels_every_timer() -> None:
     parked.park("a", "a", 0.05, new=True)
     parked.park("b", "b", 0.05, new=True)
     assert sorted(parked.drain()) == ["a", "b"]
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.06)  # the behaviour under test: past both deadlines
     assert expired == [] and len(parked) == 0

@@ -4,7 +4,6 @@ running work (plain asyncio tasks) and of the store, no MCP."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -13,6 +12,10 @@ from structlog.testing import capture_logs
 from app.tasks import shutdown
 from app.tasks.shutdown import LiveTask, wind_down
 from app.tasks.store import MemoryTaskStore, Record, TaskStoreUnavailable
+from tests.waiting import forever
+
+# The grace period of the wind-downs that wait it out.
+GRACE_S = 0.2
 
 
 class DownStore(MemoryTaskStore):
@@ -22,9 +25,19 @@ class DownStore(MemoryTaskStore):
         raise TaskStoreUnavailable("the task store (MCP_SHIM_TASK_STORE) failed; retry later")
 
 
-async def _work(seconds: float, log: list[str], name: str) -> None:
+def _marks(*at_s: float) -> tuple[list[float], list[asyncio.TimerHandle]]:
+    """Timers on the loop's clock, `at_s` from now, each noting its time when it
+    fires: timers run in the order of their time, so which have fired when a
+    wait ends says how long it took on the clock the code under test uses."""
+    loop = asyncio.get_running_loop()
+    fired: list[float] = []
+    return fired, [loop.call_later(s, fired.append, s) for s in at_s]
+
+
+async def _work(ends: asyncio.Event | None, log: list[str], name: str) -> None:
+    """A task's work that ends when `ends` is set (never when None)."""
     try:
-        await asyncio.sleep(seconds)
+        await (ends.wait() if ends is not None else forever())
     except asyncio.CancelledError:
         log.append(f"{name} cancelled")
         raise
@@ -46,33 +59,38 @@ async def test_finished_handed_over_and_dropped_are_told_apart() -> None:
     await _filed(store, "quick", "upstream-runs", "gateway-runs", "not-filed-here")
     await store.delete("owner", "not-filed-here")
     events: list[str] = []
-    quick = LiveTask("owner", "quick", asyncio.ensure_future(_work(0.05, events, "quick")))
+    ended = asyncio.Event()
+    ended.set()
+    quick = LiveTask("owner", "quick", asyncio.ensure_future(_work(ended, events, "quick")))
     resumable = LiveTask(
-        "owner", "upstream-runs", asyncio.ensure_future(_work(60, events, "upstream")), True
+        "owner", "upstream-runs", asyncio.ensure_future(_work(None, events, "upstream")), True
     )
-    gateway_run = LiveTask("owner", "gateway-runs", asyncio.ensure_future(_work(60, events, "gw")))
+    gateway_run = LiveTask(
+        "owner", "gateway-runs", asyncio.ensure_future(_work(None, events, "gw"))
+    )
     # Resumable, but its record is gone from the store: nobody could carry it on.
     lost = LiveTask(
-        "owner", "not-filed-here", asyncio.ensure_future(_work(60, events, "lost")), True
+        "owner", "not-filed-here", asyncio.ensure_future(_work(None, events, "lost")), True
     )
     dropped_hooks: list[str] = []
 
     async def on_drop(task: LiveTask) -> None:
         dropped_hooks.append(task.task_id)
 
-    started = time.monotonic()
+    fired, marks = _marks(GRACE_S, GRACE_S + 2 * shutdown.DROP_WAIT_S)
     with capture_logs() as logs:
         result = await wind_down(
-            store, [quick, resumable, gateway_run, lost], 0.5, shared=True, on_drop=on_drop
+            store, [quick, resumable, gateway_run, lost], GRACE_S, shared=True, on_drop=on_drop
         )
-    waited = time.monotonic() - started
+    for mark in marks:
+        mark.cancel()
 
     assert result.finished == [quick]
     assert result.handed_over == [resumable]
     assert result.dropped == [gateway_run, lost]
     # The grace period was waited for (the long work never ended), and no more
     # than it and the bounded cancellation.
-    assert 0.5 <= waited < 0.5 + 2 * shutdown.DROP_WAIT_S
+    assert fired == [GRACE_S]
     assert sorted(events) == ["gw cancelled", "lost cancelled"]
     assert gateway_run.work.cancelled() and lost.work.cancelled()
     assert not resumable.work.done(), "handed-over work is the caller's to end"
@@ -86,15 +104,19 @@ async def test_finished_handed_over_and_dropped_are_told_apart() -> None:
 async def test_everything_finished_within_the_grace_period_returns_at_once() -> None:
     store = MemoryTaskStore(max_per_owner=10)
     events: list[str] = []
+    ends = [asyncio.Event() for _ in range(3)]
     works = [
-        LiveTask("owner", f"t{n}", asyncio.ensure_future(_work(0.01 * n, events, str(n))))
+        LiveTask("owner", f"t{n}", asyncio.ensure_future(_work(ends[n], events, str(n))))
         for n in range(3)
     ]
-    started = time.monotonic()
+    for end in ends:  # each ends at its first turn
+        end.set()
+    fired, marks = _marks(5.0)
     with capture_logs() as logs:
         result = await wind_down(store, works, 30.0, shared=False)
+    marks[0].cancel()
     # Ended when the last work did, not at the end of the 30 s.
-    assert time.monotonic() - started < 5.0
+    assert fired == [] and all(work.work.done() for work in works)
     assert result.finished == works and not result.handed_over and not result.dropped
     assert _one_line(logs)["finished"] == 3 and events == []
 
@@ -102,7 +124,7 @@ async def test_everything_finished_within_the_grace_period_returns_at_once() -> 
 async def test_a_store_of_this_process_hands_nothing_over() -> None:
     store = MemoryTaskStore(max_per_owner=10)
     await _filed(store, "t")
-    task = LiveTask("owner", "t", asyncio.ensure_future(_work(60, [], "t")), resumable=True)
+    task = LiveTask("owner", "t", asyncio.ensure_future(_work(None, [], "t")), resumable=True)
     with capture_logs() as logs:
         result = await wind_down(store, [task], 0.05, shared=False)
     assert result.dropped == [task] and task.work.cancelled()
@@ -111,7 +133,7 @@ async def test_a_store_of_this_process_hands_nothing_over() -> None:
 
 async def test_an_unreachable_store_drops_what_it_cannot_confirm() -> None:
     store = DownStore(max_per_owner=10)
-    task = LiveTask("owner", "t", asyncio.ensure_future(_work(60, [], "t")), resumable=True)
+    task = LiveTask("owner", "t", asyncio.ensure_future(_work(None, [], "t")), resumable=True)
     with capture_logs() as logs:
         result = await wind_down(store, [task], 0.05, shared=True)
     assert result.dropped == [task] and not result.handed_over
@@ -127,24 +149,25 @@ async def test_work_and_hooks_that_will_not_end_are_left_behind_in_bounded_time(
     async def stubborn() -> None:
         # Ignores the first cancellation, as a careless work might.
         try:
-            await asyncio.sleep(60)
+            await forever()
         except asyncio.CancelledError:
             await release.wait()
 
     async def hook(task: LiveTask) -> None:
         if task.task_id == "hangs":
-            await asyncio.sleep(60)
+            await forever()
         raise RuntimeError("cannot mark it")
 
     store = MemoryTaskStore(max_per_owner=10)
     tasks = [
         LiveTask("owner", "hangs", asyncio.ensure_future(stubborn())),
-        LiveTask("owner", "fails", asyncio.ensure_future(_work(60, [], "fails"))),
+        LiveTask("owner", "fails", asyncio.ensure_future(_work(None, [], "fails"))),
     ]
-    started = time.monotonic()
+    fired, marks = _marks(2.0)
     with capture_logs() as logs:
         result = await wind_down(store, tasks, 0.05, shared=False, on_drop=hook)
-    assert time.monotonic() - started < 2.0
+    marks[0].cancel()
+    assert fired == [], "not left behind within the bounded waits"
     assert result.dropped == tasks
     assert _one_line(logs)["drop_hooks_unfinished"] == 2
     release.set()
