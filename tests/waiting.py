@@ -91,3 +91,14 @@ async def one_turn() -> None:
     done = loop.create_future()
     loop.call_soon(done.set_result, None)
     await done
+
+
+def clock_marks(*at_s: float) -> tuple[list[float], list[asyncio.TimerHandle]]:
+    """Timers on the running loop's clock, `at_s` from now, each noting its
+    time in the list when it fires. Timers run in the order of their time, so
+    which have fired when a wait ends says how long it took on the clock the
+    code under test uses (an ordering, not a wall-clock measurement). Cancel
+    the handles once read."""
+    loop = asyncio.get_running_loop()
+    fired: list[float] = []
+    return fired, [loop.call_later(s, fired.append, s) for s in at_s]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 import weakref
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from app.upstream.errors import UpstreamTimeout
 from app.upstream.routing import Router
+from tests.waiting import clock_marks
 
 TIMEOUT_S = 0.2
 # A bound of the test's own: a timeout that never fires fails, not hangs.
@@ -43,14 +43,15 @@ def _answer(rid: int) -> dict[str, Any]:
 
 
 async def test_a_silent_server_times_out_after_the_timeout() -> None:
+    fired, marks = clock_marks(TIMEOUT_S * 0.9, TIMEOUT_S * 3)
     exchange = _router().open(_call(1), TIMEOUT_S)
-    started = time.monotonic()
     with pytest.raises(UpstreamTimeout, match=r"the test server sent nothing for 'tools/call'"):
         async with asyncio.timeout(NEVER_S):
             async for _ in exchange:
                 pass
-    took = time.monotonic() - started
-    assert TIMEOUT_S * 0.9 <= took < TIMEOUT_S + 0.5, took
+    for mark in marks:
+        mark.cancel()
+    assert fired == [TIMEOUT_S * 0.9], "not at the timeout"
     await exchange.aclose()
 
 
@@ -60,16 +61,11 @@ async def test_messages_closer_than_the_timeout_keep_a_long_exchange_going() -> 
     router = _router()
     exchange = router.open(_call(1), TIMEOUT_S)
 
-    async def server() -> None:
-        for step in range(6):
-            await asyncio.sleep(TIMEOUT_S / 2)
-            exchange.put(_progress(step))
-        await asyncio.sleep(TIMEOUT_S / 2)
-        router.dispatch(_answer(1))
-
-    speaking = asyncio.create_task(server())
+    loop = asyncio.get_running_loop()
+    for step in range(6):
+        loop.call_later(TIMEOUT_S / 2 * (step + 1), exchange.put, _progress(step))
+    loop.call_later(TIMEOUT_S / 2 * 7, router.dispatch, _answer(1))
     got = [message async for message in exchange]
-    await speaking
     assert [m.get("params", {}).get("progress") for m in got[:-1]] == list(range(6))
     assert got[-1] == _answer(1)
     await exchange.aclose()
@@ -91,7 +87,8 @@ async def test_a_reader_busy_with_a_message_is_not_timed_out_for_it() -> None:
         async for message in exchange:
             got.append(message)
             if len(got) == 1:
-                await asyncio.sleep(TIMEOUT_S * 2.5)
+                # Busy with it for 2.5 timeouts: the behaviour under test.
+                await asyncio.sleep(TIMEOUT_S * 2.5)  # the behaviour under test
     assert got == [_progress(0), _answer(1)]
     await exchange.aclose()
 
@@ -104,12 +101,13 @@ async def test_a_wait_begun_late_is_timed_from_its_own_start() -> None:
     exchange.put(_progress(0))
     messages = aiter(exchange)
     assert await anext(messages) == _progress(0)
-    await asyncio.sleep(TIMEOUT_S * 2.5)
-    waited_from = time.monotonic()
+    await asyncio.sleep(TIMEOUT_S * 2.5)  # the behaviour under test: busy, not waiting
+    fired, marks = clock_marks(TIMEOUT_S * 0.9, TIMEOUT_S * 3)
     with pytest.raises(UpstreamTimeout):
         await asyncio.wait_for(anext(messages), NEVER_S)
-    waited = time.monotonic() - waited_from
-    assert TIMEOUT_S * 0.9 <= waited < TIMEOUT_S + 0.5, waited
+    for mark in marks:
+        mark.cancel()
+    assert fired == [TIMEOUT_S * 0.9], "not one timeout after the wait began"
     await exchange.aclose()
 
 

@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 from app.tasks import shutdown
 from app.tasks.shutdown import LiveTask, wind_down
 from app.tasks.store import MemoryTaskStore, Record, TaskStoreUnavailable
-from tests.waiting import forever
+from tests.waiting import clock_marks, forever
 
 # The grace period of the wind-downs that wait it out.
 GRACE_S = 0.2
@@ -23,15 +23,6 @@ class DownStore(MemoryTaskStore):
 
     async def get(self, owner: str, task_id: str) -> Record | None:
         raise TaskStoreUnavailable("the task store (MCP_SHIM_TASK_STORE) failed; retry later")
-
-
-def _marks(*at_s: float) -> tuple[list[float], list[asyncio.TimerHandle]]:
-    """Timers on the loop's clock, `at_s` from now, each noting its time when it
-    fires: timers run in the order of their time, so which have fired when a
-    wait ends says how long it took on the clock the code under test uses."""
-    loop = asyncio.get_running_loop()
-    fired: list[float] = []
-    return fired, [loop.call_later(s, fired.append, s) for s in at_s]
 
 
 async def _work(ends: asyncio.Event | None, log: list[str], name: str) -> None:
@@ -77,7 +68,7 @@ async def test_finished_handed_over_and_dropped_are_told_apart() -> None:
     async def on_drop(task: LiveTask) -> None:
         dropped_hooks.append(task.task_id)
 
-    fired, marks = _marks(GRACE_S, GRACE_S + 2 * shutdown.DROP_WAIT_S)
+    fired, marks = clock_marks(GRACE_S, GRACE_S + 2 * shutdown.DROP_WAIT_S)
     with capture_logs() as logs:
         result = await wind_down(
             store, [quick, resumable, gateway_run, lost], GRACE_S, shared=True, on_drop=on_drop
@@ -111,7 +102,7 @@ async def test_everything_finished_within_the_grace_period_returns_at_once() -> 
     ]
     for end in ends:  # each ends at its first turn
         end.set()
-    fired, marks = _marks(5.0)
+    fired, marks = clock_marks(5.0)
     with capture_logs() as logs:
         result = await wind_down(store, works, 30.0, shared=False)
     marks[0].cancel()
@@ -163,7 +154,7 @@ async def test_work_and_hooks_that_will_not_end_are_left_behind_in_bounded_time(
         LiveTask("owner", "hangs", asyncio.ensure_future(stubborn())),
         LiveTask("owner", "fails", asyncio.ensure_future(_work(None, [], "fails"))),
     ]
-    fired, marks = _marks(2.0)
+    fired, marks = clock_marks(2.0)
     with capture_logs() as logs:
         result = await wind_down(store, tasks, 0.05, shared=False, on_drop=hook)
     marks[0].cancel()
