@@ -12,6 +12,7 @@ import pytest
 
 from app.upstream.errors import UpstreamUnavailable
 from app.upstream.routing import Router
+from tests.waiting import until
 
 # A bound of the tests' own: a read that never ends fails, not hangs.
 NEVER_S = 5.0
@@ -60,10 +61,15 @@ async def test_a_waiting_reader_is_woken_by_the_next_message() -> None:
     exchange = router.open(_call(1), None)
 
     async def server() -> None:
+        # Each message once the reader waits for it: the reader is woken.
         for n in range(3):
-            await asyncio.sleep(0.01)
+            await until(
+                lambda: exchange.queue._waiter is not None, what=f"the reader waiting for {n}"
+            )
             exchange.put(_note(n))
-        await asyncio.sleep(0.01)
+        await until(
+            lambda: exchange.queue._waiter is not None, what="the reader waiting for the answer"
+        )
         router.dispatch(_answer(1))
 
     speaking = asyncio.create_task(server())
@@ -94,8 +100,7 @@ async def test_a_cancelled_reader_ends_the_read_and_its_timer() -> None:
     router = _router()
     exchange = router.open(_call(1), 30.0)
     reading = asyncio.create_task(_read_all(exchange))
-    await asyncio.sleep(0.01)
-    assert exchange._timer is not None  # armed while the reader waits
+    await until(lambda: exchange._timer is not None, what="the timer armed while the reader waits")
     reading.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reading

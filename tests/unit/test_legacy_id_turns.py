@@ -9,6 +9,13 @@ from collections.abc import Generator
 from typing import Any
 
 from app.fronts.legacy.turns import IdTurns
+from tests.waiting import one_turn, until
+
+
+def _waiting(turns: IdTurns, session_id: str, request_id: int | str) -> int:
+    """How many requests wait in line for this id's turn."""
+    line = turns._taken.get((session_id, str(request_id)))
+    return 0 if line is None else len(line.waiters)
 
 
 async def test_ids_of_one_text_take_turns_and_others_do_not_wait() -> None:
@@ -34,7 +41,7 @@ async def test_ids_of_one_text_take_turns_and_others_do_not_wait() -> None:
     await asyncio.wait_for(quick("s", 2, "other id"), 1.0)
     await asyncio.wait_for(quick("t", "1", "other session"), 1.0)
     twin = asyncio.create_task(quick("s", "1", "text"))
-    await asyncio.sleep(0)
+    await until(lambda: _waiting(turns, "s", 1) == 1, what="the twin in line")
     assert not twin.done()
     release.set()
     await asyncio.wait_for(asyncio.gather(holder, twin), 1.0)
@@ -46,7 +53,7 @@ async def test_a_waiter_cancelled_takes_nothing() -> None:
     turns = IdTurns()
     async with turns.of("s", 1):
         waiter = asyncio.create_task(quick_enter(turns))
-        await asyncio.sleep(0)
+        await until(lambda: _waiting(turns, "s", 1) == 1, what="the waiter in line")
         waiter.cancel()
         await asyncio.gather(waiter, return_exceptions=True)
     assert len(turns) == 0
@@ -94,7 +101,7 @@ async def queued(
         async with turns.of("s", request_id):
             order.append(n)
             # The turn is held across a suspension, as a call's is.
-            await asyncio.sleep(0)
+            await one_turn()
 
     counted = [Counted(one(n)) for n in range(count)]
     tasks = []

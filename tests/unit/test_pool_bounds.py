@@ -14,6 +14,7 @@ import pytest
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.pool import PooledSession, SessionPool
 from tests.unit.pool_session import Session
+from tests.waiting import one_turn, until
 from translators.registry import get_version
 
 LEGACY = get_version("2025-11-25")
@@ -23,11 +24,18 @@ class SlowTransport:
     def __init__(self) -> None:
         self.opened: list[Session] = []
         self.initialized: list[dict[str, Any]] = []
+        self.opening = asyncio.Event()  # an open has begun
+        self.release = asyncio.Event()  # opens may finish (cleared: they wait)
+        self.release.set()
 
     async def open_session(
         self, initialize: dict[str, Any], headers: Mapping[str, str]
     ) -> tuple[Session, dict[str, Any]]:
-        await asyncio.sleep(0.05)
+        self.opening.set()
+        # An open suspends, as a real one does: every caller gathered with
+        # this one has started before it finishes.
+        await one_turn()
+        await self.release.wait()
         self.initialized.append(initialize)
         session = Session()
         self.opened.append(session)
@@ -181,12 +189,15 @@ async def test_a_caller_gone_while_its_session_opens_leaves_it_to_the_others() -
     # caller waiting on it got the CancelledError, a plain 500 (seen in front
     # of a stdio server whose process was starting).
     transport = SlowTransport()
+    transport.release.clear()
     pool = SessionPool(transport, max_sessions=2, idle_s=300)
     first = asyncio.create_task(take(pool, None))
-    await asyncio.sleep(0.01)
+    await transport.opening.wait()
     second = asyncio.create_task(take(pool, None))
-    await asyncio.sleep(0.01)
+    await until(lambda: sum(pool._waiting.values()) == 2, what="both callers on the open")
     first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    transport.release.set()
     pooled = await asyncio.wait_for(second, 5)
     assert first.cancelled()
     assert len(transport.opened) == 1 and pooled.session is transport.opened[0]
