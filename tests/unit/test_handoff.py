@@ -66,7 +66,7 @@ ANSWER_S = 0.3
 
 async def echo(scope: Scope, receive: Receive, send: Send) -> None:
     """Answers a request with its body, after ANSWER_S."""
-    await asyncio.sleep(ANSWER_S)
+    await asyncio.sleep(ANSWER_S)  # the behaviour under test: slower than the keep-alive
     body = b""
     while True:
         message = await receive()
@@ -205,5 +205,5 @@ async def test_malformed_and_stale_handovers_are_closed_not_served() -> None:
             assert await asyncio.wait_for(ended, 5) == b""
         finally:
             theirs.close()
-        await asyncio.sleep(0.05)
+        # Served, it would have stayed open: the end above is the refusal.
         assert made == []

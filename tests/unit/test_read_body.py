@@ -11,16 +11,16 @@ from starlette.requests import Request
 
 from app.routes import edge
 from app.routes.scope_headers import ScopeHeaders
+from tests.waiting import forever
 
 
-def _request(messages: list[dict[str, Any]], wait: float = 0.0) -> Request:
+def _request(messages: list[dict[str, Any]], stalls: bool = False) -> Request:
+    """A client that sends `messages` and then nothing more; `stalls`: nothing at all."""
     queue = list(messages)
 
     async def receive() -> dict[str, Any]:
-        if not queue:
-            await asyncio.sleep(3600)  # a client that sends nothing more
-        if wait:
-            await asyncio.sleep(wait)
+        if stalls or not queue:
+            await forever()
         return queue.pop(0)
 
     return Request({"type": "http", "headers": []}, receive)
@@ -63,7 +63,7 @@ def test_client_gone_and_too_slow() -> None:
     with pytest.raises(edge.BodyTimeout):
         _read(_request([_body(b"ab", True)]), timeout_s=0.05)
     with pytest.raises(edge.BodyTimeout):
-        _read(_request([_body(b"ab")], wait=1.0), timeout_s=0.05)
+        _read(_request([_body(b"ab")], stalls=True), timeout_s=0.05)
 
 
 def test_a_whole_body_is_read_without_a_timer(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from app import jsonio, splice
+from tests.waiting import until
 from translators.registry import get_version
 from translators.translate import error as translate_error
 from translators.translate import result as translate_result
@@ -203,7 +204,7 @@ async def test_answers_wait_for_room_and_one_too_large_is_served_alone() -> None
     assert await room.take(60)
     # Over the bound with 60 in flight: waits, and gets room when it is given back.
     waiting = asyncio.ensure_future(room.take(60))
-    await asyncio.sleep(0.01)
+    await until(lambda: room._waiters, what="the second answer waiting for room")
     assert not waiting.done()
     room.give(60)
     assert await waiting
@@ -224,7 +225,7 @@ async def test_a_caller_that_goes_while_waiting_takes_no_room() -> None:
     room = splice.AnswerRoom(100, wait_s=5)
     assert await room.take(100)
     waiting = asyncio.ensure_future(room.take(10))
-    await asyncio.sleep(0.01)
+    await until(lambda: room._waiters, what="the caller waiting for room")
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

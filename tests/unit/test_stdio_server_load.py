@@ -12,13 +12,14 @@ from pathlib import Path
 from app.upstream.stdio.transport import StdioTransport
 from tests.waiting import until
 
-# Reads initialize, waits for the file named in argv[1], answers with the same id,
-# then reads on (notifications/initialized) until its stdin ends.
+# Reads initialize, then waits until the test closes the FIFO named in argv[1],
+# answers with the same id, then reads on (notifications/initialized) until its
+# stdin ends.
 _SERVER = """
-import json, os, sys, time
+import json, sys
 request = json.loads(sys.stdin.readline())
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.01)
+with open(sys.argv[1]) as go:
+    go.read()
 answer = {"jsonrpc": "2.0", "id": request["id"], "result": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "serverInfo": {"name": "slow-start", "version": "0"}}}
@@ -36,6 +37,18 @@ async def test_a_server_counts_as_load_only_once_it_has_answered_initialize(
     tmp_path: Path,
 ) -> None:
     go = tmp_path / "go"
+    os.mkfifo(go)
+    writer: list[int] = []
+
+    def the_server_waits() -> bool:
+        """The FIFO opened for writing, which succeeds only once the server has
+        it open for reading: it has read initialize and waits."""
+        try:
+            writer.append(os.open(go, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: no reader yet
+            return False
+        return True
+
     transport = StdioTransport(
         [sys.executable, "-c", _SERVER, str(go)],
         env={"PATH": os.defpath},
@@ -49,18 +62,16 @@ async def test_a_server_counts_as_load_only_once_it_has_answered_initialize(
     )
     opening = asyncio.create_task(transport.open_session(_INITIALIZE, {}))
     try:
-        await until(
-            lambda: transport.processes == 1 and not transport._starting,
-            timeout_s=10,
-            what="a process",
-        )
-        await asyncio.sleep(0.1)  # it is running, and reading initialize
+        await until(the_server_waits, timeout_s=10, what="the server to read initialize")
+        assert transport.processes == 1
         assert transport.server_pids() == []
-        go.touch()
+        os.close(writer.pop())  # the server reads the end of the FIFO and answers
         session, result = await asyncio.wait_for(opening, 10)
         assert result["serverInfo"]["name"] == "slow-start"
         assert transport.server_pids() == [session.pid]
     finally:
-        go.touch()
+        for fd in writer:
+            os.close(fd)
+        opening.cancel()
         await asyncio.gather(opening, return_exceptions=True)  # ended, whatever failed above
         await transport.aclose()
