@@ -240,7 +240,8 @@ def test_a_stdio_server_s_load_is_how_busy_its_main_thread_was() -> None:
     # Real processes: one spinning, one asleep; the busiest is what counts.
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     sleep = subprocess.Popen(
-        [sys.executable, "-c", "import time; print('asleep', flush=True); time.sleep(60)"],
+        # Asleep in the kernel until killed.
+        [sys.executable, "-c", "import signal; print('asleep', flush=True); signal.pause()"],
         stdout=subprocess.PIPE,
     )
     try:

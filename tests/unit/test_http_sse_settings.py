@@ -16,6 +16,7 @@ from app.upstream.errors import UpstreamProtocolError, UpstreamTimeout
 from app.upstream.http.sse_decoder import Event
 from app.upstream.http_sse.transport import DetectingTransport, _endpoint
 from app.upstream.streamable_http.transport import StreamableHttpTransport
+from tests.waiting import forever
 
 STREAM = httpx.URL("http://127.0.0.1:3001/sse")
 
@@ -61,7 +62,7 @@ def test_the_first_event_must_be_the_endpoint() -> None:
 
 def test_no_endpoint_in_time() -> None:
     async def silent() -> AsyncIterator[Event]:
-        await asyncio.sleep(10)
+        await forever()
         yield Event(event="endpoint", data="/m")
 
     with pytest.raises(UpstreamTimeout, match=r"no endpoint event within 0\.1s"):

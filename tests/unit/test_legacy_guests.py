@@ -14,7 +14,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -201,15 +201,27 @@ async def test_an_end_reaches_a_copy_and_a_join_on_its_way() -> None:
         assert second.guests == {B}
 
 
+class WatchedEvent(asyncio.Event):
+    """An event that says when someone waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = asyncio.Event()
+
+    async def wait(self) -> Literal[True]:
+        self.waited.set()
+        return await super().wait()
+
+
 async def test_a_lost_release_is_not_waited_for_past_the_next_touch() -> None:
     async with two_workers(Script({"tools/call": [TOOL]})) as (a, b, _transport):
         session = await opened(a)
         copy = await b.sessions.guest(session.id, None, hopped=False)
         assert copy is not None
         # The owner held "7" and released it, but the release never arrived.
-        copy.held["7"] = asyncio.Event()
+        copy.held["7"] = held = WatchedEvent()
         waiting = asyncio.ensure_future(call(b, copy, 7))
-        await asyncio.sleep(0.05)
+        await held.waited.wait()
         assert not waiting.done()
         await b.sessions.copies._touch_once()
         outs = await asyncio.wait_for(waiting, 2.0)

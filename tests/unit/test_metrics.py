@@ -10,6 +10,7 @@ import pkgutil
 import re
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import generate_latest
@@ -18,6 +19,7 @@ from app import call, metrics
 from app.metrics import LiveState, Metrics, parse_exposition
 from app.subscriptions.mailbox import End
 from app.upstream import errors
+from tests.waiting import one_turn
 from translators.registry import get_version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,18 +122,25 @@ def test_upstream_errors_are_counted_by_kind_and_the_upstream_part_observed() ->
     assert series["mcp_shim_upstream_duration_seconds_sum", method] == pytest.approx(0.15)
 
 
-async def test_the_upstream_part_is_from_sending_to_the_answer() -> None:
+async def test_the_upstream_part_is_from_sending_to_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]  # app/call.py's clock, faked
+    monkeypatch.setattr(call, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
     async def one_call(send: bool) -> float | None:
         timing = call.start_call()
+        now[0] += 1.0  # before sending: not the upstream's part
         if send:
             call.upstream_sent()
-        await asyncio.sleep(0.02)
+        await one_turn()  # the upstream is awaited
+        now[0] += 0.02
         call.upstream_answered()
         return timing.upstream_s
 
     # Each call in its own task, as each request is: no time leaks across.
     sent = await asyncio.create_task(one_call(True))
-    assert sent is not None and 0.015 < sent < 1.0
+    assert sent == pytest.approx(0.02)
     assert await asyncio.create_task(one_call(False)) is None
     call.upstream_sent()  # outside any call: nothing to record, no error
     call.upstream_answered()

@@ -6,7 +6,6 @@ oldest generation; every full pass walked them all (364 ms per pass, up to
 
 from __future__ import annotations
 
-import asyncio
 import gc
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from app.mrtr.parked import ParkedRegistry
 from app.mrtr.shelter import Shelter
+from tests.waiting import until
 
 
 class Calls:
@@ -78,7 +78,7 @@ async def test_registry_tells_the_shelter() -> None:
     calls.log.clear()
     for i in range(8):
         registry.park(f"short{i}", "x", 0.01, new=True)
-    await asyncio.sleep(0.1)  # expiries leave too
+    await until(lambda: len(registry) == 0, what="the 8 short ones to expire")  # expiries leave too
     assert calls.log == ["freeze", "unfreeze", "collect2", "freeze"]
 
 

@@ -19,6 +19,7 @@ import pytest
 from app.fronts.legacy.calls import _Cancel
 from app.upstream.stdio.session import StdioExchange, StdioSession
 from tests.unit.stdio_spawn import spawned
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -135,12 +136,22 @@ async def test_a_cancellation_of_nothing_in_flight_changes_nothing(session: Stdi
     assert [m["result"] for m in _queued(call)] == [{"ok": True}]
 
 
-async def test_a_call_cancelled_elsewhere_ends_its_read(session: StdioSession) -> None:
+@pytest.fixture
+async def quiet_session() -> AsyncIterator[StdioSession]:
+    """A session whose server reads and says nothing: only what the test
+    dispatches reaches the exchanges (cat would echo each request back)."""
+    transport, stdio = await spawned(["sh", "-c", "exec cat >/dev/null"], grace_s=0.5)
+    stdio.initialized = True
+    yield stdio
+    await transport.aclose()
+
+
+async def test_a_call_cancelled_elsewhere_ends_its_read(quiet_session: StdioSession) -> None:
     """A legacy call reads its stdio exchange in its own task (app/fronts/legacy/
     calls.py): a cancellation that did not go upstream from here (a guest copy's,
     served through the owner) stops the exchange, so the read ends at once, and
     what the exchange holds after the stop is never read."""
-    call = await session.request(_request(1, "tools/call"))
+    call = await quiet_session.request(_request(1, "tools/call"))
     cancel = _Cancel()
     cancel.on_set = call.stop
     read: list[Any] = []
@@ -150,11 +161,11 @@ async def test_a_call_cancelled_elsewhere_ends_its_read(session: StdioSession) -
             read.append(message)
 
     task = asyncio.ensure_future(reader())
-    session._dispatch(LOG)
-    await asyncio.sleep(0)
+    quiet_session._dispatch(LOG)
+    await until(lambda: read == [LOG], what="the log line read")
     cancel.set()
     cancel.set()  # a second cancellation stops nothing more
-    session._dispatch({"jsonrpc": "2.0", "id": 1, "result": {}})
+    quiet_session._dispatch({"jsonrpc": "2.0", "id": 1, "result": {}})
     await asyncio.wait_for(task, 5)
     assert read == [LOG]
     assert cancel.is_set()

@@ -21,7 +21,7 @@ from app import jsonio
 from app.upstream.stdio.process import StdioProcessExited
 from app.write_coalescer import SMALL_WRITE, for_loop
 from tests.unit.stdio_spawn import spawned
-from tests.waiting import one_turn, until
+from tests.waiting import clock_marks, one_turn, until
 
 
 @contextlib.asynccontextmanager
@@ -143,7 +143,7 @@ async def test_a_server_that_stops_reading_its_stdin_is_still_stopped() -> None:
     # transport's buffer are full, the next write waits, and after the liveness
     # time the process is stopped rather than the gateway's memory filling.
     transport, session = await spawned(["sleep", "30"], grace_s=0.2)
-    started = asyncio.get_running_loop().time()
+    fired, marks = clock_marks(15)
     try:
         with pytest.raises(StdioProcessExited, match="stopped reading its stdin"):
             for n in range(1000):  # 8 MB at most, far past the pipe and the buffer
@@ -152,4 +152,5 @@ async def test_a_server_that_stops_reading_its_stdin_is_still_stopped() -> None:
     finally:
         await session.close()
         await transport.aclose()
-    assert asyncio.get_running_loop().time() - started < 15
+        marks[0].cancel()
+    assert fired == [], "stopped within the liveness time and the graces"

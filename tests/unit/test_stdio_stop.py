@@ -11,7 +11,6 @@ process groups, which an MCP server can only make slower to show.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.stdio_spawn import spawned
+from tests.waiting import until
 
 
 def _group_alive(pgid: int) -> bool:
@@ -34,15 +34,6 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
-
-
-async def _group_gone(pgid: int, *, within_s: float) -> bool:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while _group_alive(pgid):
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
 
 
 @pytest.mark.parametrize(
@@ -64,7 +55,7 @@ async def test_stdin_closed_then_sigterm_then_sigkill(
     assert session.exited.done() and session.exited.result() == code
     # The whole group, the shell's child too. SIGKILL is sent to the group at
     # once, but a loaded kernel takes a moment to run the child's exit.
-    assert await _group_gone(session.pid, within_s=5.0)
+    await until(lambda: not _group_alive(session.pid), timeout_s=5.0, what="the whole group gone")
     assert transport.processes == 0
     sent = [
         line

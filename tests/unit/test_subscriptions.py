@@ -13,6 +13,7 @@ from app.subscriptions.filters import Filter
 from app.subscriptions.mailbox import End, Mailbox
 from app.subscriptions.refcount import UriRefcount
 from tests.schema import MODERN, SPEC, check_modern_answer, check_modern_error
+from tests.waiting import until
 
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
 ALL_CAPS: dict[str, Any] = {
@@ -300,7 +301,8 @@ async def test_mailbox_delivers_in_order_then_times_out() -> None:
 async def test_mailbox_wakes_a_waiting_reader() -> None:
     box = Mailbox(4)
     reader = asyncio.create_task(box.get(5))
-    await asyncio.sleep(0)
+    # Waiting: asyncio.Event keeps its waiters' futures in `_waiters`.
+    await until(lambda: box._wake._waiters, what="the reader waiting")  # type: ignore[attr-defined]
     box.offer({"n": 1})
     assert await asyncio.wait_for(reader, 1) == {"n": 1}
 

@@ -31,9 +31,12 @@ def test_owners_are_kept_apart_and_bounded() -> None:
 
 def test_records_expire_at_their_ttl() -> None:
     async def run() -> None:
-        store = MemoryTaskStore(max_per_owner=1)
-        assert await store.create("a", "t1", {}, 1) is None
-        await asyncio.sleep(0.01)
+        now = [100.0]
+        store = MemoryTaskStore(max_per_owner=1, clock=lambda: now[0])
+        assert await store.create("a", "t1", {}, 1000) is None
+        now[0] += 0.999
+        assert await store.get("a", "t1") == {}
+        now[0] += 0.002  # past its TTL
         assert await store.get("a", "t1") is None
         # The expired record no longer counts against the bound.
         assert await store.create("a", "t2", {}, 60_000) is None

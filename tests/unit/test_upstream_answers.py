@@ -34,6 +34,7 @@ from app.upstream.errors import (
 from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
+from tests.waiting import clock_marks, one_turn
 from translators.registry import get_version
 
 CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t"}}
@@ -328,18 +329,19 @@ async def test_the_drain_of_an_answered_stream_left_open_is_bounded(
     answer = _chunked(b"data: " + ANSWER + b"\n\n", end=False)
     peer = ScriptedServer(answer, hold=True)
     peer.server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
-    loop = asyncio.get_running_loop()
     try:
         session = StreamableHttpSession(client, peer.url, {}, "s-1", get_version("2025-11-25"), 30)
         exchange = await session.request(CALL)
         assert [m async for m in _first(exchange)] == [orjson.loads(ANSWER)]
-        started = loop.time()
+        drain_s = streamable_http._DRAIN_S
+        fired, marks = clock_marks(drain_s * 0.8, drain_s + 2)
         await exchange.aclose(drain=True)
-        waited = loop.time() - started
-        assert streamable_http._DRAIN_S * 0.8 <= waited < streamable_http._DRAIN_S + 2
+        for mark in marks:
+            mark.cancel()
+        assert fired == [drain_s * 0.8], "the drain was not waited for, and no longer"
         task = asyncio.current_task()
         assert task is not None and task.cancelling() == 0
-        await asyncio.sleep(0)
+        await one_turn()  # no cancel left pending for the next await
     finally:
         peer.server.close()
 
