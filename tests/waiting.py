@@ -49,7 +49,7 @@ async def until(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if loop.time() >= deadline:
             raise _failure(what, timeout_s, value)
         # Yields to the code under test between checks; not a synchronisation.

@@ -5,6 +5,8 @@ route serves, CORS, and the request id every answer carries."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
@@ -14,7 +16,10 @@ INIT = orjson.dumps(INITIALIZE)
 
 
 async def _post(
-    monkeypatch: pytest.MonkeyPatch, content: bytes = INIT, settings: dict | None = None, **h: str
+    monkeypatch: pytest.MonkeyPatch,
+    content: bytes = INIT,
+    settings: dict[str, Any] | None = None,
+    **h: str,
 ) -> tuple[int, dict[str, str], bytes, int]:
     """One POST /mcp: status, headers, body, and how many sessions went upstream."""
     async with gateway(monkeypatch, **(settings or {})) as (client, upstream):
@@ -97,10 +102,14 @@ async def test_a_body_over_the_limit_is_413_before_any_parse(
 
 
 async def test_a_body_not_json_by_its_media_type_is_415(monkeypatch: pytest.MonkeyPatch) -> None:
-    status, _, body, opened = await _post(monkeypatch, **{"content-type": "text/plain"})
-    assert status == 415 and b"application/json" in body and opened == 0
-    charset = {"content-type": "application/json; charset=utf-8"}
-    assert (await _post(monkeypatch, **charset))[0] == 200
+    plain = legacy_headers(**{"content-type": "text/plain"})
+    async with gateway(monkeypatch) as (client, upstream):
+        refused = await client.post("/mcp", content=INIT, headers=plain)
+        assert upstream.initializes == []
+        charset = {**plain, "content-type": "application/json; charset=utf-8"}
+        served = await client.post("/mcp", content=INIT, headers=charset)
+    assert refused.status_code == 415 and b"application/json" in refused.content
+    assert served.status_code == 200
 
 
 async def test_an_oversized_authorization_header_is_431(monkeypatch: pytest.MonkeyPatch) -> None:
