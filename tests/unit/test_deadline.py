@@ -9,7 +9,7 @@ on the clock except the one that checks the real timer fires."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -55,8 +55,11 @@ class Timers:
 
 
 @pytest.fixture
-async def timers(monkeypatch: pytest.MonkeyPatch) -> Timers:
-    return Timers(monkeypatch)
+async def timers(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Timers]:
+    faked = Timers(monkeypatch)
+    yield faked
+    for _, handle, _, _ in faked.armed:  # none outlives its test
+        handle.cancel()
 
 
 async def test_a_step_within_the_deadline_is_untouched(timers: Timers) -> None:

@@ -140,13 +140,13 @@ async def test_work_and_hooks_that_will_not_end_are_left_behind_in_bounded_time(
     async def stubborn() -> None:
         # Ignores the first cancellation, as a careless work might.
         try:
-            await forever()
+            await release.wait()
         except asyncio.CancelledError:
             await release.wait()
 
     async def hook(task: LiveTask) -> None:
         if task.task_id == "hangs":
-            await forever()
+            await release.wait()
         raise RuntimeError("cannot mark it")
 
     store = MemoryTaskStore(max_per_owner=10)

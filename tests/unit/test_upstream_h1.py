@@ -25,7 +25,7 @@ from app.upstream.http import h1, h1_errors
 from app.upstream.http.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
-from tests.waiting import clock_marks, forever, until
+from tests.waiting import clock_marks, until
 from translators.registry import get_version
 
 CALL = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t"}}
@@ -49,8 +49,13 @@ class Peer(LoopbackPeer):
         self.connections = 0
         self.requests: list[tuple[int, bytes]] = []
         self.server: asyncio.Server | None = None
+        self.handlers: set[asyncio.Task[None]] = set()  # one per connection still open
 
     async def handle(self, reader: asyncio.StreamReader, writer: Writer) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        task.add_done_callback(self.handlers.discard)
         self.connections += 1
         connection, served = self.connections, 0
         try:
@@ -79,9 +84,15 @@ async def serve() -> AsyncIterator[Callable[[Script], Awaitable[Peer]]]:
         return peer
 
     yield start
+    # Nothing of a test's peers outlives it: its servers closed, and the
+    # connections a client left open ended, not left to later tests' loop turns.
     for peer in peers:
         assert peer.server is not None
         peer.server.close()
+        for handler in list(peer.handlers):
+            handler.cancel()
+        await asyncio.gather(*peer.handlers, return_exceptions=True)
+        await peer.server.wait_closed()
 
 
 async def _answer(served: int, request: bytes, writer: Writer) -> bool:
@@ -302,8 +313,7 @@ async def test_a_call_given_up_early_closes_its_connection(
     async def endless(served: int, request: bytes, writer: Writer) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
         writer.write(b"transfer-encoding: chunked\r\n\r\n")
-        await writer.drain()
-        await forever()
+        # The stream is never ended: the peer reads on until the client leaves.
         return True
 
     peer = await serve(endless)
