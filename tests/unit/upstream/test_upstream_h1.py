@@ -3,7 +3,7 @@ what it writes, which connections it reuses, closes and bounds, its timeouts.
 
 The HTTP peer is a few lines of asyncio scripted byte by byte (an HTTP-level
 behaviour, no MCP involved; the real servers are in tests/integration). What
-every transport must read the same way is in tests/unit/test_upstream_answers.py.
+every transport must read the same way is in tests/unit/upstream/test_upstream_answers.py.
 """
 
 from __future__ import annotations

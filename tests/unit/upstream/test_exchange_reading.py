@@ -1,7 +1,7 @@
 """How a shared stream's exchange is read (app/upstream/routing.py, stdio and
 HTTP+SSE): one reader, messages in the order they came, and an end that
 stays an end, whichever way the read ended (the response, a stop, an error,
-the reader's cancellation). Its timeout: tests/unit/test_exchange_silence.py."""
+the reader's cancellation). Its timeout: tests/unit/upstream/test_exchange_silence.py."""
 
 from __future__ import annotations
 

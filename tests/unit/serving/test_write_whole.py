@@ -19,7 +19,7 @@ import pytest
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from app.http_protocol import ConnectionLink
-from tests.unit.test_connection_link import Transport  # keeps what is written to it
+from tests.unit.serving.test_connection_link import Transport  # keeps what is written to it
 
 SERVER_HEADERS = [(b"date", b"Wed, 02 Dec 2026 19:00:00 GMT"), (b"server", b"uvicorn")]
 EXTRA = ((b"x-request-id", b"abc-123"),)

@@ -12,7 +12,7 @@ import re
 import orjson
 import structlog
 
-from tests.unit.test_call_line import _Stderr, stderr  # noqa: F401
+from tests.unit.leaves.test_call_line import _Stderr, stderr  # noqa: F401
 
 _TIMESTAMP = re.compile(rb'"timestamp":"[^"]+"')
 

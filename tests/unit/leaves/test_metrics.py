@@ -22,7 +22,7 @@ from app.upstream import errors
 from tests.waiting import one_turn
 from translators.registry import get_version
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MODERN = get_version("2026-07-28")
 assert MODERN is not None
 

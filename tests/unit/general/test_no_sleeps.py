@@ -13,7 +13,7 @@ import ast
 import re
 from pathlib import Path
 
-UNIT = Path(__file__).resolve().parent
+UNIT = Path(__file__).resolve().parents[1]
 MARK = "behaviour under test"
 # `assert <clock>() - started < 5`: an outcome read off a clock.
 CLOCK_ASSERT = re.compile(r"\bassert\b.*(monotonic|perf_counter|\.time)\(\)\s*-")

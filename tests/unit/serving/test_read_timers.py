@@ -12,7 +12,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from app.http_protocol import ConnectionLimits, protocol_class
-from tests.unit.test_connection_link import REQUEST, Transport
+from tests.unit.serving.test_connection_link import REQUEST, Transport
 from tests.waiting import until
 
 

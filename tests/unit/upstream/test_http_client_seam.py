@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[2] / "app"
+APP = Path(__file__).resolve().parents[3] / "app"
 # The adapters, and the library they adapt: the only places that may ask.
 ADAPTERS = frozenset(
     (

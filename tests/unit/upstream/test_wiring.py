@@ -16,7 +16,7 @@ from app.settings_load import load_settings
 from app.upstream.choice import build_upstream
 from app.upstream.era_transport import EraTransport
 
-APP = Path(__file__).resolve().parents[2] / "app"
+APP = Path(__file__).resolve().parents[3] / "app"
 # Where the classes of upstream kinds and HTTP clients come from.
 _KIND_SOURCES = ("app.upstream", "httpx", "aiohttp", "httpx_aiohttp", "httpcore")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "bench"
 # Not scripts: the index itself, the history, the package marker.
 NOT_LISTED = {"README.md", "JOURNAL.md", "__init__.py"}

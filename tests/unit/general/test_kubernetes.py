@@ -19,7 +19,7 @@ from app.config import Settings
 from app.fronts.shared.security import check_host
 from app.mrtr.state import parse_keys
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
 K8S_VERSION = kubernetes_validate.latest_version()
 _REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
