@@ -78,7 +78,7 @@ UPSTREAM_ERROR_KINDS = (
 )
 
 # `CallState.outcome` values the code sets (app/fronts/modern/gateway.py, app/mrtr/,
-# app/subscriptions/listen.py; tests/unit/test_metrics.py checks the list against
+# app/subscriptions/listen.py; tests/unit/leaves/test_metrics.py checks the list against
 # the source). "error <code>" carries the upstream's code: counted as "error".
 # How a request relayed to the replica (or worker) owning its state ended
 # (app/cluster/replicas.py), and what was owned there: fixed sets, so no relay can mint

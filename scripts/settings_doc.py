@@ -4,7 +4,7 @@ The tables between the two markers of docs/settings.md are generated: each
 setting's variable, default and bounds come from `Settings` itself, its group
 and one line from `GROUPS` below; the details after the tables are prose kept
 by hand, one `#### MCP_SHIM_...` section per setting.
-tests/unit/test_settings_doc.py fails when a setting is missing here, when the
+tests/unit/settings/test_settings_doc.py fails when a setting is missing here, when the
 tables are stale, or when a setting has no details section.
 
 Usage:

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from tests.waiting import until_sync
+
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / ".peers"
 LEGACY_PY = PEERS / "legacy" / "bin" / "python"
@@ -89,16 +91,17 @@ def free_port() -> int:
 
 
 def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def up() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"process for {url} exited early with code {proc.returncode}")
         try:
             httpx.get(url, timeout=1.0)
-            return
         except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up within {timeout}s")
+            return False
+        return True
+
+    until_sync(up, timeout_s=timeout, interval=0.1, what=f"{url} to come up")
 
 
 @contextmanager
@@ -244,19 +247,18 @@ def redis_server_binary() -> str:
 
 def wait_for_redis(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """Until the server answers PING on its port (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"redis-server on port {port} exited early ({proc.returncode})")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
                 sock.sendall(b"PING\r\n")
-                if sock.recv(64).startswith(b"+PONG"):
-                    return
+                return sock.recv(64).startswith(b"+PONG")
         except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"redis-server on port {port} did not answer PING within {timeout}s")
+            return False
+
+    until_sync(answers, timeout_s=timeout, what=f"redis-server on port {port} to answer PING")
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """The gateway's spans, made with the OpenTelemetry SDK and exported over OTLP.
 
 Imported only when the `OTEL_*` variables ask for export (app/tracing/export.py):
-without it the gateway never loads the SDK (tests/unit/test_start_up_imports.py).
+without it the gateway never loads the SDK (tests/unit/serving/test_start_up_imports.py).
 
 Names and attributes follow OpenTelemetry's semantic conventions for MCP
 (development status): a span is named `{mcp.method.name} {target}` with the

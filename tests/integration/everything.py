@@ -31,6 +31,7 @@ from tests.integration import mrtr_wire as mw
 from tests.integration import test_legacy_clients as legacy
 from tests.integration import wire
 from tests.schema import MODERN
+from tests.waiting import until_sync
 
 NPM = procs.PEERS / "node" / "node_modules" / "@modelcontextprotocol"
 EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
@@ -232,16 +233,6 @@ def sampled(text: str) -> dict[str, Any]:
         "model": "test-model",
         "stopReason": "endTurn",
     }
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- the checks ------------------------------------------------------------------
@@ -466,7 +457,7 @@ def check_an_unprompted_roots_request_is_answered(
             for line in server_stderr()
         )
 
-    wait_for(refused, timeout=10, what="the server's note that roots/list was refused")
+    until_sync(refused, timeout_s=10, what="the server's note that roots/list was refused")
 
 
 def check_a_legacy_client(http: httpx.Client, base: str, p: Profile) -> None:

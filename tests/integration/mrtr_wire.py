@@ -9,7 +9,6 @@ and the fixture's ledger (``GET /debug/stats``).
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -213,14 +212,3 @@ def answer_rounds(
 
 def marker_count(legacy_url: str, marker: str) -> int:
     return int(stats(legacy_url)["markers"].get(marker, 0))
-
-
-def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)

@@ -19,7 +19,6 @@ import codecs
 import contextlib
 import json
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.procs import free_port
+from tests.waiting import until_sync
 
 # Hop-by-hop and framing headers: set by each HTTP connection, never forwarded.
 _HOP = frozenset(
@@ -204,14 +204,11 @@ class RecordingProxy:
     def wait_for(
         self, predicate: Callable[[Record], bool], since: int = 0, timeout: float = 10.0
     ) -> Record:
-        deadline = time.monotonic() + timeout
-        while True:
-            for record in self.since(since):
-                if predicate(record):
-                    return record
-            if time.monotonic() > deadline:
-                raise AssertionError("the proxy saw no matching exchange in time")
-            time.sleep(0.02)
+
+        def seen() -> Record | None:
+            return next((r for r in self.since(since) if predicate(r)), None)
+
+        return until_sync(seen, timeout_s=timeout, what="the proxy to see a matching exchange")
 
     # -- forwarding ----------------------------------------------------------
 

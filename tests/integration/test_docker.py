@@ -882,7 +882,7 @@ def test_readme_quick_start_and_settings_table() -> None:
     assert "bash scripts/demo.sh" in readme and "bash scripts/test.sh" in readme
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
     # The essentials in the README; every setting in docs/settings.md
-    # (tests/unit/test_settings_doc.py checks that one against app/config.py).
+    # (tests/unit/settings/test_settings_doc.py checks that one against app/config.py).
     for field, _line in settings_doc.GROUPS[0][1]:
         variable = f"MCP_SHIM_{field.upper()}"
         assert f"`{variable}`" in readme, f"README.md's essential settings lack {variable}"

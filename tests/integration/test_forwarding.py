@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,7 @@ from tests.schema import (
     check_request,
     check_response,
 )
+from tests.waiting import until_sync
 
 LEGACY = "2025-11-25"  # what the gateway offers by default, and the fixture accepts
 LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
@@ -121,17 +122,6 @@ def upstream_calls(records: list[Record], mark: str) -> list[Record]:
 def digest(authorization: str) -> str:
     """The fixture's credential digest (tests/fixtures/legacy/state.py)."""
     return hashlib.sha256(authorization.encode()).hexdigest()[:16]
-
-
-def poll(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +246,7 @@ def test_every_message_crossing_the_gateway_matches_the_schema(chain: Chain) -> 
     relayed = [m["method"] for r in front_records for m in r.messages if "method" in m]
     assert "notifications/progress" in relayed and "notifications/message" in relayed
 
-    poll(
+    until_sync(
         lambda: all(r.done for r in chain.back.since(back_mark) if r.http_method == "POST"),
         what="upstream exchanges",
     )
@@ -405,12 +395,12 @@ def assert_cancelled_upstream(chain: Chain, mark: int, tag: str, before: int) ->
     check_legacy_sent(SPEC, LEGACY, cancel.body)
     assert cancel.session_id == sent.session_id
     assert cancel.status == 202
-    poll(
+    until_sync(
         lambda: chain.stats()["toolCancellations"].get("slow_echo", 0) == before + 1,
         what="the fixture to record the cancellation",
     )
     # The tool was stopped: no answer to the cancelled request ever went upstream.
-    poll(lambda: sent.done, what="the upstream stream to close")
+    until_sync(lambda: sent.done, what="the upstream stream to close")
     assert not [m for m in sent.messages if m.get("id") == sent.body["id"]]
 
 
@@ -661,7 +651,7 @@ def test_upstream_dies_mid_call_and_a_later_call_works(logs_dir: Path) -> None:
 
             caller = threading.Thread(target=slow)
             caller.start()
-            poll(lambda: started_calls(fixture, "slow_echo") == 1, what="slow_echo to start")
+            until_sync(lambda: started_calls(fixture, "slow_echo") == 1, what="slow_echo to start")
             proc.kill()
             proc.wait()
             caller.join(30)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from tests import procs
 from tests.integration import wire
 from tests.schema import SPEC, check_modern_error
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -360,10 +360,12 @@ def gateway_in_process(legacy_url: str, loop: str = "auto") -> Iterator[tuple[st
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "gateway did not start"
-            time.sleep(0.05)
+
+        def started() -> bool:
+            assert thread.is_alive(), "the gateway's thread ended before it started"
+            return bool(server.started)
+
+        until_sync(started, timeout_s=20, what="the gateway to start")
         yield f"http://127.0.0.1:{port}/mcp", app.state.wiring.gateway
     finally:
         server.should_exit = True
@@ -396,10 +398,7 @@ def test_a_failure_after_the_lane_is_taken_releases_it(
                 for i in range(20):
                     content, headers = tool_call("echo", {"text": "x"}, rid=i, caps=ELICITATION)
                     responses.append(httpx.post(url, content=content, headers=headers, timeout=15))
-        deadline = time.monotonic() + 5
-        while lanes.busy and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert lanes.busy == 0
+        until_sync(lambda: lanes.busy == 0, timeout_s=5, what="every lane given back")
         assert lanes.idle <= idle_lanes
         for i, response in enumerate(responses):
             assert_json_error(response, 500, -32603, i % 20)

@@ -33,9 +33,9 @@ from tests.integration.everything import (
     everything_sse,
     sampled,
     text_of,
-    wait_for,
 )
 from tests.integration.recording_proxy import Record, RecordingProxy
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -211,7 +211,7 @@ def test_a_parked_call_nobody_retries_is_abandoned_upstream(
     assert reply.body["error"]["code"] == -32001
     check_cancelled_upstream(proxy, mark)
     # The lane's stream, closed by the gateway.
-    wait_for(lambda: stream.done, timeout=timeout, what="the lane's SSE stream to close")
+    until_sync(lambda: stream.done, timeout_s=timeout, what="the lane's SSE stream to close")
     assert stream.ending == "client_gone"
     # The state is no longer valid.
     ((key, _),) = first.requests.items()
@@ -268,11 +268,12 @@ def test_a_listen_stream_outlives_the_upstream_stream(tmp_path: Path, http: http
             ev.check_an_update_arrives(http, base, frames, listen_id, ev.EVERYTHING_PROFILE)
             first.close()  # the server goes, and its streams with it
             with everything_sse(port, tmp_path / "everything-2.log"):
-                ev.wait_for(
+                until_sync(
                     lambda: any(
                         line.get("event") == "listen_session_reopened"
                         for line in wire.log_lines(log)
                     ),
+                    timeout_s=15,
                     what="the listen hub to move to a new session",
                 )
                 ev.check_an_update_arrives(http, base, frames, listen_id, ev.EVERYTHING_PROFILE)

@@ -33,6 +33,7 @@ from tests.integration.test_legacy_hardening import (
     next_events,
     sse_channel,
 )
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -45,13 +46,6 @@ def refused(response: httpx.Response, status: int, rid: Any, *words: str) -> Non
     assert body["error"]["code"] == -32600 and body["id"] == rid, body
     for word in words:
         assert word in body["error"]["message"], body
-
-
-def wait_until(condition: Any, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------
@@ -96,7 +90,7 @@ def test_concurrent_initializes_on_a_channel_open_one_session(
                 (served,) = next_events(chunks, 1)
                 check_legacy("2024-11-05", served, "initialize")
         sessions = app.state.wiring.legacy._sessions
-        wait_until(lambda: len(sessions) == 0, "the channels' sessions to end")
+        until_sync(lambda: len(sessions) == 0, timeout_s=15, what="the channels' sessions to end")
         assert sessions._pool.open_sessions == 0
         # The pool's whole room, for new credentials.
         url = base + "/mcp"

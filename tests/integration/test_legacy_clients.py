@@ -29,6 +29,7 @@ import pytest
 from tests import procs
 from tests.integration import wire
 from tests.schema import SPEC, check_modern_answer, check_notification, check_response
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -682,10 +683,11 @@ class RawStream:
             self._opened.set()
 
     def wait_for(self, check: Any, what: str, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not check(list(self.lines)):
-            assert time.monotonic() < deadline, f"no {what}: {self.lines[-20:]}"
-            time.sleep(0.05)
+        until_sync(
+            lambda: check(list(self.lines)),
+            timeout_s=timeout,
+            what=f"{what} on the stream (last lines: {self.lines[-20:]})",
+        )
 
     def close(self) -> None:
         self._client.close()

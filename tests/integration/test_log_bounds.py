@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests import procs
 from tests.integration import wire
+from tests.waiting import until_sync
 
 # Writes 30 long stderr lines (the last one recognisable), then exits 3 before
 # answering initialize.
@@ -40,9 +40,11 @@ def test_a_stdio_servers_exit_line_is_bounded(tmp_path: Path) -> None:
         with httpx.Client(timeout=30.0) as client:
             answer = wire.post(client, base + "/mcp", message, wire.headers_for(message))
         assert answer.status_code == 502, answer.text[:300]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and "upstream_process_exited" not in log.read_text():
-            time.sleep(0.1)
+        until_sync(
+            lambda: "upstream_process_exited" in log.read_text(),
+            timeout_s=10,
+            what="the upstream_process_exited line",
+        )
     raw = [line for line in log.read_text().splitlines() if "upstream_process_exited" in line]
     assert raw, "no exit line"
     for line in raw:

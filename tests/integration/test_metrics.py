@@ -33,6 +33,7 @@ from app.metrics import BUCKETS, parse_exposition
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -92,15 +93,13 @@ def gauges(series: Series) -> dict[str, float]:
 def scrape_until(url: str, **expected: float) -> Series:
     """Scrape until the live gauges named show these values (a closed client's
     connection leaves the server's set a moment later), then return the scrape."""
-    deadline = time.monotonic() + 10.0
-    while True:
+
+    def shown() -> Series | None:
         _, series = scrape(url)
         seen = gauges(series)
-        if all(seen[name] == value for name, value in expected.items()):
-            return series
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gauges {seen}, expected {expected}")
-        time.sleep(0.05)
+        return series if all(seen[name] == value for name, value in expected.items()) else None
+
+    return until_sync(shown, timeout_s=10.0, what=f"the gauges to show {expected}")
 
 
 def split_histograms(series: Series) -> tuple[Series, dict[tuple[str, str], list[float]]]:

@@ -39,6 +39,7 @@ from tests.schema import (
     check_modern_answer,
     check_modern_error,
 )
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -579,7 +580,7 @@ def test_missing_capability_is_32021_and_the_tool_does_not_complete(
     if tool != "connect_account":
         # The upstream's request was never left waiting, and the call did not
         # complete on it: cancelled first, then refused (or cancelled with it).
-        outcomes = mw.wait_until(
+        outcomes = until_sync(
             lambda: [
                 o
                 for o in _ledger_outcomes(legacy_url, f"tools/call {tool}", since)
@@ -631,7 +632,7 @@ def test_closing_a_retry_stream_cancels_the_upstream_call(
                 assert note["params"]["progressToken"] == "work-1"
                 break
     # The client went away mid-retry: the gateway cancels the upstream call.
-    mw.wait_until(
+    until_sync(
         lambda: mw.stats(legacy_url)["toolCancellations"].get("ask_then_work", 0) > before,
         what="notifications/cancelled to reach the fixture",
     )

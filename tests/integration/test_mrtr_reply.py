@@ -30,6 +30,7 @@ import pytest
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration.recording_proxy import Record, RecordingProxy
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -171,7 +172,7 @@ def test_reply_that_cannot_be_delivered_ends_the_call_at_once(
         stale = _retry(http, gateway, mark, first)
         assert stale.error["code"] == -32602, stale.final
     # The upstream's call was cancelled rather than left waiting for the answer.
-    mw.wait_until(
+    until_sync(
         lambda: mw.stats(legacy_url)["toolCancellations"].get("ask_github_login", 0) > before,
         what="notifications/cancelled to reach the fixture",
     )

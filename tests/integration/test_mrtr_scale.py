@@ -38,6 +38,7 @@ from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
 from tests.procs import run_modern_client
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -230,7 +231,7 @@ def test_expired_exchange_is_ended_cleanly_and_its_state_refused(
 
         # After the TTL: the elicitation answered "cancel", the sampling request an
         # error (the SDKs' request-timeout code), the calls cancelled.
-        seen = mw.wait_until(outcomes, timeout=10.0, what="the TTL to end both exchanges")
+        seen = until_sync(outcomes, timeout_s=10.0, what="the TTL to end both exchanges")
         assert seen["tools/call ask_github_login"] == "cancel"
         assert seen["tools/call ask_sampling"].startswith("error -32001")
         late = mw.tool_call(

@@ -9,7 +9,6 @@ outcome reused for a few seconds.
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import httpx
 from tests import procs
 from tests.integration import wire
 from tests.integration.recording_proxy import RecordingProxy
+from tests.waiting import until_sync
 
 MAX_AGE_S = 1.0
 
@@ -27,12 +27,11 @@ def readyz(base: str) -> httpx.Response:
 
 
 def wait_for_status(base: str, status: int, timeout: float = 20.0) -> httpx.Response:
-    deadline = time.monotonic() + timeout
-    while True:
+    def answered() -> httpx.Response | None:
         response = readyz(base)
-        if response.status_code == status or time.monotonic() > deadline:
-            return response
-        time.sleep(0.2)
+        return response if response.status_code == status else None
+
+    return until_sync(answered, timeout_s=timeout, interval=0.2, what=f"/readyz to answer {status}")
 
 
 def test_readyz_follows_the_upstream_down_and_back(logs_dir: Path) -> None:

@@ -2,32 +2,36 @@
 what the first probe learned, once per gateway (not once per worker).
 
 It is the `message` of a `gateway_listening` JSON log line, so the stream stays
-JSON lines only; a terminal gets it as plain text as well (tests/unit/test_start_line.py).
+JSON lines only; a terminal gets it as plain text as well (tests/unit/serving/test_start_line.py).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import procs
+from tests.waiting import until_sync
 
 
 def listening_lines(log: Path, count: int = 1, timeout: float = 15) -> list[dict[str, Any]]:
     """The `gateway_listening` lines once `count` `gateway_started` lines are in."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
-        started = [x for x in lines if x.get("event") == "gateway_started"]
-        if len(started) >= count or time.monotonic() > deadline:
-            assert len(started) == count, log.read_text()[-3000:]
-            return [x for x in lines if x.get("event") == "gateway_listening"]
-        time.sleep(0.1)
+
+    def read() -> list[dict[str, Any]]:
+        return [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+
+    def started() -> list[dict[str, Any]]:
+        return [x for x in read() if x.get("event") == "gateway_started"]
+
+    until_sync(
+        lambda: len(started()) >= count, timeout_s=timeout, what=f"{count} gateway_started lines"
+    )
+    assert len(started()) == count, log.read_text()[-3000:]
+    return [x for x in read() if x.get("event") == "gateway_listening"]
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

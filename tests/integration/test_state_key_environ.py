@@ -45,6 +45,7 @@ from tests.integration.test_workers import (
     started,
     started_at,
 )
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -162,11 +163,11 @@ def test_workers_get_the_key_by_a_pipe_and_open_each_others_state(logs_dir: Path
         # A restarted worker gets the key again, by a new pipe.
         old = up.pids()[1]
         os.kill(old, signal.SIGKILL)
-        mw.wait_until(
-            lambda: started(log)[1]["pid"] != old, timeout=30, what="worker 1 to be restarted"
+        until_sync(
+            lambda: started(log)[1]["pid"] != old, timeout_s=30, what="worker 1 to be restarted"
         )
         for url in urls.values():
-            mw.wait_until(lambda url=url: _healthy(url), timeout=30, what=f"{url} up")
+            until_sync(lambda url=url: _healthy(url), timeout_s=30, what=f"{url} up")
         call_echo(urls[1])
         with httpx.Client(timeout=30.0) as http:
             answer = run_rounds(http, itertools.cycle([urls[1], urls[0]]), uuid.uuid4().hex[:8])

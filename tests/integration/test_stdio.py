@@ -42,10 +42,10 @@ from tests.integration.everything import (
     node_command,
     sampled,
     text_of,
-    wait_for,
 )
 from tests.integration.test_slow_clients import raw_request
 from tests.procs import run_modern_client
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -313,7 +313,9 @@ def test_a_server_that_stops_answering(tmp_path: Path, http: httpx.Client) -> No
         assert answer.status == 502
         assert "did not answer a ping within 1s" in answer.error["message"]
         assert text_of(call(http, base, "echo", {"message": "again"})) == "Echo: again"
-        wait_for(lambda: _stat(child) is None, what="the stopped process to be gone")
+        until_sync(
+            lambda: _stat(child) is None, timeout_s=15, what="the stopped process to be gone"
+        )
 
 
 def test_process_bound_and_what_a_caller_gets_beyond_it(tmp_path: Path, http: httpx.Client) -> None:
@@ -396,7 +398,7 @@ def test_no_process_outlives_a_killed_gateway(tmp_path: Path, http: httpx.Client
         groups = set(children(gateway_pid))
         assert len(groups) >= 2
         os.kill(gateway_pid, signal.SIGKILL)
-        wait_for(lambda: group_members(groups) == [], timeout=10, what="the children to die")
+        until_sync(lambda: group_members(groups) == [], timeout_s=10, what="the children to die")
 
 
 def test_a_server_that_fails_to_start(tmp_path: Path, http: httpx.Client) -> None:

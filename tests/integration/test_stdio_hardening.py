@@ -29,10 +29,11 @@ import pytest
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
-from tests.integration.everything import text_of, wait_for
+from tests.integration.everything import text_of
 from tests.integration.test_legacy_clients import call as legacy_call
 from tests.integration.test_legacy_clients import initialize
 from tests.integration.test_stdio import stdio_gateway
+from tests.waiting import until_sync
 
 SUBREAPER_WRAPPER = procs.ROOT / "tests" / "misbehaving" / "subreaper.py"
 SERVER = procs.ROOT / "tests" / "misbehaving" / "stdio_server.py"
@@ -162,7 +163,9 @@ def test_calls_that_never_answer_hold_only_their_credentials_share(tmp_path: Pat
         try:
             # Every call of the eight either reached a server (and hangs there) or
             # was refused.
-            wait_for(lambda: hanging() + len(outcomes) == 8, what="the eight calls placed")
+            until_sync(
+                lambda: hanging() + len(outcomes) == 8, timeout_s=15, what="the eight calls placed"
+            )
             assert set(outcomes) <= {429, 503}, outcomes
             with httpx.Client(timeout=30.0) as http:
                 other = tool(http, base, "echo", authorization="Bearer b")
@@ -280,8 +283,9 @@ def test_a_pid_1_gateway_reaps_what_its_servers_leave(tmp_path: Path) -> None:
                 children.append(host_pid(gateway, started["child"]))
                 assert tool(http, base, "exit").status == 502
             assert len(set(children)) == 4
-            wait_for(
+            until_sync(
                 lambda: all(reaped(child) for child in children),
+                timeout_s=15,
                 what=f"the servers' children {children} reaped, not zombies of the gateway",
             )
             assert zombies_of(gateway) == []
@@ -311,7 +315,7 @@ def _setsid_child_ends(tmp_path: Path, wrapper: list[str] | None, mechanism: str
             assert os.getpgid(started["setsid"]) != server_group  # out of the group's reach
             assert os.getsid(started["setsid"]) == started["setsid"]
         # The gateway has exited (SIGTERM): nothing it started is left.
-        wait_for(lambda: reaped(escaped[0]), what="the setsid() child to be gone")
+        until_sync(lambda: reaped(escaped[0]), timeout_s=15, what="the setsid() child to be gone")
         (containment,) = [
             line for line in wire.log_lines(log) if line.get("event") == "stdio_containment"
         ]
@@ -347,7 +351,9 @@ def test_a_setsid_child_ends_with_its_server(tmp_path: Path) -> None:
         ):
             escaped.append(pids_of(http, base)["setsid"])
             assert tool(http, base, "exit").status == 502
-            wait_for(lambda: reaped(escaped[0]), what="the setsid() child to be gone")
+            until_sync(
+                lambda: reaped(escaped[0]), timeout_s=15, what="the setsid() child to be gone"
+            )
     finally:
         for pid in escaped:
             with contextlib.suppress(ProcessLookupError):

@@ -38,6 +38,7 @@ from tests import procs
 from tests.integration import wire
 from tests.integration.recording_proxy import RecordingProxy
 from tests.schema import MODERN, SPEC, check_modern_answer, check_modern_error
+from tests.waiting import until
 
 SUB_ID = "io.modelcontextprotocol/subscriptionId"
 ACK = "notifications/subscriptions/acknowledged"
@@ -270,14 +271,6 @@ def methods(messages: list[dict[str, Any]]) -> list[str]:
     return [m.get("method", "<response>") for m in messages]
 
 
-async def wait_until(predicate: Any, wait_s: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + wait_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 # ---------------------------------------------------------------------------
 # discover, rejections
 # ---------------------------------------------------------------------------
@@ -427,7 +420,7 @@ async def test_subscribe_and_unsubscribe_are_reference_counted_upstream(chain: C
         assert (await second.next())["params"]["uri"] == uri
 
         await client.close(second)
-        await wait_until(
+        await until(
             lambda: chain.subscriptions(uri)["unsubscribe"] == 1, what="the last unsubscribe"
         )
         assert chain.subscriptions(uri) == {"subscribe": 1, "unsubscribe": 1, "activeSessions": 0}
@@ -442,7 +435,7 @@ async def test_subscribe_and_unsubscribe_are_reference_counted_upstream(chain: C
 
 async def test_one_upstream_get_stream_per_session_however_many_listeners(chain: Chain) -> None:
     async with client_for(chain) as client:
-        await wait_until(lambda: chain.open_get_streams() == 0, what="no GET stream open")
+        await until(lambda: chain.open_get_streams() == 0, what="no GET stream open")
         streams = [await client.listen(f"g-{n}", toolsListChanged=True) for n in range(6)]
         await asyncio.sleep(0.3)
         assert chain.open_get_streams() == 1
@@ -452,7 +445,7 @@ async def test_one_upstream_get_stream_per_session_however_many_listeners(chain:
         assert chain.open_get_streams() == 2
         for stream in [*streams, other]:
             await client.close(stream)
-        await wait_until(lambda: chain.open_get_streams() == 0, what="GET streams released")
+        await until(lambda: chain.open_get_streams() == 0, what="GET streams released")
 
 
 async def test_nothing_is_subscribed_on_a_session_of_other_credentials(chain: Chain) -> None:
@@ -527,7 +520,7 @@ async def test_an_expired_session_is_reopened_and_resubscribed(chain: Chain) -> 
         expired = (await client.http.post(chain.fixture + "/debug/expire-sessions")).json()
         assert expired["expired"] >= 1
         # The gateway re-opens on a fresh session and subscribes the URI again there.
-        await wait_until(
+        await until(
             lambda: (
                 chain.subscriptions(uri)
                 == {
@@ -536,14 +529,14 @@ async def test_an_expired_session_is_reopened_and_resubscribed(chain: Chain) -> 
                     "activeSessions": 1,
                 }
             ),
-            wait_s=10,
+            timeout_s=10,
             what="the URI subscribed again on a fresh session",
         )
         await client.call("update_resource", {"uri": uri})
         arrived = await stream.next()
         assert arrived["method"] == UPDATED and arrived["params"]["uri"] == uri
         await client.close(stream)
-        await wait_until(lambda: chain.subscriptions(uri)["unsubscribe"] == 1, what="unsubscribe")
+        await until(lambda: chain.subscriptions(uri)["unsubscribe"] == 1, what="unsubscribe")
         await client.call("remove_resource", {"name": name})
 
 
@@ -683,7 +676,7 @@ async def test_sigterm_closes_every_listen_stream_gracefully(
                 try:
                     one = await client.listen(1, toolsListChanged=True)
                     two = await client.listen("two", promptsListChanged=True)
-                    await wait_until(ready.exists, wait_s=30, what="the modern client's ack")
+                    await until(ready.exists, timeout_s=30, what="the modern client's ack")
                     started = time.monotonic()
                     gw.send_signal(signal.SIGTERM)
                     for stream in (one, two):

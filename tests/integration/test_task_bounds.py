@@ -22,6 +22,7 @@ import pytest
 from app.metrics import parse_exposition
 from tests import procs
 from tests.integration import wire
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -139,10 +140,11 @@ def test_tasks_leave_sessions_for_a_credential_that_has_none(
             client, base, "tasks/cancel", {"taskId": task_id}, caps=CAPS[0], auth="a"
         )
         assert status == 200
-        deadline = time.monotonic() + 10
-        while task_gauges(base)["mcp_shim_task_upstream_sessions"] != 5.0:
-            assert time.monotonic() < deadline, "the cancelled task kept its session"
-            time.sleep(0.1)
+        until_sync(
+            lambda: task_gauges(base)["mcp_shim_task_upstream_sessions"] == 5.0,
+            timeout_s=10,
+            what="the cancelled task's session given back",
+        )
         status, started, _ = call(
             client, base, "tools/call", slow(60, "c-again"), caps=CAPS[0], auth="c"
         )
@@ -196,16 +198,6 @@ def test_working_tasks_hold_no_upstream_connection(fixture_url: str, tmp_path: P
         }
 
 
-def _until(check: Any, what: str, timeout_s: float = 15) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_a_tasks_questions_wait_for_room_on_the_tasks_connection_bound(
     fixture_url: str, tmp_path: Path
 ) -> None:
@@ -239,10 +231,18 @@ def test_a_tasks_questions_wait_for_room_on_the_tasks_connection_bound(
 
         first, second = create("one"), create("two")
         for task_id in (first, second):
-            _until(lambda t=task_id: get(t)["status"] == "input_required", "no question shown")
+            until_sync(
+                lambda t=task_id: get(t)["status"] == "input_required",
+                timeout_s=15,
+                what="a question shown",
+            )
         third = create("three")
         theirs = create("theirs", "b")
-        _until(lambda: get(theirs, "b")["status"] == "input_required", "b's share was taken")
+        until_sync(
+            lambda: get(theirs, "b")["status"] == "input_required",
+            timeout_s=15,
+            what="b's question (b's share not taken)",
+        )
         time.sleep(1.5)  # three of the fixture's poll intervals: the third stays unasked
         waiting = get(third)
         assert waiting["status"] == "working" and not waiting.get("inputRequests"), waiting
@@ -260,10 +260,18 @@ def test_a_tasks_questions_wait_for_room_on_the_tasks_connection_bound(
             auth="a",
         )
         assert status == 200, ack
-        done = _until(lambda: get(first) if get(first)["status"] == "completed" else None, "end")
+        done = until_sync(
+            lambda: get(first) if get(first)["status"] == "completed" else None,
+            timeout_s=15,
+            what="the first task's end",
+        )
         assert done["result"]["content"][0]["text"] == "deleted one"
         # The first task's stream given back: the third's question is fetched.
-        _until(lambda: get(third)["status"] == "input_required", "the third never asked")
+        until_sync(
+            lambda: get(third)["status"] == "input_required",
+            timeout_s=15,
+            what="the third task's question",
+        )
         assert task_gauges(base)["mcp_shim_task_upstream_connections"] == 3.0
 
 
@@ -300,9 +308,10 @@ def test_gateway_run_tasks_count_their_lane_and_two_connections(
             client, base, "tasks/cancel", {"taskId": task_id}, caps=WITH_EXT, auth="a"
         )
         assert status == 200
-        _until(
+        until_sync(
             lambda: task_gauges(base)["mcp_shim_task_upstream_connections"] == 2.0,
-            "the cancelled task kept its connections",
+            timeout_s=15,
+            what="the cancelled task's connections given back",
         )
         status, again, _ = call(client, base, "tools/call", echo, caps=WITH_EXT, auth="a")
         assert status == 200, again

@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,7 @@ from app.tasks.store import (
     record_refusal,
 )
 from tests import procs
+from tests.waiting import until
 
 MaxBytes = 4096
 MakeStore = Callable[..., TaskStore]
@@ -79,16 +80,6 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]
         await store.close()
 
 
-async def _until(check: Callable[[], Awaitable[bool]], within_s: float = 10.0) -> float:
-    """Poll until `check` holds (bounded); the monotonic time it was first seen."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if await check():
-            return time.monotonic()
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"not within {within_s} s")
-
-
 # ---------------------------------------------------------------- the contract
 
 
@@ -134,7 +125,8 @@ async def test_records_expire_at_their_ttl_and_stop_counting(make_store: MakeSto
     async def gone() -> bool:
         return await store.get("a", "t1") is None
 
-    seen = await _until(gone)
+    await until(gone, what="the record to expire")
+    seen = time.monotonic()
     assert seen - created >= 0.3
     assert await store.live("a") == []
     assert not await store.update("a", "t1", {"n": 2}), "an expired record is not revived"
@@ -160,7 +152,8 @@ async def test_update_keeps_the_expiry(make_store: MakeStore) -> None:
             assert time.monotonic() < updated + ttl_s, "the record outlived its first TTL"
         return found is None
 
-    seen = await _until(gone_early)
+    await until(gone_early, what="the record to expire at its first TTL")
+    seen = time.monotonic()
     assert seen - created >= ttl_s
 
 
@@ -265,7 +258,7 @@ async def test_keys_name_no_owner_and_close_releases_connections(redis_url: str)
         async def released() -> bool:
             return bool((await raw.info("clients"))["connected_clients"] == before)
 
-        await _until(released)
+        await until(released, what="the closed store's connection released")
     finally:
         await raw.aclose()
 

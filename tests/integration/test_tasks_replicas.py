@@ -32,6 +32,7 @@ from tests.integration import mrtr_wire as mw
 from tests.integration import wire
 from tests.integration.test_replicas import haproxy
 from tests.integration.test_tasks_modern import modern
+from tests.waiting import until_sync
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -122,13 +123,14 @@ def poll(client: httpx.Client, base: str, task_id: str) -> dict[str, Any]:
 
 
 def until_terminal(client: httpx.Client, base: str, task_id: str, within_s: float) -> dict:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
+
+    def terminal() -> dict[str, Any] | None:
         result = poll(client, base, task_id)
-        if result["status"] in TERMINAL:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"task {task_id} not terminal within {within_s} s")
+        return result if result["status"] in TERMINAL else None
+
+    return until_sync(
+        terminal, timeout_s=within_s, interval=0.2, what=f"task {task_id} to be terminal"
+    )
 
 
 @pytest.mark.peers

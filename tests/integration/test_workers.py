@@ -41,6 +41,7 @@ from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import test_replicas as replicas
 from tests.integration import wire
+from tests.waiting import until_sync
 
 ROUNDS = ["round_1", "round_2", "round_3"]
 
@@ -71,7 +72,7 @@ def forwarded(log: Path) -> dict[int, int]:
 
 
 def wait_up(url: str, timeout: float = 30.0) -> None:
-    mw.wait_until(lambda: _answers(url), timeout=timeout, what=f"{url} to answer")
+    until_sync(lambda: _answers(url), timeout_s=timeout, what=f"{url} to answer")
 
 
 def _answers(url: str) -> bool:
@@ -97,7 +98,7 @@ class Workers:
 
 def _up(base: str, proc: subprocess.Popen[bytes], log: Path, count: int) -> Workers:
     workers = Workers(base, proc, log)
-    mw.wait_until(lambda: len(started(log)) == count, timeout=30, what="workers started")
+    until_sync(lambda: len(started(log)) == count, timeout_s=30, what="workers started")
     for url in workers.internal().values():
         wait_up(url)
     return workers
@@ -302,12 +303,12 @@ def test_use_on_the_other_worker_keeps_a_session_from_idling_out_and_its_end_rea
                 replicas.result_of(replicas.whoami(http, urls[1], session_id, marker()))
                 time.sleep(0.3)
             replicas.result_of(replicas.whoami(http, urls[0], session_id, marker()))
-            mw.wait_until(
+            until_sync(
                 lambda: any(
                     e["event"] == "legacy_session_ended" and e.get("reason") == "idle"
                     for e in lines(log)
                 ),
-                timeout=10,
+                timeout_s=10,
                 what="the idle session ended by its owner",
             )
             gone = replicas.whoami(http, urls[1], session_id, marker())
@@ -395,13 +396,13 @@ def test_a_killed_worker_is_restarted_on_its_own_url(two: Workers, legacy_url: s
     urls = two.internal()
     victim = two.pids()[1]
     os.kill(victim, signal.SIGKILL)
-    exited = mw.wait_until(
+    exited = until_sync(
         lambda: [
             line
             for line in lines(two.log)
             if line["event"] == "worker_exited" and line["pid"] == victim
         ],
-        timeout=10,
+        timeout_s=10,
         what="the worker_exited line",
     )
     assert exited[0]["worker"] == 1
@@ -410,7 +411,7 @@ def test_a_killed_worker_is_restarted_on_its_own_url(two: Workers, legacy_url: s
     assert exited[0]["level"] == "warning"
     # The port is served by worker 0 meanwhile.
     assert httpx.get(two.base + "/healthz", timeout=5.0).status_code == 200
-    mw.wait_until(lambda: two.pids()[1] != victim, timeout=15, what="worker 1 started again")
+    until_sync(lambda: two.pids()[1] != victim, timeout_s=15, what="worker 1 started again")
     assert two.internal() == urls  # same listener, kept by the supervisor
     wait_up(urls[1])
     mark = marker()
@@ -530,7 +531,7 @@ def test_sigterm_stops_every_worker_and_its_servers(stdio_workers: Workers) -> N
         assert not [k for k in environ(pid) if k.startswith("MCP_SHIM_")], pid
     stdio_workers.proc.send_signal(signal.SIGTERM)
     assert stdio_workers.proc.wait(30) == 0
-    mw.wait_until(lambda: not alive(tree), timeout=10, what="every descendant to end")
+    until_sync(lambda: not alive(tree), timeout_s=10, what="every descendant to end")
     events = [line["event"] for line in lines(stdio_workers.log)]
     assert events.count("gateway_stopped") == 2
     assert events[-1] == "workers_stopped"
@@ -543,7 +544,7 @@ def test_a_supervisor_killed_outright_leaves_no_worker(stdio_workers: Workers) -
     stdio_workers.proc.wait()
     # Workers get SIGTERM from the kernel (PR_SET_PDEATHSIG), stop gracefully and
     # stop their stdio servers (which would get SIGKILL on their own otherwise).
-    mw.wait_until(lambda: not alive(tree), timeout=30, what="every descendant to end")
+    until_sync(lambda: not alive(tree), timeout_s=30, what="every descendant to end")
     stopped = [line for line in lines(stdio_workers.log) if line["event"] == "gateway_stopped"]
     assert len(stopped) == 2
 
@@ -557,7 +558,7 @@ def test_sigint_stops_them_too_with_ctrl_c_s_exit_code(legacy_url: str, logs_dir
         assert len(tree) == 2
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 130
-        mw.wait_until(lambda: not alive(tree), timeout=10, what="both workers to end")
+        until_sync(lambda: not alive(tree), timeout_s=10, what="both workers to end")
     stopping = [line for line in lines(log) if line["event"] == "workers_stopping"]
     assert stopping[0]["signal"] == "SIGINT"
 
@@ -580,9 +581,9 @@ def test_stopping_refuses_new_connections_and_finishes_calls_in_flight(
         caller.start()
         time.sleep(1.0)  # the call is in flight on worker 0
         proc.send_signal(signal.SIGTERM)
-        mw.wait_until(
+        until_sync(
             lambda: len([x for x in lines(log) if x["event"] == "gateway_stopped"]) == 1,
-            timeout=15,
+            timeout_s=15,
             what="worker 1 to stop while worker 0 finishes its call",
         )
         # Like one process, the stopping gateway refuses new connections at once

@@ -46,8 +46,8 @@ import pytest
 from app.metrics import parse_exposition
 from tests import procs
 from tests.integration import everything, test_stdio
-from tests.integration import mrtr_wire as mw
 from tests.integration import test_workers as tw
+from tests.waiting import until_sync
 
 MODERN_HEADERS = {
     "content-type": "application/json",
@@ -266,8 +266,8 @@ def worker0_saturated(workers: tw.Workers) -> Iterator[None]:
     idle_gathered(workers)
     seen = len(accepting(workers))
     with loading(_hammer, workers.internal()[0]):
-        mw.wait_until(
-            lambda: True in accepting(workers)[seen:], timeout=40, what="worker 1 accepting"
+        until_sync(
+            lambda: True in accepting(workers)[seen:], timeout_s=40, what="worker 1 accepting"
         )
         yield
 
@@ -275,8 +275,8 @@ def worker0_saturated(workers: tw.Workers) -> Iterator[None]:
 def idle_gathered(workers: tw.Workers) -> None:
     """Wait until worker 1 has stopped accepting (the gateway just started, or
     a load has ended)."""
-    mw.wait_until(
-        lambda: accepting(workers)[-1:] == [False], timeout=20, what="worker 1 not accepting"
+    until_sync(
+        lambda: accepting(workers)[-1:] == [False], timeout_s=20, what="worker 1 not accepting"
     )
 
 
@@ -450,10 +450,8 @@ def test_a_stdio_server_process_taking_a_core_spreads_its_calls(stdio_two: tw.Wo
         # Clients on the shared port, all accepted by worker 0 (worker 1 does not
         # accept while the gateway is idle), as many calls as they can.
         with loading(_load_fixture, stdio_two.base):
-            mw.wait_until(
-                lambda: moved(stdio_two).get("spill", 0.0) > 0, timeout=30, what="a spill"
-            )
-            mw.wait_until(lambda: bool(servers_of(pids[1])), timeout=30, what="worker 1's server")
+            until_sync(lambda: moved(stdio_two).get("spill", 0.0) > 0, timeout_s=30, what="a spill")
+            until_sync(lambda: bool(servers_of(pids[1])), timeout_s=30, what="worker 1's server")
         assert len(servers_of(pids[0])) == 1  # one process for all of worker 0's calls
         try:
             conn.call(False)  # answered wherever it is now

@@ -31,7 +31,6 @@ import pytest
 from tests import procs
 from tests.integration import test_replicas as replicas
 from tests.integration import wire
-from tests.integration.everything import wait_for
 from tests.integration.test_workers import (
     Workers,
     _up,
@@ -40,6 +39,7 @@ from tests.integration.test_workers import (
     relay_counts,
     started_at,
 )
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -179,8 +179,9 @@ def test_the_process_bound_holds_per_worker(logs_dir: Path) -> None:
         assert "MCP_SHIM_STDIO_MAX_PROCESSES" in refused.text
         assert "busy: 2 with a stream open" in refused.text
         assert len(servers(two)) == 4
-        wait_for(
+        until_sync(
             lambda: len([e for e in events(two, "call") if e.get("method") == "GET"]) == 2,
+            timeout_s=15,
             what="both GET streams ended at the gateway",
         )
         # Idle again: worker 0's least recently used session makes room (its

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.waiting import until_sync
 
 MODERN = "2026-07-28"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -148,11 +149,13 @@ def wait_for_log(
     path: Path, request_id: str, event: str | None = None, timeout: float = 5.0
 ) -> dict[str, Any]:
     """The gateway's JSON log line for one request (by X-Request-Id), waiting for it."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def found() -> dict[str, Any] | None:
         for line in log_lines(path):
             if line.get("request_id") == request_id and (event is None or line["event"] == event):
                 return line
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no log line for request {request_id} ({event}) in {path}")
-        time.sleep(0.05)
+        return None
+
+    return until_sync(
+        found, timeout_s=timeout, what=f"a log line for request {request_id} ({event}) in {path}"
+    )

@@ -1,5 +1,5 @@
 """An upstream session that does nothing, for tests of the pool's accounting
-(tests/unit/test_pool_bounds.py, test_pool_expiry.py): it only remembers
+(tests/unit/upstream/test_pool_bounds.py, test_pool_expiry.py): it only remembers
 whether it was closed."""
 
 from __future__ import annotations

@@ -5,9 +5,7 @@ handling, not MCP."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Callable
 
 from app.upstream.stdio.session import StdioSession
 from app.upstream.stdio.transport import StdioTransport
@@ -31,12 +29,3 @@ async def spawned(
     )
     await transport._take_slot()
     return transport, await transport._spawn()
-
-
-async def until(predicate: Callable[[], bool], within_s: float, what: str) -> None:
-    """Wait until `predicate()` holds, at most `within_s`; else fail saying `what` never came."""
-    for _ in range(int(within_s / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{what} never came")

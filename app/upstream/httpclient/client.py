@@ -239,7 +239,7 @@ def build_client(
     (MCP_SHIM_UPSTREAM_HEADERS) go on every request, over a request's own. Never httpx's
     own transport (httpcore): it pools connections by origin, so one
     credential's request could ride on another's connection and read a stray
-    byte left after its answer as its own (tests/unit/test_upstream_answer_bounds.py)."""
+    byte left after its answer as its own (tests/unit/upstream/test_upstream_answer_bounds.py)."""
     if transport not in ("aiohttp", "h1"):
         raise ValueError(f"unknown upstream HTTP transport {transport!r}: h1 or aiohttp")
     limits = httpx.Limits(

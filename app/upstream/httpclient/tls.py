@@ -135,7 +135,7 @@ def _aiohttp_unverified() -> DeferredCAContext:
 def defer_aiohttp_defaults() -> bool:
     """Replace aiohttp's import-time contexts with deferred ones; False if this
     aiohttp has none under those names (then nothing is changed:
-    tests/unit/test_tls.py fails, so a version bump is noticed)."""
+    tests/unit/upstream/test_tls.py fails, so a version bump is noticed)."""
     from aiohttp import connector as _aiohttp_connector
 
     if not isinstance(getattr(_aiohttp_connector, "_SSL_CONTEXT_VERIFIED", None), ssl.SSLContext):

@@ -103,7 +103,7 @@ class ModernResponse:
     # Decoded bytes (`aiter_bytes`), never the raw ones: the request offered
     # gzip and deflate (the client's Accept-Encoding) and Content-Encoding is not
     # relayed, so a compressing upstream's raw body would reach the client as
-    # undecodable JSON (tests/unit/test_passthrough_encoding.py).
+    # undecodable JSON (tests/unit/upstream/test_passthrough_encoding.py).
 
     async def read(self, limit: int) -> bytes | None:
         """The whole body, decoded, if it is at most `limit` bytes, else None."""

@@ -1,0 +1,1 @@
+"""Unit tests of app/headers/: the parameter headers."""

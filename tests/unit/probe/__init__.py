@@ -1,0 +1,1 @@
+"""Unit tests of app/probe/: the mcp-shim probe command."""

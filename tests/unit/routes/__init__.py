@@ -1,0 +1,1 @@
+"""Unit tests of app/routes/: CORS, body reads, scope headers."""

@@ -1,0 +1,1 @@
+"""Unit tests of the settings (app/settings/): loading, checking, the generated docs."""

@@ -1,0 +1,1 @@
+"""Unit tests of app/subscriptions/: the listen streams' hub, filters and mailboxes."""

@@ -1,0 +1,1 @@
+"""Unit tests of translators/: the revision registry, steps, capabilities, golden examples."""

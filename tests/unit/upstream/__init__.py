@@ -1,0 +1,1 @@
+"""Unit tests of app/upstream/: transports, sessions, the pool, the HTTP client, stdio processes."""
