@@ -24,9 +24,8 @@ from typing import Protocol
 
 from starlette.responses import Response
 
-from app.call import CallState, Outgoing
+from app.call import CallState, ModernCall, Outgoing
 from app.fronts.legacy.checks import Claim
-from app.fronts.modern.checks import ModernCall
 
 
 class CallFront(Protocol):

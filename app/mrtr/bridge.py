@@ -32,9 +32,8 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-from app.call import CallState
+from app.call import CallState, ModernCall
 from app.config import Settings
-from app.fronts.modern.checks import ModernCall
 from app.mrtr import answers, capabilities, results
 from app.mrtr.driving import Driver
 from app.mrtr.exchange import LiveExchange

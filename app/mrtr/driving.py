@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from app.call import upstream_sent
+from app.call import Message, upstream_sent
 from app.mrtr import answers, capabilities, results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
 from app.mrtr.lanes import Lanes
@@ -24,7 +24,6 @@ from app.mrtr.parking import Parking
 from app.mrtr.results import Frame
 from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.listener import default_answer
 from translators import translate

@@ -29,7 +29,8 @@ import httpx
 import structlog
 
 from app import jsonio
-from app.fronts.modern.checks import NAME_FIELD, ModernCall
+from app.call import ModernCall
+from app.headers.header_values import NAME_FIELDS
 from app.mrtr.results import Frame
 from app.quoting import quoted
 from app.rejections import INTERNAL_ERROR, Rejection
@@ -61,7 +62,7 @@ def hop_headers(call: ModernCall, authorization: str | None) -> dict[str, str]:
         "mcp-method": call.method,
         HOP_HEADER: "1",
     }
-    field = NAME_FIELD.get(call.method)
+    field = NAME_FIELDS.get(call.method)
     name = call.params.get(field) if field is not None else None
     if isinstance(name, str):
         headers["mcp-name"] = mirrored(name)

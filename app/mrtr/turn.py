@@ -12,10 +12,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from app.call import CallState
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, Message, ModernCall
 from app.mrtr.state import caller_digest
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange
 from app.upstream.pool import PooledSession, SessionKey, credential_hash
 
 log = structlog.get_logger("mcp_shim.mrtr")

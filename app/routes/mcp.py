@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app import call, logs, metrics, tracing
+from app.call import ModernCall, ModernNotification
 from app.config import Settings
 from app.fronts.legacy import checks as legacy
 from app.fronts.modern import checks as modern
@@ -80,7 +81,7 @@ class McpRoutes:
         parsed = modern.parse(body, headers, max_depth=self._settings.max_json_depth)
         if isinstance(parsed, Rejection):
             return self._rejected(parsed)
-        if isinstance(parsed, modern.ModernNotification):
+        if isinstance(parsed, ModernNotification):
             log.info("notification_accepted", method=parsed.method)
             return Response(status_code=202)
         return await self._modern(request, wiring, parsed, body, headers, started, timing)
@@ -89,7 +90,7 @@ class McpRoutes:
         self,
         request: Request,
         wiring: Wiring,
-        parsed: modern.ModernCall,
+        parsed: ModernCall,
         body: bytes,
         headers: ScopeHeaders,
         started: float,
@@ -151,7 +152,7 @@ class McpRoutes:
 
     def _done(
         self,
-        parsed: modern.ModernCall,
+        parsed: ModernCall,
         state: call.CallState,
         started: float,
         timing: call.CallTiming,

@@ -21,8 +21,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from app.call import CallState
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, ModernCall
 from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import filters, frames
 from app.subscriptions.hub import SubscriptionHub

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.state import Sealer
@@ -39,7 +38,6 @@ from app.tasks.serve import METHODS, TaskServer
 from app.tasks.shutdown import WindDown
 from app.tasks.store import TaskStore
 from app.tasks.watch import Watchers
-from app.upstream.base import Message
 from app.upstream.pool import PooledSession, SessionPool
 
 __all__ = ["METHODS", "Resume", "RunAsTask", "TaskBridge", "TaskSettings"]

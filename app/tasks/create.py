@@ -24,8 +24,7 @@ from typing import NoReturn
 import structlog
 
 from app import jsonio
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.exchange import LiveExchange
 from app.mrtr.lanes import Lane
@@ -45,7 +44,6 @@ from app.tasks.replies import (
 )
 from app.tasks.store import TaskLimitReached, TaskStoreUnavailable
 from app.tasks.upstream import ask
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
 from app.upstream.pool import PooledSession, credential_hash
 from translators import tasks as wire

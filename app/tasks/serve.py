@@ -14,8 +14,7 @@ from typing import Any
 
 import structlog
 
-from app.call import CallState, Outgoing
-from app.fronts.modern.checks import ModernCall
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.mrtr.forwarding import ReplicaForwarder
 from app.rejections import INTERNAL_ERROR, METHOD_NOT_FOUND, Rejection
 from app.replicas import reachable
@@ -33,7 +32,6 @@ from app.tasks.replies import (
 )
 from app.tasks.store import MAX_RECORD_SETTING, Record, record_refusal
 from app.tasks.upstream import ask
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired
 from app.upstream.pool import PooledSession, credential_hash
 from translators import tasks as wire

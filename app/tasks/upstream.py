@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
 from app.upstream.listener import default_answer
 from app.upstream.pool import PooledSession

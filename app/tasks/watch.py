@@ -16,14 +16,13 @@ from typing import Any
 
 import structlog
 
-from app.fronts.modern.checks import ModernCall
+from app.call import Message, ModernCall
 from app.mrtr.state import Sealer
 from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids
 from app.tasks.replies import missing_extension
 from app.tasks.store import TaskStore, TaskStoreUnavailable
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.pool import credential_hash
 from translators import tasks as wire

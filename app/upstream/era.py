@@ -34,7 +34,7 @@ from typing import Any, Literal
 import structlog
 
 from app import jsonio
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError, UpstreamHttpError
 from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
 from translators.registry import LATEST_MODERN, Version, get_version, modern_versions

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from app.call import CallState, Outgoing
+from app.call import CallState, ModernCall, Outgoing
 from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import Gateway
 from app.mrtr.bridge import Bridge
@@ -37,7 +37,7 @@ def modern_call(
     rid: Any = 1,
     caps: dict[str, Any] | None = None,
     meta: dict[str, Any] | None = None,
-) -> modern.ModernCall:
+) -> ModernCall:
     """A 2026-07-28 request as the modern front parses it (app/fronts/modern/checks.py)."""
     body_params = dict(params or {})
     body_params["_meta"] = {
@@ -50,7 +50,7 @@ def modern_call(
     if method in NAMED:
         headers["mcp-name"] = str(body_params[NAMED[method]])
     parsed = modern.parse(orjson.dumps(message), headers)
-    assert isinstance(parsed, modern.ModernCall), parsed
+    assert isinstance(parsed, ModernCall), parsed
     return parsed
 
 
@@ -63,7 +63,7 @@ class Rig:
     sealer: Sealer
 
     async def run(
-        self, call: modern.ModernCall, authorization: str | None = None
+        self, call: ModernCall, authorization: str | None = None
     ) -> tuple[list[Outgoing], CallState]:
         state = CallState(request_id="seam-test")
         outs = await drain(self.gateway.run(call, authorization, state))

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from app import jsonio, logs
+from app.call import ModernCall
 from app.fronts.modern import checks as modern
 from app.fronts.shared import header_guard
 from app.rejections import Rejection
@@ -64,11 +65,9 @@ def test_deep_nesting_is_refused_with_the_id() -> None:
 
 def test_depth_limit_is_exact_and_configurable() -> None:
     # The message is level 1, params 2: arguments of n nested objects reach 2 + n.
-    assert isinstance(modern.parse(call(nested(62)), call_headers()), modern.ModernCall)
+    assert isinstance(modern.parse(call(nested(62)), call_headers()), ModernCall)
     assert isinstance(modern.parse(call(nested(63)), call_headers()), Rejection)
-    assert isinstance(
-        modern.parse(call(nested(101)), call_headers(), max_depth=103), modern.ModernCall
-    )
+    assert isinstance(modern.parse(call(nested(101)), call_headers(), max_depth=103), ModernCall)
     assert isinstance(modern.parse(call(nested(102)), call_headers(), max_depth=103), Rejection)
 
 
@@ -150,7 +149,7 @@ def test_oversized_authorization_is_refused_before_it_goes_upstream() -> None:
     assert (out.code, out.http_status, out.id) == (-32600, 431, 9)
     assert "aaaa" not in json.dumps(out.to_message())
     fits = "Bearer " + "a" * (header_guard.MAX_AUTHORIZATION_CHARS - len("Bearer "))
-    assert isinstance(modern.parse(call(), call_headers(authorization=fits)), modern.ModernCall)
+    assert isinstance(modern.parse(call(), call_headers(authorization=fits)), ModernCall)
 
 
 @pytest.mark.parametrize("name", ["mcp-param-region", "mcp-name", "mcp-method"])
@@ -188,7 +187,7 @@ def test_malformed_capabilities_are_invalid_params(caps: Any, field: str) -> Non
 def test_open_capabilities_stay_open() -> None:
     # ClientCapabilities "is not a closed set": unknown members are accepted.
     caps = {"roots": {}, "elicitation": {"form": {}, "other": 1}, "vendor.x": 5}
-    assert isinstance(modern.parse(call(caps=caps), call_headers()), modern.ModernCall)
+    assert isinstance(modern.parse(call(caps=caps), call_headers()), ModernCall)
 
 
 def test_session_keys_use_canonical_capabilities() -> None:

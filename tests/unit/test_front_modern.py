@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.call import ModernCall, ModernNotification
 from app.fronts.modern import checks as modern
 from app.rejections import Rejection
 
@@ -47,7 +48,7 @@ def test_valid_tools_call_parses() -> None:
     out = modern.parse(
         body("tools/call", {"name": "echo", "arguments": {}}), headers("tools/call", "echo")
     )
-    assert isinstance(out, modern.ModernCall)
+    assert isinstance(out, ModernCall)
     assert (out.id, out.method, out.version.name) == (1, "tools/call", "2026-07-28")
 
 
@@ -102,7 +103,7 @@ def test_name_header_checked_after_base64_decoding() -> None:
     name = "héllo wörld"
     enc = "=?base64?" + base64.b64encode(name.encode()).decode() + "?="
     ok = modern.parse(body("tools/call", {"name": name}), headers("tools/call", enc))
-    assert isinstance(ok, modern.ModernCall)
+    assert isinstance(ok, ModernCall)
     assert reject(body("tools/call", {"name": "a"}), headers("tools/call", "b")).code == -32020
     assert reject(body("tools/call", {"name": "a"}), headers("tools/call")).code == -32020
     r = reject(body("resources/read", {"uri": "file:///x"}), headers("resources/read", "file:///y"))
@@ -131,7 +132,7 @@ def test_notification_is_accepted() -> None:
     )
     # streamable-http "Protocol Version Header": every POST MUST carry it.
     hdrs = {"mcp-protocol-version": "2026-07-28", "mcp-method": "notifications/cancelled"}
-    assert isinstance(modern.parse(raw, hdrs), modern.ModernNotification)
+    assert isinstance(modern.parse(raw, hdrs), ModernNotification)
 
 
 def test_responses_and_bad_shapes_are_invalid_requests() -> None:

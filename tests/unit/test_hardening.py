@@ -15,6 +15,7 @@ import pytest
 import structlog
 
 from app import logs
+from app.call import ModernCall
 from app.config import Settings
 from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import CallState, Gateway, Outgoing
@@ -96,7 +97,7 @@ MODERN = get_version("2026-07-28")
 LEGACY = get_version("2025-11-25")
 
 
-def _call() -> modern.ModernCall:
+def _call() -> ModernCall:
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -110,7 +111,7 @@ def _call() -> modern.ModernCall:
         }
     )
     parsed = modern.parse(raw, {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list"})
-    assert isinstance(parsed, modern.ModernCall)
+    assert isinstance(parsed, ModernCall)
     return parsed
 
 

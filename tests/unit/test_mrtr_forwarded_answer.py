@@ -13,6 +13,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from app.call import ModernCall
 from app.fronts.modern import checks as modern
 from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.results import Frame
@@ -79,7 +80,7 @@ async def owner() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def retry() -> modern.ModernCall:
+def retry() -> ModernCall:
     body = {
         "jsonrpc": "2.0",
         "id": 5,
@@ -96,7 +97,7 @@ def retry() -> modern.ModernCall:
     }
     headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo"}
     call = modern.parse(orjson.dumps(body), headers)
-    assert isinstance(call, modern.ModernCall)
+    assert isinstance(call, ModernCall)
     return call
 
 

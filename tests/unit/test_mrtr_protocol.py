@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from app.call import ModernCall
 from app.fronts.modern import checks as modern
 from app.mrtr import answers, capabilities, results
 from app.mrtr.forwarding import HOP_HEADER, hop_headers, mirrored
@@ -404,12 +405,12 @@ def test_hop_headers_re_derive_what_the_client_sent() -> None:
         "mcp-param-region": "eu",
     }
     call = modern.parse(orjson.dumps(body), headers)
-    assert isinstance(call, modern.ModernCall)
+    assert isinstance(call, ModernCall)
     sent = hop_headers(call, "Bearer t")
     assert sent[HOP_HEADER] == "1" and sent["authorization"] == "Bearer t"
     # What the receiving replica's front accepts as it would the client's own request.
     again = modern.parse(orjson.dumps(body), sent)
-    assert isinstance(again, modern.ModernCall) and again.param_headers == {"region": "eu"}
+    assert isinstance(again, ModernCall) and again.param_headers == {"region": "eu"}
     assert mirrored("plain") == "plain"
     assert mirrored(" padded") != " padded"
 

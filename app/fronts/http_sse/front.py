@@ -39,6 +39,7 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio
+from app.call import Message
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.replies import guarded, refuse, session_not_found
@@ -48,7 +49,6 @@ from app.fronts.shared.answer import sse_event
 from app.fronts.shared.binding import held_by
 from app.http_protocol import RateLimitedLog, server_busy
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
-from app.upstream.base import Message
 from app.upstream.pool import credential_hash
 
 log = structlog.get_logger("mcp_shim.legacy.sse")

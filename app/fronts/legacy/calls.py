@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from app.auth import AuthRelay
-from app.call import Outgoing
+from app.call import Message, Outgoing
 from app.fronts.legacy import checks as front
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
@@ -29,7 +29,7 @@ from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.legacy.turns import IdTurns
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
-from app.upstream.base import Exchange, Message, read_stopper
+from app.upstream.base import Exchange, read_stopper
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,

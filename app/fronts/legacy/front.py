@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from app import jsonio, logs
 from app.auth import AuthRelay
-from app.call import Outgoing
+from app.call import Message, Outgoing
 from app.fronts.legacy import batches, opening, stream
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
@@ -43,7 +43,6 @@ from app.fronts.shared.answer import CallAnswer, sse_event
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection, RequestId
 from app.replicas import HOP_HEADER, ReplicaRelay, header_items
-from app.upstream.base import Message
 from translators.registry import Version
 
 log = structlog.get_logger("mcp_shim.legacy")

@@ -15,9 +15,9 @@ from starlette.responses import Response
 
 from app import auth, jsonio
 from app.auth import AuthRelay
+from app.call import Message
 from app.fronts.legacy import checks as front
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection, RequestId
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError
 
 log = structlog.get_logger("mcp_shim.legacy")

@@ -8,14 +8,14 @@ from collections.abc import AsyncGenerator
 
 import structlog
 
-from app.call import Outgoing
+from app.call import Message, Outgoing
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
 from app.fronts.legacy.replies import session_not_found, upstream_failure
 from app.fronts.legacy.session import LegacySession
 from app.fronts.legacy.sessions import LegacySessions
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange
 from app.upstream.errors import (
     SessionExpired,
     UpstreamAuthChallenge,

@@ -7,10 +7,10 @@ a Rejection. No I/O, so every rule here is unit-tested without a server.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from app import jsonio
+from app.call import ModernCall, ModernNotification
 from app.fronts.shared.header_guard import check_header_values
 from app.headers.header_values import NAME_FIELDS, BadHeaderValue, decode_header_value
 from app.quoting import quoted
@@ -25,7 +25,7 @@ from app.rejections import (
     RequestId,
 )
 from translators.capabilities import client_capability_objects
-from translators.registry import LATEST_MODERN, Version, get_version, modern_versions
+from translators.registry import LATEST_MODERN, get_version, modern_versions
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -42,28 +42,6 @@ EXTENSION_REQUESTS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-
-
-@dataclass(frozen=True, slots=True)
-class ModernCall:
-    """A validated 2026-07-28 request."""
-
-    id: RequestId
-    method: str
-    params: dict[str, Any]
-    message: dict[str, Any]
-    version: Version
-    client_capabilities: dict[str, Any]
-    log_level: str | None
-    # `Mcp-Param-*` headers as sent, by lower-cased name: checked against the
-    # tool's `x-mcp-header` annotations once the tool list is known.
-    param_headers: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class ModernNotification:
-    method: str
-    message: dict[str, Any]
 
 
 Parsed = ModernCall | ModernNotification | Rejection

@@ -16,9 +16,9 @@ import structlog
 
 from app import auth
 from app.auth import AuthRelay
-from app.call import CallState, Outgoing, upstream_answered, upstream_sent
+from app.call import CallState, Message, ModernCall, Outgoing, upstream_answered, upstream_sent
 from app.deadline import StepDeadline
-from app.fronts.modern.checks import LOG_LEVELS, ModernCall, supported_version_names
+from app.fronts.modern.checks import LOG_LEVELS, supported_version_names
 from app.headers import param_headers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
@@ -30,7 +30,6 @@ from app.subscriptions import listen as subscriptions_listen
 from app.subscriptions.hub import SubscriptionHub
 from app.tasks import bridge as tasks_bridge
 from app.tasks.bridge import TaskBridge
-from app.upstream.base import Message
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,

@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 
 from app import jsonio, tracing
+from app.call import Message
 from app.headers.header_values import NAME_FIELDS, header_form
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
 from app.upstream.http.client import UpstreamClient, library_errors
 from app.upstream.http.interface import Answer
