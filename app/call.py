@@ -34,6 +34,10 @@ from translators.registry import Version
 # A parsed JSON-RPC message, as every layer passes it.
 Message = dict[str, Any]
 
+# 2026-07-28 server/utilities/logging, least severe first: a request's
+# `io.modelcontextprotocol/logLevel` is one of them.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
 
 @dataclass(frozen=True, slots=True)
 class ModernCall:

@@ -33,6 +33,7 @@ from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.gateway import Gateway
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
+from app.mrtr.forwarder import Forwarder
 from app.mrtr.forwarding import ReplicaForwarder
 from app.readiness import ReadinessCheck
 from app.replicas import Replicas, build_replicas
@@ -90,7 +91,7 @@ class Wiring:
         grace_s = self.settings.shutdown_grace_s
         await asyncio.gather(
             self.subscriptions.close_all(grace_s),
-            self.tasks.wind_down(grace_s, shared=is_shared(self.settings)),
+            self.tasks.reaper.wind_down(grace_s, shared=is_shared(self.settings)),
         )
 
     async def aclose(self) -> None:
@@ -216,8 +217,15 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
     )
     legacy_sessions.start()
     legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)
-    bridge = build_bridge(settings, pool, replicas)
-    tasks = build_tasks(settings, pool, replicas, bridge, upstream.max_sessions)
+    # A modern call's upstream part, one for the gateway and both bridges.
+    forwarder = Forwarder(
+        pool,
+        ttl_ms=settings.cache_ttl_ms,
+        cache_scope=settings.cache_scope,
+        observer=subscriptions,
+    )
+    bridge = build_bridge(settings, pool, replicas, forwarder)
+    tasks = build_tasks(settings, pool, replicas, bridge, forwarder, upstream.max_sessions)
     gateway = Gateway(
         pool,
         offered_version=offered,
@@ -230,6 +238,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         declare_every_input=settings.upstream_client_capabilities == "all",
         call_deadline_s=settings.call_deadline_s,
         tasks=tasks,
+        forwarder=forwarder,
     )
     return Wiring(
         settings=settings,
@@ -251,7 +260,12 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
 
 
 def build_tasks(
-    settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge, max_sessions: int
+    settings: Settings,
+    pool: SessionPool,
+    replicas: Replicas,
+    bridge: Bridge,
+    upstream: Forwarder,
+    max_sessions: int,
 ) -> TaskBridge:
     """The tasks extension's bridge (app/tasks), its records in the store
     MCP_SHIM_TASK_STORE names, its ids sealed and named like the replicas' own."""
@@ -274,6 +288,7 @@ def build_tasks(
             tools=tuple(settings.task_tools),
             limits=settings.task_limits(max_sessions),
         ),
+        upstream,
         lanes=bridge.lanes,
         forwarder=ReplicaForwarder(replicas.relay),
     )
