@@ -30,6 +30,7 @@ from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.notes import Notes
 from app.fronts.legacy.sessions import LegacySessions
+from app.fronts.modern.front import ModernFront
 from app.fronts.modern.gateway import Gateway
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
@@ -82,6 +83,8 @@ class Wiring:
     bridge: Bridge
     tasks: TaskBridge
     gateway: Gateway
+    # A modern client's call: passed through, or the gateway's (app/fronts/modern/front.py).
+    modern: ModernFront
 
     async def drain(self) -> None:
         """Before the HTTP server stops: end the long-lived listen streams with
@@ -256,6 +259,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         bridge=bridge,
         tasks=tasks,
         gateway=gateway,
+        modern=ModernFront(gateway, upstream, write_timeout_s=settings.write_timeout_s),
     )
 
 
