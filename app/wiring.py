@@ -29,6 +29,7 @@ from app.fronts.http_sse.front import HttpSseFront
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.notes import Notes
+from app.fronts.legacy.service import LegacyService
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.front import ModernFront
 from app.fronts.modern.gateway import Gateway
@@ -320,7 +321,7 @@ def _legacy_fronts(
     replicas: Replicas,
 ) -> tuple[LegacyFront, HttpSseFront]:
     """The legacy clients' front, and the HTTP+SSE one of 2024-11-05 clients over it."""
-    legacy = LegacyFront(
+    service = LegacyService(
         sessions,
         offered=offered,
         max_batch=settings.max_batch,
@@ -332,8 +333,7 @@ def _legacy_fronts(
         metrics=metrics,
     )
     http_sse = HttpSseFront(
-        legacy,
-        sessions,
+        service,
         max_channels=settings.max_legacy_sessions,
         keepalive_s=settings.listen_keepalive_s,
         write_timeout_s=settings.write_timeout_s,
@@ -341,4 +341,4 @@ def _legacy_fronts(
         max_uninitialized_per_address=settings.max_uninitialized_sse_per_address,
         max_requests=settings.max_connections,
     )
-    return legacy, http_sse
+    return LegacyFront(service), http_sse

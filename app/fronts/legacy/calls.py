@@ -24,7 +24,7 @@ from app.fronts.legacy.replies import (
     session_not_found,
     upstream_failure,
 )
-from app.fronts.legacy.session import LegacySession, shares_integer_text
+from app.fronts.legacy.session import Lease, LegacySession, shares_integer_text
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.legacy.turns import IdTurns
 from app.metrics import Metrics
@@ -73,7 +73,7 @@ class LegacyCalls:
         message = messages.upstream_message(session, item)
         if message is None:
             return None
-        async with self._sessions.lease(session):
+        async with Lease(session):
             upstream = session.upstream.session
             try:
                 if isinstance(item, front.LegacyResponse):
@@ -142,7 +142,7 @@ class LegacyCalls:
         the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
-        async with self._sessions.lease(session), self._turn(session, request.id):
+        async with Lease(session), self._turn(session, request.id):
             exchange = await self._open(session, request.id, outbound)
             if isinstance(exchange, Outgoing):
                 yield exchange  # refused: never sent
