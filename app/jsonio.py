@@ -32,9 +32,8 @@ def dumps_sorted(obj: Any) -> bytes:
 # well below what every path that re-serialises it (digests, translation,
 # forwarding, the answer) can handle, envelope included.
 DEFAULT_MAX_DEPTH = 64
-# What the setting may be raised to: orjson's serialiser stops near 254 levels,
-# and the gateway wraps a message in a few levels of its own.
-MAX_DEPTH_CEILING = 200
+# The setting may be raised to 200 at most (app/config.py): orjson's serialiser
+# stops near 254 levels, and the gateway wraps a message in a few levels of its own.
 
 
 def deeper_than(body: bytes, obj: Any, limit: int) -> bool:
