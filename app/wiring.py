@@ -59,7 +59,7 @@ announce = True
 # The routes use each front only through its interface (app/fronts/base.py);
 # this fails type checking when a front stops fitting it.
 _FRONTS: tuple[type[CallFront], type[SessionFront], type[ChannelFront]] = (
-    Gateway,
+    ModernFront,
     LegacyFront,
     HttpSseFront,
 )
