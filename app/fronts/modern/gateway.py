@@ -1,5 +1,9 @@
-"""One modern call, end to end: pick the upstream session, translate, forward,
-relay what belongs to the call, translate the answer back.
+"""One modern call translated for a legacy upstream: the upstream session
+picked, the call's kind served (server/discover, subscriptions/listen, the
+tasks extension, the `Mcp-Param-*` check), then the call handed to the MRTR
+bridge or forwarded (app/mrtr/forwarder.py: translated, sent, what belongs
+to the call relayed, the answer translated back); the upstream's failures
+and refusals answered.
 
 `Gateway.run` yields the messages the client should receive, in order; the
 last one is the answer. The HTTP layer decides JSON or SSE from them.
