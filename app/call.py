@@ -85,9 +85,9 @@ class CallState:
     upstream_version: str | None = None
     outcome: str = "pending"
     request_id: str | None = None
-    # Forwarded by another replica to this one (app/mrtr/forwarding.py): never again.
+    # Forwarded by another replica to this one (app/cluster/forwarding.py): never again.
     hop: bool = False
-    # The gateway's MCP URL for this request (app/auth.py), None if it cannot be told.
+    # The gateway's MCP URL for this request (app/fronts/shared/auth.py), None if it cannot be told.
     gateway_url: str | None = None
 
 

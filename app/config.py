@@ -1,33 +1,31 @@
-"""Gateway settings, read once from `MCP_SHIM_*` environment variables.
-
-`Settings`: the fields, the rules across them that read the settings whole
+"""Gateway settings: `Settings`, its fields, the rules that read them whole
 (one upstream, its transport) and the limits derived from them (shares, what
-tasks may hold). The validators of single values and of settings against each
-other: app/settings_rules.py, which `Settings` inherits. Reading them from the
-environment: app/settings_load.py.
+tasks may hold). It imports nothing of the gateway, so every layer may import
+it. The rules on single values and of settings against each other run on the
+built model (app/settings/rules.py); the sources, flags, environment and
+settings file, are read by app/settings/load.py.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import (
-    AnyHttpUrl,
-    Field,
-    SecretStr,
-    model_validator,
-)
+from pydantic import AnyHttpUrl, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-from app.settings_rules import SettingsRules, task_store_url
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # MCP_SHIM_MAX_TASK_RESULT_BYTES' default, the task stores' own (app/tasks/store.py).
 DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
+# MCP_SHIM_MAX_JSON_DEPTH's ceiling: orjson serialises about 254 levels, and the
+# gateway wraps a message in a few levels of its own (app/jsonio.py `deeper_than`).
+MAX_JSON_DEPTH_CEILING = 200
 
 
-class Settings(BaseSettings, SettingsRules):
+class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MCP_SHIM_", extra="ignore", frozen=True)
 
     # Exactly one of these two: the upstream is an HTTP endpoint or a command (stdio).
@@ -39,12 +37,18 @@ class Settings(BaseSettings, SettingsRules):
         description="command line (shell quoting rules, no shell) of a stdio MCP server the "
         "gateway starts itself",
     )
+    # Read by app/settings/load.py below the environment; never inside the file itself.
+    config: str | None = Field(
+        default=None,
+        description="settings file: a .toml file of the settings' lower-case names, or a "
+        ".env file of MCP_SHIM_* lines; the environment and flags win over it",
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Gateway processes on `port` (app/workers.py); unset: the CPUs this process may use.
+    # Gateway processes on `port` (app/serving/workers.py); unset: the CPUs this process may use.
     workers: int | None = Field(
         default=None,
         ge=1,
@@ -52,7 +56,7 @@ class Settings(BaseSettings, SettingsRules):
         description="gateway processes sharing MCP_SHIM_PORT; unset: the CPUs the container "
         "may use (affinity and cgroup CPU quota, whichever is smaller)",
     )
-    # Idle connections moved between workers as the load asks (app/balance.py).
+    # Idle connections moved between workers as the load asks (app/serving/balance.py).
     move_connections: bool = Field(
         default=True,
         description="with several workers, gather a light load's connections on one worker "
@@ -85,11 +89,11 @@ class Settings(BaseSettings, SettingsRules):
     max_json_depth: int = Field(
         default=64,
         ge=2,
-        le=200,  # orjson serialises ~254 levels; the gateway adds a few of its own
+        le=MAX_JSON_DEPTH_CEILING,
         description="objects and arrays nested deeper than this in a message are refused (400)",
     )
     # An answer whose client reads nothing for this long is closed
-    # (app/fronts/shared/answer.py, app/http_protocol.py).
+    # (app/fronts/shared/answer.py, app/serving/http_protocol.py).
     write_timeout_s: float = Field(default=30.0, gt=0)
     read_timeout_s: float = Field(
         default=30.0,
@@ -189,11 +193,18 @@ class Settings(BaseSettings, SettingsRules):
         description="seconds an idle upstream connection is kept for reuse; keep it "
         "under the upstream server's own keep-alive timeout",
     )
-    # h1: a session's POSTs on app/upstream/http/h1.py, the rest on httpx over
+    # h1: a session's POSTs on app/upstream/httpclient/h1.py, the rest on httpx over
     # aiohttp (the measured default, bench/upstream_post.py); aiohttp: the POSTs on
     # aiohttp too. httpx's own transport is no option: twice the CPU per call,
     # and it pools connections by origin, not by credential (docs/architecture.md).
     upstream_http_transport: Literal["h1", "aiohttp"] = "h1"
+    # Sent on every request to an HTTP upstream (app/upstream/httpclient/client.py);
+    # resolved by app/settings/headers.py (`{"file": ...}` values read at start).
+    upstream_headers: Annotated[dict[str, SecretStr], NoDecode] = Field(
+        default_factory=dict,
+        description="headers sent on every upstream request, a JSON object; a value may be "
+        '{"file": "/path"}; a fixed Authorization replaces the client\'s',
+    )
     # Which MCP transport MCP_SHIM_UPSTREAM_URL speaks (app/upstream/http_sse/transport.py).
     upstream_transport: Literal["auto", "streamable-http", "sse"] = Field(
         default="auto",
@@ -424,7 +435,27 @@ class Settings(BaseSettings, SettingsRules):
                 "MCP_SHIM_UPSTREAM_TRANSPORT applies to MCP_SHIM_UPSTREAM_URL only; "
                 "MCP_SHIM_UPSTREAM_COMMAND is always stdio"
             )
+        if self.upstream_command is not None and self.upstream_headers:
+            raise ValueError(
+                "MCP_SHIM_UPSTREAM_HEADERS applies to MCP_SHIM_UPSTREAM_URL only; a stdio "
+                "server takes its credentials from MCP_SHIM_UPSTREAM_ENV"
+            )
         return self
+
+    @field_validator(
+        "allowed_origins", "allowed_hosts", "upstream_env", "task_tools", mode="before"
+    )
+    @classmethod
+    def _csv(cls, value: object, info: ValidationInfo) -> object:
+        # Lists come as comma-separated strings: JSON arrays in environment
+        # variables are a common source of quoting mistakes in compose files.
+        return csv_list(value, info.field_name or "")
+
+    @field_validator("metrics_port", "workers", "worker_port_base", mode="before")
+    @classmethod
+    def _unset_if_empty(cls, value: object) -> object:
+        # `MCP_SHIM_METRICS_PORT=` (an empty value in a compose file) means unset.
+        return None if value == "" else value
 
     def session_share(self) -> int:
         """MCP_SHIM_MAX_SESSIONS_PER_CREDENTIAL, or its default: a quarter of the pool."""
@@ -475,13 +506,9 @@ class Settings(BaseSettings, SettingsRules):
         """MCP_SHIM_TASK_STORE's redis:// or rediss:// URL, or None for the in-memory store."""
         return task_store_url(self.task_store.get_secret_value())
 
-    def state_keys(self) -> list[bytes] | None:
-        """The decoded MCP_SHIM_STATE_KEY keys (validated at load), or None if unset."""
-        if self.state_key is None:
-            return None
-        from app.mrtr.state import parse_keys
-
-        return parse_keys(self.state_key.get_secret_value())
+    def fixed_upstream_headers(self) -> dict[str, str]:
+        """MCP_SHIM_UPSTREAM_HEADERS as sent: names and values, files already read."""
+        return {name: value.get_secret_value() for name, value in self.upstream_headers.items()}
 
 
 # What running tasks may hold of the upstream (`Settings.task_limits`);
@@ -517,3 +544,45 @@ def default_limits(max_sessions: int, session_share: int, max_connections: int) 
 
 class SettingsError(Exception):
     """Start-up configuration is invalid; the message names each bad variable."""
+
+
+def csv_list(value: object, field: str) -> object:
+    """A list setting's comma-separated string as its items. A JSON array is
+    refused with the comma-separated form to write instead: taken as one item
+    it would be silently wrong (an origin `["https://a.example"]`)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            items = [str(item) for item in json.loads(text)]
+        except (ValueError, TypeError):
+            items = [item.strip().strip("'\"") for item in text[1:-1].split(",")]
+        raise ValueError(
+            f"{value!r} is a JSON array; lists are comma-separated: write "
+            f"MCP_SHIM_{field.upper()}={','.join(item for item in items if item)}"
+        )
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def task_store_url(value: str) -> str | None:
+    """The shared store's URL in MCP_SHIM_TASK_STORE, None for `memory` (or empty);
+    ValueError naming what is wrong, never quoting the value (it may hold a password)."""
+    value = value.strip()
+    if value in ("", "memory"):
+        return None
+    forms = "use memory, redis://host:port/db or rediss://host:port/db"
+    parts = urlsplit(value)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"is neither memory nor a redis:// or rediss:// URL; {forms}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"has a port that is not a number from 0 to 65535; {forms}") from None
+    if not parts.hostname or port == 0:
+        raise ValueError(f"names no host, or port 0; {forms}")
+    if parts.path not in ("", "/") and not re.fullmatch(r"/\d{1,5}", parts.path):
+        raise ValueError(f"has a path that is not a database number; {forms}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"has a query or #fragment, which are not supported; {forms}")
+    return value

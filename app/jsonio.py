@@ -30,10 +30,9 @@ def dumps_sorted(obj: Any) -> bytes:
 # orjson parses up to 1,024 levels but serialises only about 254: a message
 # nested deeper than this default is refused at the front (MCP_SHIM_MAX_JSON_DEPTH),
 # well below what every path that re-serialises it (digests, translation,
-# forwarding, the answer) can handle, envelope included.
+# forwarding, the answer) can handle, envelope included. What the setting may
+# be raised to: app/config.py `MAX_JSON_DEPTH_CEILING`.
 DEFAULT_MAX_DEPTH = 64
-# The setting may be raised to 200 at most (app/config.py): orjson's serialiser
-# stops near 254 levels, and the gateway wraps a message in a few levels of its own.
 
 
 def deeper_than(body: bytes, obj: Any, limit: int) -> bool:

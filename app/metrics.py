@@ -81,7 +81,7 @@ UPSTREAM_ERROR_KINDS = (
 # app/subscriptions/listen.py; tests/unit/test_metrics.py checks the list against
 # the source). "error <code>" carries the upstream's code: counted as "error".
 # How a request relayed to the replica (or worker) owning its state ended
-# (app/replicas.py), and what was owned there: fixed sets, so no relay can mint
+# (app/cluster/replicas.py), and what was owned there: fixed sets, so no relay can mint
 # a label.
 RELAY_ENDINGS = (
     "relayed",
@@ -89,7 +89,7 @@ RELAY_ENDINGS = (
     "owner_broke_off",
     "client_disconnected",
     "client_stalled",
-    # The connection went to the owner, a sibling worker (app/handoff.py): no relay.
+    # The connection went to the owner, a sibling worker (app/serving/handoff.py): no relay.
     "handed_off",
 )
 RELAY_OWNED = ("legacy_session", "sse_channel", "mrtr_call", "legacy_note")
@@ -391,7 +391,7 @@ class Metrics:
         self._moved = Counter(
             "mcp_shim_connections_moved",
             "Idle keep-alive connections this worker handed to a sibling worker "
-            "(app/balance.py): gathered onto fewer workers under a light load, or "
+            "(app/serving/balance.py): gathered onto fewer workers under a light load, or "
             "spilled off a busy one",
             ["reason"],
             registry=self.registry,
@@ -451,7 +451,7 @@ class Metrics:
             self._error_children[outcome].inc()
 
     def relayed(self, owned: str, ending: str, duration_s: float, stream: bool) -> None:
-        """A request relayed to its state's owner (app/replicas.py), ended."""
+        """A request relayed to its state's owner (app/cluster/replicas.py), ended."""
         ending = ending.partition(":")[0]  # owner_broke_off:<exception>
         self._relays.labels(
             owned if owned in RELAY_OWNED else OTHER,
@@ -463,7 +463,7 @@ class Metrics:
             )
 
     def connections_moved(self, reason: str, count: int) -> None:
-        """Connections handed to a sibling worker by the balancer (app/balance.py)."""
+        """Connections handed to a sibling worker by the balancer (app/serving/balance.py)."""
         self._moved.labels(reason if reason in ("gather", "spill") else OTHER).inc(count)
 
     def rejected(self, code: int | None, status: int) -> None:

@@ -1,7 +1,7 @@
 """The gateway's objects, built from `Settings` in one place, started and stopped
 together.
 
-`running` is the app's lifespan (app/server.py): it builds the graph (the
+`running` is the app's lifespan (app/serving/server.py): it builds the graph (the
 upstream as app/upstream/choice.py chooses it, the session pool, the readiness
 check, the OAuth relay, the subscription hub, the replicas, the legacy and
 HTTP+SSE fronts, the MRTR bridge and the gateway), starts what runs in the
@@ -22,37 +22,37 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from app.auth import MAX_METADATA_BYTES, AuthRelay
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.notes import Notes
+from app.cluster.replicas import Replicas, build_replicas
 from app.config import Settings
 from app.fronts.base import CallFront, ChannelFront, SessionFront
 from app.fronts.http_sse.front import HttpSseFront
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
-from app.fronts.legacy.notes import Notes
 from app.fronts.legacy.service import LegacyService
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.modern.front import ModernFront
 from app.fronts.modern.gateway import Gateway
+from app.fronts.shared.auth import MAX_METADATA_BYTES, AuthRelay
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
 from app.mrtr.forwarder import Forwarder
-from app.mrtr.forwarding import ReplicaForwarder
-from app.readiness import ReadinessCheck
-from app.replicas import Replicas, build_replicas
 from app.subscriptions.hub import SubscriptionHub
 from app.tasks.bridge import TaskBridge, TaskSettings
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.store import MemoryTaskStore
-from app.upstream import era_transport
 from app.upstream.choice import Upstream, build_upstream
-from app.upstream.pool import SessionPool
+from app.upstream.sessions import era_transport
+from app.upstream.sessions.pool import SessionPool
+from app.upstream.sessions.readiness import ReadinessCheck
 from app.upstream.streamable_http.transport import StreamableHttpTransport
 from translators.registry import Version, get_version
 
 log = structlog.get_logger("mcp_shim.http")
 
 # Whether this process says the gateway's start line: the single process, or
-# worker 0 of several (app/cli.py clears it for the others), so a gateway
+# worker 0 of several (app/serving/cli.py clears it for the others), so a gateway
 # says it once, not once per worker.
 announce = True
 
@@ -90,7 +90,7 @@ class Wiring:
     async def drain(self) -> None:
         """Before the HTTP server stops: end the long-lived listen streams with
         their graceful closing result, and give running tasks the same grace to
-        finish, their results filed in the task store (app/server.py `drain`).
+        finish, their results filed in the task store (app/serving/server.py `drain`).
         Clients may still poll meanwhile: the server still serves."""
         grace_s = self.settings.shutdown_grace_s
         await asyncio.gather(
@@ -205,7 +205,7 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         ready_timeout_s=settings.listen_ready_timeout_s,
         call_timeout_s=settings.listen_call_timeout_s,
     )
-    # Who owns what among replicas, and the relay to the owner (app/replicas.py).
+    # Who owns what among replicas, and the relay to the owner (app/cluster/replicas.py).
     replicas = build_replicas(settings)
     replicas.relay.observer = metrics.relayed
     legacy_sessions = LegacySessions(

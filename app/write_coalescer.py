@@ -18,7 +18,7 @@ same way by each line (app/upstream/stdio/session.py queues its lines here).
 Large writes go at once, after what is queued for their transport: the
 transport's flow control (`pause_writing` at its high-water mark) then sees
 every large body as it is written, and the readers' write timeouts stay what
-they measure (app/fronts/shared/answer.py, app/http_protocol.py).
+they measure (app/fronts/shared/answer.py, app/serving/http_protocol.py).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class CoalescedTransport(asyncio.Transport):
 
     def flush_queued(self) -> asyncio.Transport:
         """Write what is queued now; the transport underneath (a connection
-        handed to another worker is checked and dropped there: app/handoff.py)."""
+        handed to another worker is checked and dropped there: app/serving/handoff.py)."""
         self._writes.flush(self._transport)
         return self._transport
 

@@ -1,5 +1,5 @@
 """How the kernel spreads new connections over worker processes: one shared
-listening socket (what app/workers.py does) against one SO_REUSEPORT socket
+listening socket (what app/serving/workers.py does) against one SO_REUSEPORT socket
 per worker, with uvloop servers like the gateway's.
 
     .venv/bin/python bench/accept_spread.py [--workers 2] [--rounds 10]

@@ -30,6 +30,13 @@ from tests import procs  # noqa: E402
 
 ACCEPT = "application/json, text/event-stream"
 MODERN = "2026-07-28"
+# `python -c` text that runs the gateway's entry point, after the caller put a
+# source tree first on sys.path: app/serving/cli.py, or app/cli.py in a tree
+# (`--tree`, `git archive REV`) whose app/ has no serving/ package.
+RUN_MAIN = (
+    "try:\n    from app.serving.cli import main\n"
+    "except ModuleNotFoundError:\n    from app.cli import main\nmain()\n"
+)
 
 _TICKS = sysconf("SC_CLK_TCK")
 _PAGE = sysconf("SC_PAGE_SIZE")
@@ -179,11 +186,11 @@ def gateway_env(upstream_url: str | None, port: int, **extra: str) -> dict[str, 
 def gateway(
     upstream_url: str | None, log_name: str, argv: list[str] | None = None, **env: str
 ) -> Iterator[tuple[str, Popen[bytes]]]:
-    """A gateway process (`python -m app.cli`, or `argv`): its /mcp URL and process."""
+    """A gateway process (`python -m app.serving.cli`, or `argv`): its /mcp URL and process."""
     port = procs.free_port()
     base = f"http://127.0.0.1:{port}"
     with procs.running(
-        argv or [sys.executable, "-m", "app.cli"],
+        argv or [sys.executable, "-m", "app.serving.cli"],
         base + "/healthz",
         env=gateway_env(upstream_url, port, **env),
         log_path=results_dir() / log_name,

@@ -1,5 +1,5 @@
 """What reading one request's exchange of a shared stream costs (stdio,
-HTTP+SSE: app/upstream/routing.py), on uvloop, without a process or a socket.
+HTTP+SSE: app/upstream/sessions/routing.py), on uvloop, without a process or a socket.
 
     .venv/bin/python bench/exchange_read.py [--iterations 50000] [--rounds 5]
 
@@ -25,7 +25,7 @@ from typing import Any
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.upstream.routing import Router
+from app.upstream.sessions.routing import Router
 
 
 async def _nothing(message: dict[str, Any]) -> None:

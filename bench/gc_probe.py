@@ -1,4 +1,4 @@
-"""Run the gateway (`app.cli.main`) with every garbage collection timed.
+"""Run the gateway (`app.serving.cli.main`) with every garbage collection timed.
 
     BENCH_GC_REPORT=results/bench/gc.json python bench/gc_probe.py
 
@@ -103,6 +103,6 @@ def install() -> None:
 
 if __name__ == "__main__":
     install()
-    from app.cli import main
+    from app.serving.cli import main
 
     main()

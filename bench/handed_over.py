@@ -1,5 +1,5 @@
 """Whether a connection handed to the worker that owns its legacy session
-(app/handoff.py) costs more per call than one that worker accepted itself.
+(app/serving/handoff.py) costs more per call than one that worker accepted itself.
 
     .venv/bin/python bench/handed_over.py [--server everything|python]
                                           [--concurrency 32] [--seconds 4] [--rounds 4]

@@ -32,9 +32,9 @@ workers are counted, so the figure is the work of the processes that serve
 calls, to read against one worker's. A legacy session belongs to the
 worker whose server process it opened (the owner); the calls go where
 `--via` says: `shared`, the port clients use (the kernel picks the worker,
-the balancer may move the connection, app/balance.py); `owner` or `sibling`,
+the balancer may move the connection, app/serving/balance.py); `owner` or `sibling`,
 that worker's own listener (from the sibling, the connection is handed to
-the owner with its first request, app/handoff.py). Under valgrind a worker's
+the owner with its first request, app/serving/handoff.py). Under valgrind a worker's
 loop reads busy, so the balancer acts as it does under load: which worker
 took what is printed per process. In front of the fast upstream (a modern
 client, or legacy ones over HTTP), `--workers 2 --concurrency 8` counts
@@ -190,11 +190,11 @@ def measure(
     (of the process that did the most)."""
     port = procs.free_port()
     dump = out / f"callgrind.{tree.name or 'tree'}.{port}.%p.out"
-    # In the tree's directory: a worker is `python -m app.cli`, which imports the
-    # `app` of its working directory first.
+    # In the tree's directory: a worker is `python -m` the tree's cli module, which
+    # imports the `app` of its working directory first.
     run = (
-        f"import os, sys; os.chdir({str(tree)!r}); sys.path.insert(0, {str(tree)!r}); "
-        "from app.cli import main; main()"
+        f"import os, sys; os.chdir({str(tree)!r}); sys.path.insert(0, {str(tree)!r})\n"
+        + common.RUN_MAIN
     )
     if args.bare:
         run = _BARE

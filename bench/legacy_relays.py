@@ -117,7 +117,7 @@ def run(kind: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
             "MCP_SHIM_WORKERS": str(args.workers),
             "MCP_SHIM_LOG_LEVEL": "info",
         }
-        argv = [sys.executable, "-m", "app.cli"]
+        argv = [sys.executable, "-m", "app.serving.cli"]
         log = logs / f"shim-{kind}.log"
         shim = stack.enter_context(
             procs.running(argv, f"http://127.0.0.1:{sport}/healthz", env=env, log_path=log)

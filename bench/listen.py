@@ -265,7 +265,7 @@ def main() -> None:
     with (
         procs.running(fixture_argv, upstream, log_path=logs / "bench-listen-legacy.log"),
         procs.running(
-            [sys.executable, "-m", "app.cli"],
+            [sys.executable, "-m", "app.serving.cli"],
             f"http://127.0.0.1:{gateway_port}/healthz",
             env=env,
             log_path=logs / "bench-listen-gateway.log",

@@ -4,7 +4,7 @@
 
 Runs in a child process (a fresh interpreter):
 
-- **imports**: `import app.cli` (everything the gateway imports at start)
+- **imports**: `import app.serving.cli` (everything the gateway imports at start)
   with a meta-path hook around each module's execution, reading RSS from
   /proc before and after; a module's own cost is its delta minus that of
   the modules it imported first, summed per top-level package. RSS moves by
@@ -13,7 +13,7 @@ Runs in a child process (a fresh interpreter):
 - **stages**: RSS after the imports, after `create_app`, and after the
   lifespan start-up (upstream `MCP_SHIM_UPSTREAM_URL`, default a port where
   nothing listens: the start-up only logs that the upstream is unreachable),
-  then after `app.cli.release_free_heap()`, which the gateway's server calls
+  then after `app.serving.cli.release_free_heap()`, which the gateway's server calls
   once its start-up is done (skipped for a `--source` tree without it);
 - **rarely used libraries**: which of `cryptography`, `pydantic.v1`,
   `httpcore` are loaded once the gateway has started.
@@ -79,14 +79,14 @@ class Measure(importlib.abc.MetaPathFinder):
 
 start = rss()
 sys.meta_path.insert(0, Measure())
-import app.cli  # noqa: E402
+import app.serving.cli  # noqa: E402
 
 imported = rss()
 sys.meta_path.pop(0)
 packages: collections.Counter = collections.Counter()
 for name, size in own.items():
     packages[name.split(".")[0]] += size
-print(f"interpreter {start / 1e6:.1f} MB; after import app.cli {imported / 1e6:.1f} MB "
+print(f"interpreter {start / 1e6:.1f} MB; after import app.serving.cli {imported / 1e6:.1f} MB "
       f"({len(sys.modules)} modules)")
 print(f"\nown RSS by top-level package (the {TOP} largest)")
 for name, size in packages.most_common(TOP):
@@ -97,10 +97,10 @@ for name, size in own.most_common(MODULES):
 
 import asyncio  # noqa: E402
 
-from app import cli as app_cli  # noqa: E402
+from app.serving import cli as app_cli  # noqa: E402
 from app import logs  # noqa: E402
-from app.settings_load import load_settings  # noqa: E402
-from app.server import create_app  # noqa: E402
+from app.settings.load import load_settings  # noqa: E402
+from app.serving.server import create_app  # noqa: E402
 
 logs.configure("warning")
 

@@ -70,7 +70,10 @@ def stop(*_):
 
 signal.signal(signal.SIGUSR1, start)
 signal.signal(signal.SIGUSR2, stop)
-from app.cli import main
+try:
+    from app.serving.cli import main
+except ModuleNotFoundError:  # a tree whose app/ has no serving/
+    from app.cli import main
 main()
 """
 

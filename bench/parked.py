@@ -438,7 +438,7 @@ app.mrtr.shelter.Shelter.parked = lambda self, count: None
 if {gc}:
     import gc_probe
     gc_probe.install()
-from app.cli import main
+from app.serving.cli import main
 main()
 """
 
@@ -536,7 +536,7 @@ def _gateway(
     if gc_report is not None:
         full_env["BENCH_GC_REPORT"] = str(gc_report)
     else:
-        argv = [sys.executable, "-m", "app.cli"]
+        argv = [sys.executable, "-m", "app.serving.cli"]
     if not shelter:
         argv = [sys.executable, "-c", _NO_SHELTER.format(gc=gc_report is not None)]
     with procs.running(argv, base + "/healthz", env=full_env, log_path=log_path) as proc:

@@ -313,7 +313,7 @@ def gateway_argv(gw: Gateway, port: int) -> tuple[list[str], dict[str, str]]:
             env["MCP_SHIM_WORKERS"] = "1"
         if gateway == "shim-fixed":
             env["MCP_SHIM_MOVE_CONNECTIONS"] = "false"
-        return [sys.executable, "-m", "app.cli"], env
+        return [sys.executable, "-m", "app.serving.cli"], env
     if gateway == "supergateway":
         argv = [node, str(procs.require_peer(SUPERGATEWAY)), "--stdio", command]
         argv += ["--outputTransport", "streamableHttp", "--stateful", "--port", str(port)]
@@ -328,7 +328,7 @@ def gateway_argv(gw: Gateway, port: int) -> tuple[list[str], dict[str, str]]:
 def workers(root: int, marker: str) -> int:
     """mcp-shim's worker processes under `root` (1: it is the only one)."""
     gateway = split_tree(root, marker)[0]
-    return sum("app.cli" in _cmdline(p) for p in gateway if p != root) or 1
+    return sum("app.serving.cli" in _cmdline(p) for p in gateway if p != root) or 1
 
 
 def labels(gateway: str, workers: int) -> str:

@@ -52,10 +52,14 @@ LAYERS: list[tuple[str, str, str]] = [
     ("httpx layers (client API, no transport)", "", "httpx/_"),
     ("httpx_aiohttp transport", "", "httpx_aiohttp/"),
     ("aiohttp (upstream connection)", "", "aiohttp/"),
-    ("h1 client (app/upstream/http/h1*.py, session POSTs)", "", "app/upstream/http/h1"),
+    ("h1 client (app/upstream/httpclient/h1*.py, session POSTs)", "", "app/upstream/httpclient/h1"),
     ("SSE parsing (httpx_sse)", "", "httpx_sse/"),
-    ("SSE parsing (app/upstream/http/sse_decoder.py)", "", "app/upstream/http/sse_decoder.py"),
-    ("session pool (acquire/release)", "", "app/upstream/pool.py"),
+    (
+        "SSE parsing (app/upstream/httpclient/sse_decoder.py)",
+        "",
+        "app/upstream/httpclient/sse_decoder.py",
+    ),
+    ("session pool (acquire/release)", "", "app/upstream/sessions/pool.py"),
     ("front validation (modern.parse)", "parse", "app/fronts/modern/checks.py"),
     ("translators", "", "translators/"),
     ("answer writing (CallAnswer)", "", "app/fronts/shared/answer.py"),
@@ -182,7 +186,7 @@ def main() -> None:
         else:
             command = [str(procs.require_peer(procs.LEGACY_PY)), str(procs.FIXTURE), "--stdio"]
         env["MCP_SHIM_UPSTREAM_COMMAND"] = shlex.join(command)
-    shim_argv = [sys.executable, "-m", "app.cli"]
+    shim_argv = [sys.executable, "-m", "app.serving.cli"]
     if args.gc:
         shim_argv = [sys.executable, str(ROOT / "bench" / "gc_probe.py")]
         env["BENCH_GC_REPORT"] = str(gc_report)

@@ -1,6 +1,6 @@
 """What a legacy session's calls cost on each replica: served by its owner,
 served by another replica holding a guest copy of the session, and relayed to
-the owner by a replica that cannot hold one (app/replicas.py), in one run.
+the owner by a replica that cannot hold one (app/cluster/replicas.py), in one run.
 
     .venv/bin/python bench/relay.py [--seconds 8] [--passes 2] [--concurrency 1,8,32]
 
@@ -8,7 +8,7 @@ Three gateway replicas (one worker each, the same MCP_SHIM_STATE_KEY) in front
 of the fast upstream (bench/fast_upstream.py); a legacy session (2025-11-25)
 opened on replica A. Rows: the calls sent to A (the owner); the same calls
 sent to B, which joins the session once and sends them upstream itself
-(app/fronts/legacy/notes.py); and sent to C, which advertises no URL (so no
+(app/cluster/notes.py); and sent to C, which advertises no URL (so no
 owner can send it notes), and relays each to A. wrk and the cells are
 bench/wrk.py's (closed loop, `-t1`, `tools/call echo`, passes alternating the
 row order, the better pass shown). CPU per call is read from /proc for each
@@ -82,7 +82,7 @@ def main() -> None:
                 env["MCP_SHIM_ADVERTISE_URL"] = f"http://127.0.0.1:{rport}"
             proc = stack.enter_context(
                 procs.running(
-                    [sys.executable, "-m", "app.cli"],
+                    [sys.executable, "-m", "app.serving.cli"],
                     f"http://127.0.0.1:{rport}/healthz",
                     env=env,
                     log_path=logs / f"relay-shim-{name}.log",

@@ -38,8 +38,8 @@ from bench import common  # noqa: E402
 from bench import wrk as bench_wrk  # noqa: E402
 from tests import procs  # noqa: E402
 
-# `python -m app.cli`, from the given source tree whatever the working directory.
-_RUN = "import sys; sys.path.insert(0, sys.argv.pop(1)); from app.cli import main; main()"
+# The gateway's entry point, from the given source tree whatever the working directory.
+_RUN = "import sys; sys.path.insert(0, sys.argv.pop(1))\n" + common.RUN_MAIN
 
 
 def calls_so_far(base: str) -> float:

@@ -87,7 +87,7 @@ def gateway_pids(root: int) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if pid == root or b"app.cli" in argv:
+        if pid == root or b"app.serving.cli" in argv:
             out.append(pid)
     return out
 
@@ -166,7 +166,7 @@ def shim(command: str, workers: int, log: Path, tree: Path | None) -> Iterator[t
     env.pop("MCP_SHIM_UPSTREAM_URL", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli"],
+            [sys.executable, "-m", "app.serving.cli"],
             env=env,
             stdout=out,
             stderr=out,

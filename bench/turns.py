@@ -116,7 +116,7 @@ def main() -> None:
     argv = None
     if args.tree:
         tree = str(Path(args.tree).resolve())
-        run = f"import sys; sys.path.insert(0, {tree!r}); from app.cli import main; main()"
+        run = f"import sys; sys.path.insert(0, {tree!r})\n{common.RUN_MAIN}"
         argv = [sys.executable, "-c", run]
     label = args.label or (args.tree or "this tree")
     rows = []

@@ -22,10 +22,10 @@ counted), best and median of the rounds, and calls/s:
   mapped by it), SSE through httpx_sse (the gateway before this change);
 - `UpstreamClient.poster, aiohttp`: what `StreamableHttpSession._post` and
   `HttpExchange` did with MCP_SHIM_UPSTREAM_HTTP_TRANSPORT=aiohttp (the
-  default before app/upstream/http/h1.py): aiohttp's response read directly, one
-  `read()` for JSON, its chunks through app/upstream/http/sse_decoder.py for SSE;
+  default before app/upstream/httpclient/h1.py): aiohttp's response read directly, one
+  `read()` for JSON, its chunks through app/upstream/httpclient/sse_decoder.py for SSE;
 - `UpstreamClient.poster, h1 (now)`: the same on the default transport, h1:
-  app/upstream/http/h1.py (an asyncio Protocol per connection, httptools' parser,
+  app/upstream/httpclient/h1.py (an asyncio Protocol per connection, httptools' parser,
   the pool, timeouts, resend bookkeeping and error mapping of the gateway);
 - `aiohttp session.post`: the aiohttp session itself, as bench/hop.py posts,
   the body read whole and parsed with the least code (no SSE decoder);
@@ -33,7 +33,7 @@ counted), best and median of the rounds, and calls/s:
   asyncio Protocol per connection with httptools' response parser, a list of
   idle connections, the request's bytes joined once; the answer through the
   same SSE decoder and orjson. A measurement for the team's decision only:
-  the sketch app/upstream/http/h1.py grew from (no timeouts, no errors mapped,
+  the sketch app/upstream/httpclient/h1.py grew from (no timeouts, no errors mapped,
   no TLS, no bounds).
 
 The first three read the answer's messages as `HttpExchange` did before the
@@ -62,9 +62,9 @@ from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exception
 from httpx_sse import EventSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.upstream.http.client import build_client, library_errors
-from app.upstream.http.httpx_adapter import _unbind
-from app.upstream.http.sse_decoder import SSEDecoder
+from app.upstream.httpclient.client import build_client, library_errors
+from app.upstream.httpclient.httpx_adapter import _unbind
+from app.upstream.httpclient.sse_decoder import SSEDecoder
 from app.upstream.streamable_http.transport import HttpExchange, _content_type, _messages_of
 from bench import common
 

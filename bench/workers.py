@@ -81,7 +81,7 @@ def main() -> None:
             }
             shim = stack.enter_context(
                 procs.running(
-                    [sys.executable, "-m", "app.cli"],
+                    [sys.executable, "-m", "app.serving.cli"],
                     f"http://127.0.0.1:{sport}/healthz",
                     env=env,
                     log_path=logs / f"workers-shim-{count}.log",

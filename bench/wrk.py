@@ -285,11 +285,11 @@ def start_paths(
             argv = [sys.executable, str(BENCH / "gc_probe.py")] if probe else []
             if "BENCH_TREE" in env:  # the gateway of another source tree (git archive REV)
                 tree = env["BENCH_TREE"]
-                run = f"import sys; sys.path.insert(0, {tree!r}); from app.cli import main; main()"
+                run = f"import sys; sys.path.insert(0, {tree!r})\n{common.RUN_MAIN}"
                 argv = [sys.executable, "-c", run]
             shim = stack.enter_context(
                 procs.running(
-                    argv or [sys.executable, "-m", "app.cli"],
+                    argv or [sys.executable, "-m", "app.serving.cli"],
                     f"http://127.0.0.1:{sport}/healthz",
                     env=env,
                     log_path=logs / f"shim-{kind}-{n}.log",

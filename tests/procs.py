@@ -182,7 +182,7 @@ def gateway_process(
     upstream_url: str, port: int, env: Mapping[str, str] | None = None, log_path: Path | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The gateway, and its process (to watch it: alive, memory)."""
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     full_env = {
         "MCP_SHIM_UPSTREAM_URL": upstream_url,
         "MCP_SHIM_PORT": str(port),

@@ -8,8 +8,7 @@
 - `http_sse/`: 2024-11-05 HTTP+SSE clients (`GET /sse`, `POST /messages`),
   a transport over the legacy front.
 - `shared/`: what every era uses: the answer writer (JSON or SSE), the
-  Host and Origin guard, the header-value guard, a session's binding to its
-  credential.
+  Host and Origin guard, the header-value guard, the OAuth pass-through.
 
 `base.py` names what the routes call on a front. The routes (app/routes/)
 parse a request and hand it to one of them; the fronts talk to the upstream

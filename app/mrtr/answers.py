@@ -22,7 +22,7 @@ from datetime import date, datetime
 from typing import Any, Final, TypeGuard
 from urllib.parse import urlsplit
 
-from app.mrtr.state import MAX_TOKEN_CHARS
+from app.cluster.sealing import MAX_TOKEN_CHARS
 from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, Rejection, RequestId
 

@@ -34,21 +34,22 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from app.call import CallState, ModernCall
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.replicas import Replicas, reachable
+from app.cluster.sealing import Sealer
 from app.config import Settings
 from app.mrtr import answers, capabilities, results
 from app.mrtr.driving import Driver
 from app.mrtr.exchange import LiveExchange
 from app.mrtr.forwarder import Forwarder
-from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.parking import Parking
 from app.mrtr.results import Frame
 from app.mrtr.shelter import Shelter
-from app.mrtr.state import Claims, Sealer, params_digest
+from app.mrtr.state import Claims, open_state, params_digest
 from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INVALID_PARAMS, Rejection
-from app.replicas import Replicas, reachable
-from app.upstream.pool import SessionKey, SessionPool
+from app.upstream.sessions.pool import SessionKey, SessionPool
 
 
 def _refusal(turn: Turn, message: str, reason: str) -> Frame:
@@ -159,7 +160,7 @@ class Bridge:
 
     async def _resume(self, turn: Turn) -> AsyncGenerator[Frame, None]:
         call = turn.call
-        claims = self._sealer.open(call.params["requestState"])
+        claims = open_state(self._sealer, call.params["requestState"])
         if claims is None:
             yield _refusal(
                 turn, "Invalid params: requestState could not be verified", "unverifiable"
@@ -292,7 +293,7 @@ def build_bridge(
     settings: Settings, pool: SessionPool, replicas: Replicas, upstream: Forwarder
 ) -> Bridge:
     """The bridge as configured by `MCP_SHIM_*` (app/config.py), its lanes started;
-    its seal, name and relay are the replicas' (app/replicas.py), its calls go
+    its seal, name and relay are the replicas' (app/cluster/replicas.py), its calls go
     upstream through `upstream`, the forwarder every modern call shares."""
     lanes = Lanes(pool, idle_s=settings.session_idle_s, listen_wait_s=settings.connect_timeout_s)
     lanes.start()

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from app import tracing
 from app.call import Message, upstream_sent
 from app.mrtr import answers, capabilities, results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
@@ -26,7 +27,7 @@ from app.mrtr.results import Frame
 from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.errors import SessionExpired, UpstreamError
-from app.upstream.listener import default_answer
+from app.upstream.sessions.listener import default_answer
 from translators import translate
 from translators._base import INPUT_REQUEST_METHODS
 
@@ -101,6 +102,7 @@ class Driver:
                 async with asyncio.timeout(timeout):
                     event = await ex.events.get()
             except TimeoutError:
+                tracing.event("mcp_shim.mrtr.park", {"mcp_shim.mrtr.questions": len(ex.pending)})
                 yield await self._parking.park(ex, turn)
                 return
 
@@ -108,6 +110,10 @@ class Driver:
                 yield await self._upstream_lost(ex, turn, event)
                 return
             if isinstance(event, ServerRequest):
+                tracing.event(
+                    "mcp_shim.mrtr.question",
+                    {"mcp.method.name": str(event.message.get("method", ""))},
+                )
                 refusal = await self._question(ex, turn, event, supplied)
                 if refusal is not None:
                     yield refusal

@@ -29,7 +29,7 @@ from app.mrtr.keys import KeyAssigner
 from app.mrtr.lanes import Lane
 from app.upstream.base import Exchange
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 
 log = structlog.get_logger("mcp_shim.mrtr")
 

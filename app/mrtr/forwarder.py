@@ -34,8 +34,8 @@ from app.mrtr import results as mrtr_results
 from app.rejections import INTERNAL_ERROR, Rejection, http_status_for
 from app.upstream.base import Exchange
 from app.upstream.errors import SessionExpired, UpstreamError
-from app.upstream.listener import default_answer
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.listener import default_answer
+from app.upstream.sessions.pool import PooledSession, SessionPool
 from translators import translate
 
 log = structlog.get_logger("mcp_shim.gateway")

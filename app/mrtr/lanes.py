@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from app.call import Message
-from app.upstream.pool import PooledSession, SessionKey, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionKey, SessionPool
 
 log = structlog.get_logger("mcp_shim.mrtr.lanes")
 

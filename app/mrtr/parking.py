@@ -19,13 +19,14 @@ from typing import Any
 
 import structlog
 
+from app.cluster.sealing import Sealer
 from app.mrtr import results
 from app.mrtr.exchange import LiveExchange
 from app.mrtr.lanes import Lanes
 from app.mrtr.parked import ParkedRegistry, RegistryFull
 from app.mrtr.results import Frame
 from app.mrtr.shelter import Shelter
-from app.mrtr.state import Claims, Sealer
+from app.mrtr.state import Claims, seal_state
 from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INTERNAL_ERROR, Rejection
 
@@ -82,7 +83,7 @@ class Parking:
         )
         result = results.input_required(
             {key: q.input_request for key, q in ex.pending.items()},
-            self._sealer.seal(claims),
+            seal_state(self._sealer, claims),
             ex.pooled.server_info,
         )
         turn.state.outcome = "input_required"

@@ -12,7 +12,7 @@ park these passes come one after another, each longer than the last.
 
 ``gc.freeze()`` moves every tracked object out of the collector's sight (in
 CPython a constant-time list splice); the gateway already does it once after
-start-up (app/server.py). The shelter does it again each time the number of
+start-up (app/serving/server.py). The shelter does it again each time the number of
 parked calls has grown by a quarter (from `min_parked` on), so full passes
 only walk what is not parked. Once no call is parked any more it undoes it:
 ``gc.unfreeze()``, one full pass, ``gc.freeze()`` again (the start-up heap).
@@ -63,7 +63,7 @@ class Shelter:
         if self.frozen_at and count == 0:
             # What the ended calls (and whatever else was alive at a freeze) left
             # in cycles is freed by this one pass; then the start-up heap goes out
-            # of sight again, as app/server.py left it.
+            # of sight again, as app/serving/server.py left it.
             self._unfreeze()
             freed = self._collect(2)
             self._freeze()

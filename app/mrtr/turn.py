@@ -12,8 +12,8 @@ from typing import Any
 import structlog
 
 from app.call import CallState, ModernCall
-from app.mrtr.state import caller_digest
-from app.upstream.pool import SessionKey, credential_hash
+from app.cluster.sealing import caller_digest
+from app.upstream.sessions.pool import SessionKey, credential_hash
 
 log = structlog.get_logger("mcp_shim.mrtr")
 

@@ -1,7 +1,7 @@
 """`mcp-shim probe`: what the gateway will find behind it, before deploying it.
 
 With the gateway's own settings, the probe first tells the upstream's era as
-the gateway does (app/upstream/era.py: a `server/discover` POST to an HTTP
+the gateway does (app/upstream/sessions/era.py: a `server/discover` POST to an HTTP
 upstream; a stdio server is legacy). A modern (2026-07-28) upstream keeps no
 session and refuses `initialize`: the probe reads its `DiscoverResult` and
 sends the list methods of its capabilities as stateless modern requests. A
@@ -48,7 +48,7 @@ from app.probe.run import (
     describe_upstream,
     run_probe,
 )
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.upstream.choice import transport_name
 
 DESCRIPTION = """\

@@ -13,10 +13,10 @@ from app.call import Message
 from app.config import Settings
 from app.upstream.base import Session, Transport
 from app.upstream.choice import Upstream, transport_name
-from app.upstream.era import Era, discover
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
-from app.upstream.listener import default_answer
 from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
+from app.upstream.sessions.era import Era, discover
+from app.upstream.sessions.listener import default_answer
 from translators import v2024_11_05
 from translators._base import (
     META_CLIENT_CAPABILITIES,

@@ -10,7 +10,6 @@ from typing import Any
 from app.config import Settings
 from app.probe.asking import Found, Step, initialize_request
 from app.upstream.base import Transport
-from app.upstream.era import EraInconclusive, probe_era
 from app.upstream.errors import (
     UpstreamAuthChallenge,
     UpstreamError,
@@ -18,6 +17,7 @@ from app.upstream.errors import (
     UpstreamUnavailable,
 )
 from app.upstream.modern.upstream import ModernHttpUpstream
+from app.upstream.sessions.era import EraInconclusive, probe_era
 from translators.explain import pass_through as modern_translations
 from translators.explain import translations
 from translators.registry import LATEST_MODERN, Version, get_version

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import time
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
@@ -19,7 +20,6 @@ import structlog
 from app.config import Settings
 from app.probe.asking import Found, Step, ask_legacy, ask_modern, tell_era
 from app.probe.dual_era import OtherEra, era_choices, legacy_handshake, modern_answer
-from app.settings_rules import command_argv
 from app.subscriptions import filters as subscription_filters
 from app.upstream.choice import Upstream, build_upstream, transport_name
 from app.upstream.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -90,7 +90,7 @@ def _capture_logs() -> Iterator[_Captured]:
 
 def describe_upstream(settings: Settings) -> str:
     if settings.upstream_command is not None:
-        return " ".join(command_argv(settings.upstream_command)[:1])
+        return " ".join(shlex.split(settings.upstream_command)[:1])
     parts = urlsplit(str(settings.upstream_url))
     # Neither credentials in the URL nor its query go into a report.
     host = parts.hostname or ""

@@ -13,11 +13,11 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from app import jsonio
-from app.auth import gateway_mcp_url
-from app.client_held import connection_link
 from app.config import Settings
+from app.connection.link import connection_link
 from app.fronts.legacy import checks as legacy
 from app.fronts.shared import security
+from app.fronts.shared.auth import gateway_mcp_url
 from app.metrics import Metrics
 from app.rejections import INVALID_REQUEST, Rejection
 

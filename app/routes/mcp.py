@@ -16,12 +16,12 @@ from starlette.responses import Response
 
 from app import call, logs, metrics, tracing
 from app.call import ModernCall, ModernNotification
+from app.cluster.replicas import HOP_HEADER
 from app.config import Settings
 from app.fronts.legacy import checks as legacy
 from app.fronts.modern import checks as modern
 from app.fronts.modern.front import Done
 from app.rejections import Rejection
-from app.replicas import HOP_HEADER
 from app.routes.edge import Edge, accepts, answer
 from app.routes.methods import MCP_ALLOW
 from app.routes.scope_headers import ScopeHeaders
@@ -39,7 +39,7 @@ class McpRoutes:
         self._timeline = settings.log_level == "debug"  # each call's steps, logged (CallTiming)
 
     async def post(self, request: Request, headers: ScopeHeaders) -> Response:
-        """Not a FastAPI route: app/server.py's GatewayApp serves it (see there
+        """Not a FastAPI route: app/serving/server.py's GatewayApp serves it (see there
         why), with the headers read once from the scope (app/routes/scope_headers.py);
         starlette's `request.headers` only where a legacy or pass-through path needs one."""
         started = time.perf_counter()
@@ -63,6 +63,7 @@ class McpRoutes:
         wiring: Wiring = request.app.state.wiring
         claim = legacy.claims(body, headers)
         if claim is not None:
+            _describe_legacy(claim.body)
             sse_ok, json_ok = accepts(headers.get("accept", ""))
             return await wiring.legacy.post(
                 claim,
@@ -77,6 +78,7 @@ class McpRoutes:
         if isinstance(parsed, ModernNotification):
             log.info("notification_accepted", method=parsed.method)
             return Response(status_code=202)
+        tracing.describe(parsed.method, parsed.id, parsed.version.name, parsed.params)
         return await self._modern(request, wiring, parsed, body, headers, started, timing)
 
     async def _modern(
@@ -105,6 +107,7 @@ class McpRoutes:
 
     def _rejected(self, rejection: Rejection) -> Response:
         log.info("request_rejected", code=rejection.code, status=rejection.http_status)
+        tracing.note(outcome="rejected", code=rejection.code)
         self._metrics.rejected(rejection.code, rejection.http_status)
         return answer(rejection)
 
@@ -122,6 +125,7 @@ class McpRoutes:
             outcome = ending or state.outcome
             duration_s = time.perf_counter() - started
             duration_ms = round(duration_s * 1000, 2)
+            tracing.note(outcome=outcome, upstream_version=state.upstream_version, status=status)
             logs.call_line(
                 log,
                 {
@@ -169,10 +173,16 @@ def _wiring(request: Request) -> Wiring:
     return wiring
 
 
+def _describe_legacy(body: object) -> None:
+    """A legacy client's single message on its server span (a batch stays unnamed)."""
+    if isinstance(body, dict) and isinstance(body.get("method"), str):
+        tracing.describe(body["method"], body.get("id"), None, body.get("params"))
+
+
 def _bind_context(request_id: str, headers: ScopeHeaders) -> None:
     """Every log line below this request, in the gateway and the bridge too,
     carries its id: each request runs in its own task and context copy.
-    W3C Trace Context: forwarded upstream only if valid (app/tracing.py)."""
+    W3C Trace Context: forwarded upstream only if valid (app/tracing/)."""
     structlog.contextvars.bind_contextvars(request_id=request_id)
     trace = tracing.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
     tracing.bind(trace)

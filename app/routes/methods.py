@@ -4,7 +4,7 @@ plain OPTIONS), and 405 with the route's own Allow for any other.
 
 Each such route is one Starlette route for every method, dispatched here:
 Starlette's own 405 lists the methods of the first route it finds for the
-path, which for /mcp missed the POST that app/server.py's GatewayApp serves
+path, which for /mcp missed the POST that app/serving/server.py's GatewayApp serves
 outside the router."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Methods:
     def options(self, request: Request, allow: str, legacy_client: bool) -> Response:
         """A CORS preflight (Origin and Access-Control-Request-Method): for an
         allowed Origin its answer (the Allow-Origin comes with every answer to
-        it, app/server.py), else the 403 a request from it gets. Otherwise a
+        it, app/serving/server.py), else the 403 a request from it gets. Otherwise a
         plain OPTIONS: the route's methods (RFC 9110 9.3.7)."""
         headers = request.headers
         refused = self._edge.host_or_origin_refused(headers, legacy_client)

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.metrics import Metrics
 from app.routes.edge import Edge
-from app.upstream import era_transport
+from app.upstream.sessions import era_transport
 from app.wiring import Wiring
 
 
@@ -29,7 +29,7 @@ async def readyz(request: Request) -> Response:
     outcome = await wiring.readiness.check()
     body = outcome.body
     if isinstance(body.get("upstream"), dict):
-        # The era as probed (app/upstream/era.py), not as a session's version shows it.
+        # The era as probed (app/upstream/sessions/era.py), not as a session's version shows it.
         era = era_transport.describe(wiring.upstream.era, wiring.pool)
         known = {k: v for k, v in era.items() if v is not None}
         body = {**body, "upstream": {**body["upstream"], **known}}

@@ -1,4 +1,6 @@
-"""`subscriptions/listen` for legacy upstreams (issue 4).
+"""`subscriptions/listen` for modern clients of legacy upstreams (the other
+direction, a modern upstream's listen behind legacy GET streams, is
+app/upstream/modern/listen.py).
 
 - filters.py: the notification filter, cut to the upstream's capabilities (pure)
 - frames.py: ack, tagged notifications, closing result, errors (pure)

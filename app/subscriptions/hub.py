@@ -46,7 +46,7 @@ from app.upstream.errors import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
-from app.upstream.pool import PooledSession, SessionKey, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionKey, SessionPool
 from translators import translate
 from translators.registry import Version
 

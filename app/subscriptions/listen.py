@@ -26,7 +26,7 @@ from app.rejections import INVALID_REQUEST, Rejection
 from app.subscriptions import filters, frames
 from app.subscriptions.hub import SubscriptionHub
 from app.subscriptions.mailbox import End, Mailbox
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 
 log = structlog.get_logger("mcp_shim.subscriptions")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from app.call import Message
 from app.mrtr.lanes import Lanes
 from app.tasks import own
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 from translators import tasks as wire
 
 

@@ -15,7 +15,7 @@ from app.rejections import INVALID_PARAMS, Rejection, http_status_for
 from app.tasks import own
 from app.tasks.live import LiveTask
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.pool import PooledSession
 from translators import translate
 from translators.registry import Version
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.sealing import Sealer
 from app.mrtr.forwarder import Forwarder
-from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
-from app.mrtr.state import Sealer
 from app.tasks.advertise import Advertiser
 from app.tasks.create import Resume, RunAsTask, TaskCreator
 from app.tasks.held import Held, TaskSettings
@@ -36,7 +36,7 @@ from app.tasks.reap import Reaper
 from app.tasks.serve import METHODS, TaskServer
 from app.tasks.store import TaskStore
 from app.tasks.watch import Watchers
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 
 __all__ = ["METHODS", "Resume", "RunAsTask", "TaskBridge", "TaskSettings"]
 

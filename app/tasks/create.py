@@ -23,7 +23,7 @@ from typing import NoReturn
 
 import structlog
 
-from app import jsonio
+from app import jsonio, tracing
 from app.call import CallState, Message, ModernCall, Outgoing
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.exchange import LiveExchange
@@ -46,7 +46,7 @@ from app.tasks.replies import (
 from app.tasks.store import TaskLimitReached, TaskStoreUnavailable
 from app.tasks.upstream import ask
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
-from app.upstream.pool import PooledSession, credential_hash
+from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")
@@ -196,6 +196,7 @@ class TaskCreator:
         live.on_settled = self._on_settled(live.task_id, owner)
         self._held.live[live.task_id] = started(live)
         log.info("task_created", live_tasks=len(self._held.live))
+        tracing.event("mcp_shim.task.created")
         if mode == "required" and mrtr_capabilities.declares_input(call.client_capabilities):
             first = await self._first_round(call, live, state)
             if first is not None:
@@ -216,6 +217,7 @@ class TaskCreator:
         await asyncio.sleep(settings.quiet_s)  # questions asked together
         live.hidden_until = time.monotonic() + settings.round_ttl_s
         log.info("task_input_round", questions=len(live.questions))
+        tracing.event("mcp_shim.task.input_round", {"mcp_shim.questions": len(live.questions)})
         result: Message = {
             "resultType": "input_required",
             "inputRequests": live.input_requests(),

@@ -6,8 +6,8 @@ values: the factory there would tie the two modules both ways.
 
 from __future__ import annotations
 
+from app.cluster.sealing import Sealer
 from app.config import Settings
-from app.mrtr.state import Sealer
 from app.tasks.store import MemoryTaskStore, TaskStore
 
 

@@ -11,16 +11,16 @@ import contextlib
 from dataclasses import dataclass
 
 from app.call import Message
+from app.cluster.sealing import Sealer
 from app.config import TaskLimits
 from app.mrtr.lanes import Lanes
-from app.mrtr.state import Sealer
 from app.tasks import own
 from app.tasks.bounds import UNBOUNDED, TaskBounds
 from app.tasks.live import LiveTask
 from app.tasks.store import TaskStore
 from app.tasks.upstream import ask
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 from translators import tasks as wire
 
 

@@ -1,7 +1,7 @@
 """Task ids the gateway hands out: sealed, naming their owner.
 
 A task id the client sees is the gateway's, never the upstream's: it is
-sealed (AES-GCM, the replicas' `MCP_SHIM_STATE_KEY`, app/mrtr/state.py) with
+sealed (AES-GCM, the replicas' `MCP_SHIM_STATE_KEY`, app/cluster/sealing.py) with
 a purpose of its own, so that neither a `requestState` nor a session id ever
 opens as one, and says which replica runs the task, what the upstream calls
 it and whose it is (the digest of the caller's credential hash). A task id
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from app import jsonio
-from app.mrtr.state import Sealer, caller_digest
+from app.cluster.sealing import Sealer, caller_digest
 
 PURPOSE: Final = b"mcp-shim task id v1"
 # The requestState of an input round before a task is shown (app/tasks/create.py).

@@ -39,8 +39,8 @@ from app.mrtr.keys import KeyAssigner
 from app.tasks.bounds import Hold, TaskBounds
 from app.tasks.upstream import ask, request_message
 from app.upstream.errors import SessionExpired, UpstreamError
-from app.upstream.listener import default_answer
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.listener import default_answer
+from app.upstream.sessions.pool import PooledSession
 from translators._base import INPUT_REQUEST_METHODS
 from translators.registry import Version
 

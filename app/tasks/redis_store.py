@@ -57,7 +57,7 @@ MAX_CONNECTIONS: Final = 32
 # store that is down under load costs a few lines, not one per call.
 _LOG_EVERY_S: Final = 10.0
 
-# What the owner tag's subkeys are derived for (app/mrtr/state.py `Sealer.subkeys`).
+# What the owner tag's subkeys are derived for (app/cluster/sealing.py `Sealer.subkeys`).
 OWNER_TAG_LABEL: Final = b"task store owner tag"
 
 # The owner's live ids, with those whose record has expired taken out.

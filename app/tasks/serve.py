@@ -3,7 +3,7 @@ extension): answered from the upstream's `tasks/get` for a task this replica
 follows, the payload of its `tasks/result` inlined once terminal and its
 questions shown as `inputRequests`; from the store once the record holds the
 result; from the task itself for one the gateway runs; and relayed to the
-replica running the task otherwise (app/replicas.py).
+replica running the task otherwise (app/cluster/replicas.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 import structlog
 
+from app import tracing
 from app.call import CallState, Message, ModernCall, Outgoing
-from app.mrtr.forwarding import ReplicaForwarder
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.replicas import reachable
 from app.rejections import INTERNAL_ERROR, METHOD_NOT_FOUND, Rejection
-from app.replicas import reachable
 from app.tasks import ids, own
 from app.tasks.advertise import Advertiser
 from app.tasks.answers import feed, payload_in, payload_up
@@ -33,7 +34,7 @@ from app.tasks.replies import (
 from app.tasks.store import MAX_RECORD_SETTING, Record, record_refusal
 from app.tasks.upstream import ask
 from app.upstream.errors import SessionExpired
-from app.upstream.pool import PooledSession, credential_hash
+from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")
@@ -49,7 +50,7 @@ class TaskServer:
     ) -> None:
         self._held = held
         self._advertiser = advertiser
-        # The hop to the replica running a task (the MRTR bridge's, app/replicas.py).
+        # The hop to the replica running a task (the MRTR bridge's, app/cluster/replicas.py).
         self._forwarder = forwarder
 
     async def serve(
@@ -111,6 +112,7 @@ class TaskServer:
         assert self._forwarder is not None
         state.outcome = "forwarded"
         log.info("task_request_forwarded", method=call.method)
+        tracing.event("mcp_shim.task.forwarded")
         async with contextlib.aclosing(
             self._forwarder.forward(call, authorization, replica)
         ) as frames:
@@ -168,6 +170,7 @@ class TaskServer:
         fields, inline = await self._keep(owner, task_id, {**fields, "status": final}, inline)
         await self._held.release(live, cancel_upstream=False)
         log.info("task_settled", status=final)
+        tracing.event("mcp_shim.task.settled", {"mcp_shim.task.status": str(final)})
         return wire.detailed_task(fields, inline)
 
     async def _keep(
@@ -203,6 +206,7 @@ class TaskServer:
             log.info("task_cancel_refused_upstream", code=(reply["error"] or {}).get("code"))
         else:
             log.info("task_cancelled")
+            tracing.event("mcp_shim.task.cancelled")
 
     async def _serve_own(
         self, call: ModernCall, owner: str, task: own.OwnTask, state: CallState

@@ -7,8 +7,8 @@ from typing import Any
 
 from app.call import Message
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
-from app.upstream.listener import default_answer
-from app.upstream.pool import PooledSession
+from app.upstream.sessions.listener import default_answer
+from app.upstream.sessions.pool import PooledSession
 
 
 def request_message(pooled: PooledSession, method: str, params: dict[str, Any]) -> Message:

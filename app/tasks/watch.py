@@ -17,14 +17,14 @@ from typing import Any
 import structlog
 
 from app.call import Message, ModernCall
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids
 from app.tasks.replies import missing_extension
 from app.tasks.store import TaskStore, TaskStoreUnavailable
 from app.upstream.errors import UpstreamError
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")

@@ -1,4 +1,18 @@
-"""Transports toward the upstream server.
+"""Transports toward the upstream server: each folder adapts one kind of
+upstream to the seam the fronts talk to (base.py), whatever the client's era.
+
+- `sessions/`: a legacy upstream's sessions, for clients of every era: the
+  pool, the era probe, routing on shared streams, the GET-stream listener,
+  the readiness check;
+- `streamable_http/`, `http_sse/`, `stdio/`: a legacy upstream on each of its
+  transports, under the sessions;
+- `modern/`: a modern (2026-07-28) upstream, passed through to modern clients
+  (passthrough.py) and adapted for legacy clients (session.py, transport.py,
+  rounds.py, listen.py, tasks.py);
+- `httpclient/`: no era: the HTTP client library under the HTTP kinds.
+
+The other direction, a legacy upstream for modern clients, is app/mrtr/,
+app/tasks/ and app/subscriptions/.
 
 frozenlist, an aiohttp dependency, is imported here first, in its pure-Python
 form: its compiled one is C++ and brings libstdc++ into the process, 1.1 MB

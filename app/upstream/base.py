@@ -69,7 +69,7 @@ class RunsProcesses(Protocol):
 
 
 class SharedFlag(Protocol):
-    """One flag every worker of the gateway sees (app/load_board.py)."""
+    """One flag every worker of the gateway sees (app/serving/load_board.py)."""
 
     def is_set(self) -> bool: ...
 

@@ -4,18 +4,18 @@ here once for the gateway (app/wiring.py) and for `mcp-shim probe`."""
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 
 from app import splice
 from app.config import Settings
-from app.settings_rules import command_argv
 from app.upstream.base import Transport
-from app.upstream.era import Era, EraProbe
-from app.upstream.era_transport import EraTransport
-from app.upstream.http.client import build_client
 from app.upstream.http_sse.transport import DetectingTransport
+from app.upstream.httpclient.client import build_client
 from app.upstream.modern.passthrough import PassThroughUpstream
 from app.upstream.modern.upstream import ModernHttpUpstream
+from app.upstream.sessions.era import Era, EraProbe
+from app.upstream.sessions.era_transport import EraTransport
 from app.upstream.stdio.process import child_environment
 from app.upstream.stdio.transport import StdioTransport
 from app.upstream.streamable_http.transport import StreamableHttpTransport
@@ -29,7 +29,7 @@ class Upstream:
     # handshake); closed last, as it holds the HTTP client or the processes.
     transport: Transport
     # What the pool opens sessions with: over HTTP, the session of the era the
-    # upstream speaks (app/upstream/era_transport.py); over stdio, `transport`.
+    # upstream speaks (app/upstream/sessions/era_transport.py); over stdio, `transport`.
     sessions: Transport
     max_sessions: int
     era: EraProbe
@@ -60,7 +60,7 @@ def build_upstream(settings: Settings) -> Upstream:
     transport, max_sessions = build_transport(settings)
     if not isinstance(transport, StreamableHttpTransport):
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
-    # The upstream's era (app/upstream/era.py) picks the seam's implementation.
+    # The upstream's era (app/upstream/sessions/era.py) picks the seam's implementation.
     modern = ModernHttpUpstream(
         transport.client,
         str(settings.upstream_url),
@@ -77,7 +77,8 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
     """The upstream transport, and how many sessions the pool may keep with it."""
     if settings.upstream_command is not None:
         stdio = StdioTransport(
-            command_argv(settings.upstream_command),
+            # Checked at load (app/settings/rules.py `command_argv`).
+            shlex.split(settings.upstream_command),
             env=child_environment(os.environ, settings.upstream_env),
             max_processes=settings.stdio_max_processes,
             max_per_credential=settings.stdio_process_share(),
@@ -105,6 +106,7 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
         transport=settings.upstream_http_transport,
         keepalive_s=settings.upstream_keepalive_s,
         max_answer_bytes=settings.max_upstream_answer_bytes,
+        fixed_headers=settings.fixed_upstream_headers(),
     )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(

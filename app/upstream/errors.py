@@ -1,6 +1,6 @@
 """The gateway's own upstream errors. Library exceptions become these in one place
-per HTTP adapter (`upstream_error` of app/upstream/http/h1_adapter.py, aiohttp_client.py
-and httpx_adapter.py), all applied by `app.upstream.http.client.library_errors`;
+per HTTP adapter (`upstream_error` of app/upstream/httpclient/h1_adapter.py, aiohttp_client.py
+and httpx_adapter.py), all applied by `app.upstream.httpclient.client.library_errors`;
 nothing above the transport sees a library's exception."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class UpstreamHttpError(UpstreamError):
 class UpstreamAuthChallenge(UpstreamError):
     """The upstream refused the caller's credentials: 401 (none, invalid or expired)
     or 403 (insufficient scope). Relayed to the client with the same status and the
-    upstream's `WWW-Authenticate` challenge (app/auth.py); never retried."""
+    upstream's `WWW-Authenticate` challenge (app/fronts/shared/auth.py); never retried."""
 
     def __init__(self, message: str, http_status: int, www_authenticate: str | None) -> None:
         super().__init__(message)

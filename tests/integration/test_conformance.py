@@ -387,7 +387,7 @@ def test_conformance_suite_with_the_fixture_over_stdio(tmp_path: Path) -> None:
         "MCP_SHIM_LOG_LEVEL": "info",
     }
     base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, base + "/healthz", env=env, log_path=tmp_path / "gateway.log"):
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-stdio"
         report = run_conformance(base + "/mcp", RESULTS / stamp, STDIO_BASELINE)

@@ -376,7 +376,7 @@ def _zombie_state(container: str, pid: str) -> str | None:
 
 # The gateway is the container's PID 1 (the image has no init), so every orphan
 # of its stdio servers becomes its child. With workers the supervisor is PID 1
-# and reaps any child (app/workers.py); a single gateway process reaps the
+# and reaps any child (app/serving/workers.py); a single gateway process reaps the
 # orphans that are not its own servers (app/upstream/stdio/containment.py).
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_stdio_upstream_leaves_no_zombie(images: Images, workers: str) -> None:

@@ -42,7 +42,7 @@ import pytest
 
 from app.config import Settings as GatewaySettings
 from app.config import SettingsError
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from scripts import settings_doc
 from tests import procs
 

@@ -347,7 +347,7 @@ def gateway_in_process(legacy_url: str, loop: str = "auto") -> Iterator[tuple[st
     import uvicorn
 
     from app.config import Settings
-    from app.server import create_app
+    from app.serving.server import create_app
 
     port = procs.free_port()
     settings = Settings(upstream_url=legacy_url, port=port)  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ def test_a_stdio_servers_exit_line_is_bounded(tmp_path: Path) -> None:
         "MCP_SHIM_LOG_LEVEL": "info",
     }
     base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, base + "/healthz", env=env, log_path=log):
         message = wire.body("tools/call", {"name": "echo", "arguments": {}})
         with httpx.Client(timeout=30.0) as client:

@@ -6,11 +6,11 @@ libraries served only rare paths yet were loaded at every start: the
 transport with its CA bundle and httpcore (the replica forwarder's client,
 about 3 MB) and `pydantic.v1` (FastAPI checked a declared path parameter
 against it, 1.5 MB). They are now loaded by the first call that needs them.
-So are the CA bundles of the TLS contexts toward the upstream (app/upstream/http/tls.py,
+So are the CA bundles of the TLS contexts toward the upstream (app/upstream/httpclient/tls.py,
 2 MB): read by the first TLS handshake, none for a plain http upstream. And
 aiohttp with httpx-aiohttp (about 6 MB with yarl, attrs, aiohappyeyeballs, ...):
 on the default h1 transport a plain gateway's requests to a legacy upstream
-(era probe, session POSTs, DELETE) all go through app/upstream/http/h1.py
+(era probe, session POSTs, DELETE) all go through app/upstream/httpclient/h1.py
 (bench/memory.py; docs/performance.md).
 """
 
@@ -43,8 +43,8 @@ _SCRIPT = textwrap.dedent(
     """
     import asyncio, gc, json, ssl, sys
     import httpx
-    from app.settings_load import load_settings
-    from app.server import create_app
+    from app.settings.load import load_settings
+    from app.serving.server import create_app
 
     RARE = {rare!r}
 
@@ -58,8 +58,9 @@ _SCRIPT = textwrap.dedent(
             gc.unfreeze()  # the lifespan froze start-up's objects out of gc's lists
             contexts = [o for o in gc.get_objects() if isinstance(o, ssl.SSLContext)]
             certificates = sum(c.cert_store_stats()["x509"] for c in contexts)
-            from app.mrtr.state import Claims, Sealer, generate_key
-            Sealer([generate_key()]).seal(Claims("x", "r", "c", "tools/call", "d", 0, 1))
+            from app.mrtr.state import Claims, seal_state
+            from app.cluster.sealing import Sealer, generate_key
+            seal_state(Sealer([generate_key()]), Claims("x", "r", "c", "tools/call", "d", 0, 1))
             after_seal = [m for m in RARE if m in sys.modules]
         # The lifespan's end closed the upstream session (DELETE).
         after_stop = [m for m in RARE if m in sys.modules and m not in after_seal]
@@ -100,7 +101,7 @@ def test_start_up_and_a_plain_call_load_no_rarely_used_library(legacy_url: str) 
     assert "cryptography" in report["after_seal"], report
     # The transport's TLS context exists (h1's, shared with aiohttp's transport
     # when one is made), but it has read no CA bundle: the upstream is plain
-    # http (app/upstream/http/tls.py).
+    # http (app/upstream/httpclient/tls.py).
     assert report["contexts"] >= 1, report
     assert report["certificates"] == 0, report
 
@@ -122,7 +123,7 @@ IDLE_RSS_BOUND_MB = 60
 def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
     log = logs_dir / "memory-gateway.log"
     # One process that serves: with more than one worker the process started is
-    # the supervisor (38 MB, app/workers.py), and its RSS says nothing of a gateway's.
+    # the supervisor (38 MB, app/serving/workers.py), and its RSS says nothing of a gateway's.
     env = {"MCP_SHIM_WORKERS": "1"}
     with (
         procs.gateway_process(legacy_url, procs.free_port(), env, log_path=log) as (base, proc),

@@ -1,7 +1,7 @@
 """`/metrics` (docs/operations.md, "Metrics"): every series after a known sequence.
 
 Real processes on loopback: the legacy fixture server (official Python SDK
-mcp 1.x) and the gateway (`python -m app.cli`), each test with its own so the
+mcp 1.x) and the gateway (`python -m app.serving.cli`), each test with its own so the
 counts are exact. The sequence: plain calls (ok and an upstream JSON-RPC
 error), one front refusal of each kind, a call refused inside the gateway
 (Mcp-Param-*), a parked multi round-trip call and its retry, a listen stream,
@@ -443,7 +443,7 @@ def _start_failure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SHIM_")}
     full |= {"MCP_SHIM_UPSTREAM_URL": f"http://127.0.0.1:{procs.free_port()}/mcp", **env}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli"],
+        [sys.executable, "-m", "app.serving.cli"],
         env=full,
         capture_output=True,
         text=True,

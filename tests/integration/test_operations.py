@@ -1,7 +1,7 @@
 """What an operator meets first: the command line, the status of a failed
 answer in either form, and the request id on every answer.
 
-The gateway runs as its own process (`python -m app.cli`, what the `mcp-shim`
+The gateway runs as its own process (`python -m app.serving.cli`, what the `mcp-shim`
 script calls); "upstream down" is a gateway whose MCP_SHIM_UPSTREAM_URL points
 at a loopback port nobody listens on.
 """
@@ -25,7 +25,7 @@ from tests import procs
 from tests.integration import wire
 from tests.schema import SPEC, check_modern_error
 
-GATEWAY_CMD = [sys.executable, "-m", "app.cli"]
+GATEWAY_CMD = [sys.executable, "-m", "app.serving.cli"]
 GENERATED_ID = re.compile(r"^[0-9a-f]{16}$")
 
 

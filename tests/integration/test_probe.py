@@ -2,7 +2,7 @@
 over Streamable HTTP and over stdio, and the published
 `@modelcontextprotocol/server-everything` over stdio; then the ways it fails.
 
-The probe runs as an operator runs it: `python -m app.cli probe` in a process
+The probe runs as an operator runs it: `python -m app.serving.cli probe` in a process
 of its own, configured by the gateway's environment variables.
 """
 
@@ -69,7 +69,7 @@ def probe(*args: str, timeout: float = 60.0, **env: str) -> subprocess.Completed
     """`mcp-shim probe ARGS` with only these MCP_SHIM_* settings."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("MCP_SHIM_")}
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "probe", *args],
+        [sys.executable, "-m", "app.serving.cli", "probe", *args],
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -394,7 +394,7 @@ def test_a_reader_that_stops_early_is_no_error(legacy_url: str) -> None:
     os.close(read_end)  # nobody will read: the write fails with EPIPE
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "app.cli", "probe"],
+            [sys.executable, "-m", "app.serving.cli", "probe"],
             env={**base, "MCP_SHIM_UPSTREAM_URL": legacy_url},
             stdout=write_end,
             stderr=subprocess.PIPE,

@@ -8,7 +8,7 @@ robin, no affinity) in front of the legacy fixture (mcp 1.x)::
 Each request goes to whichever replica haproxy picks. What lives in one
 replica's memory (a parked MRTR call, a legacy client's session, an HTTP+SSE
 channel) is named, sealed, in what the client holds; the replica a request
-reaches relays it to the owner (app/replicas.py). The tests check that every
+reaches relays it to the owner (app/cluster/replicas.py). The tests check that every
 kind of client works whichever replica each request reaches, and that each
 call reaches the upstream exactly once (the fixture counts tool calls by
 name and by `marker` argument).

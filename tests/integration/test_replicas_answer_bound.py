@@ -1,5 +1,5 @@
 """A multi round-trip retry forwarded to the replica holding its exchange
-(app/mrtr/forwarding.py): the owner's answer is read within
+(app/cluster/forwarding.py): the owner's answer is read within
 MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES, as an upstream's answer is, and beyond it
 the caller gets the error of an oversized upstream answer.
 

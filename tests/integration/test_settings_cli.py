@@ -1,4 +1,4 @@
-"""Settings a person can handle, on the real command line (`python -m app.cli`,
+"""Settings a person can handle, on the real command line (`python -m app.serving.cli`,
 what the `mcp-shim` script runs): `mcp-shim config`, flags, unknown
 variables, mistakes answered with what to write, and the probe checking what
 `serve` checks."""
@@ -19,7 +19,7 @@ import pytest
 
 from tests import procs
 
-GATEWAY_CMD = [sys.executable, "-m", "app.cli"]
+GATEWAY_CMD = [sys.executable, "-m", "app.serving.cli"]
 KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes in base64
 
 

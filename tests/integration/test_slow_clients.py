@@ -97,7 +97,7 @@ def start_gateway(
 
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli"],
+            [sys.executable, "-m", "app.serving.cli"],
             env=full_env,
             stdout=out,
             stderr=out,

@@ -55,7 +55,7 @@ def test_a_stdio_upstream_is_named_by_its_program_alone(tmp_path: Path) -> None:
         "MCP_SHIM_HOST": "127.0.0.1",
         "MCP_SHIM_WORKERS": "1",
     }
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, f"http://127.0.0.1:{port}/healthz", env, log_path=log):
         found = listening_lines(log)
     assert len(found) == 1, found

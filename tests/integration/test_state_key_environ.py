@@ -5,7 +5,7 @@ every process of the same user: a stdio upstream (the legacy fixture over
 stdio here) could read the key there, from the gateway, the supervisor or a
 worker. The gateway started with the key in its environment replaces itself
 by a process without it and hands the key over by a pipe; the supervisor
-hands it to each worker the same way (app/state_key.py). Checked on real
+hands it to each worker the same way (app/serving/state_key.py). Checked on real
 processes, one worker and two: no environ and no command line of the
 gateway, its workers or their stdio servers carries the key or the
 variable's name, and the key still seals: the test opens a requestState of
@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.mrtr.state import Sealer, parse_keys
+from app.cluster.sealing import Sealer, parse_keys
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
@@ -75,7 +75,11 @@ def stdio_gateway(
     tree: dict[int, str | None] = {}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli"], env=env, stdout=out, stderr=out, cwd=procs.ROOT
+            [sys.executable, "-m", "app.serving.cli"],
+            env=env,
+            stdout=out,
+            stderr=out,
+            cwd=procs.ROOT,
         )
         try:
             procs.wait_until_up(base + "/healthz", proc)

@@ -65,7 +65,7 @@ def stdio_gateway(command: str, log_path: Path, **settings: str) -> Iterator[tup
         **{f"MCP_SHIM_{k.upper()}": v for k, v in settings.items() if k.islower()},
         **{k: v for k, v in settings.items() if not k.islower()},
     }
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=log_path) as p:
         yield f"http://127.0.0.1:{port}", p.pid
 

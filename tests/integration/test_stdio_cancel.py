@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from app.load_board import CANCELS_WITHHELD, LoadBoard
+from app.serving.load_board import CANCELS_WITHHELD, LoadBoard
 from app.upstream.errors import UpstreamError
 from app.upstream.stdio.process import child_environment
 from app.upstream.stdio.session import StdioSession
@@ -153,7 +153,7 @@ async def test_auto_stops_cancelling_once_a_process_dies_of_it() -> None:
 
 
 async def test_one_worker_s_stop_stops_its_siblings() -> None:
-    # Two workers' transports sharing the supervisor's table (app/load_board.py).
+    # Two workers' transports sharing the supervisor's table (app/serving/load_board.py).
     fd = LoadBoard.create(2)
     boards = [LoadBoard(fd, 2), LoadBoard(os.dup(fd), 2)]
     try:

@@ -209,12 +209,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _is_gateway(pid: int) -> bool:
-    """Python running app.cli (not a wrapper whose arguments name it)."""
+    """Python running app.serving.cli (not a wrapper whose arguments name it)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return argv[0] == sys.executable.encode() and argv[1:3] == [b"-m", b"app.cli"]
+    return argv[0] == sys.executable.encode() and argv[1:3] == [b"-m", b"app.serving.cli"]
 
 
 @contextmanager
@@ -230,7 +230,7 @@ def wrapped_gateway(
         "MCP_SHIM_HOST": "127.0.0.1",
         **{f"MCP_SHIM_{k.upper()}": v for k, v in settings.items()},
     }
-    argv = [*wrapper, sys.executable, "-m", "app.cli"]
+    argv = [*wrapper, sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=log_path) as p:
         gateway = next(pid for pid in [p.pid, *_descendants(p.pid)] if _is_gateway(pid))
         try:

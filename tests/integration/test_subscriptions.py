@@ -672,7 +672,7 @@ async def test_sigterm_closes_every_listen_stream_gracefully(
         "MCP_SHIM_HOST": "127.0.0.1",
         "MCP_SHIM_LOG_LEVEL": "info",
     }
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, f"http://127.0.0.1:{port}/healthz", env=env, log_path=log_path) as gw:
         url = f"http://127.0.0.1:{port}/mcp"
         ready = tmp_path / "ready"

@@ -1,7 +1,7 @@
 """What tasks may hold of the upstream (app/tasks/bounds.py, docs/operations.md
 "Limits", Tasks), against real processes on loopback: the 2025-11-25 task
 fixture (tests/fixtures/legacy_tasks_server.py, mcp 1.x experimental tasks)
-and the gateway (`python -m app.cli`), driven with raw 2026-07-28 requests.
+and the gateway (`python -m app.serving.cli`), driven with raw 2026-07-28 requests.
 
 A task outlives the request that made it: its upstream session stays leased,
 and the gateway used to hold a `tasks/result` stream (an upstream connection)

@@ -19,7 +19,7 @@ import pytest
 import redis.asyncio
 from structlog.testing import capture_logs
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.tasks.redis_store import OWNER_TAG_LABEL, RedisTaskStore
 from app.tasks.store import (
     MemoryTaskStore,

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from app.upstream.http.aiohttp_client import AiohttpAnswer
-from app.upstream.http.client import build_client
-from app.upstream.http.h1 import H1Answer
+from app.upstream.httpclient.aiohttp_client import AiohttpAnswer
+from app.upstream.httpclient.client import build_client
+from app.upstream.httpclient.h1 import H1Answer
 from app.upstream.streamable_http.transport import (
     HttpExchange,
     StreamableHttpSession,
@@ -38,7 +38,7 @@ def _no_cycle_collector() -> Iterator[None]:
 async def session(
     legacy_url: str, request: pytest.FixtureRequest
 ) -> AsyncIterator[StreamableHttpSession]:
-    # Both hot paths: app/upstream/http/h1.py (the default) and aiohttp's.
+    # Both hot paths: app/upstream/httpclient/h1.py (the default) and aiohttp's.
     client = build_client(connect_timeout_s=5.0, max_connections=4, transport=request.param)
     transport = StreamableHttpTransport(client, legacy_url, request_timeout_s=30.0)
     init = {

@@ -1,10 +1,10 @@
 """MCP_SHIM_WORKERS=2 in front of the real legacy fixture (mcp 1.x): one port,
 two gateway processes, each a replica with its own internal listener and
-advertise URL (app/workers.py).
+advertise URL (app/serving/workers.py).
 
 - a multi round-trip call parked on one worker, its retries sent alternately
   to each worker's internal listener: the other worker relays them to the
-  owner (app/mrtr/forwarding.py), the answer is right and the upstream ran
+  owner (app/cluster/forwarding.py), the answer is right and the upstream ran
   the tool once; the same through the shared port, where the kernel picks;
 - a worker killed with SIGKILL is restarted (log line with its exit code) on
   the same internal URL, while the port keeps answering;
@@ -34,9 +34,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app import workers
 from app.fronts.legacy.replies import session_not_found
 from app.metrics import parse_exposition
+from app.serving import workers
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import test_replicas as replicas
@@ -120,7 +120,7 @@ def two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
 def spread_two(legacy_url: str, logs_dir: Path) -> Iterator[Workers]:
     """Two workers that both accept whatever the load (MCP_SHIM_MOVE_CONNECTIONS=false):
     by default an idle gateway's worker 1 leaves new connections to worker 0
-    (app/accept_gate.py), and a test of requests landing anywhere needs the
+    (app/serving/accept_gate.py), and a test of requests landing anywhere needs the
     kernel to spread them."""
     log = logs_dir / "workers-spread.log"
     env = {"MCP_SHIM_WORKERS": "2", "MCP_SHIM_MOVE_CONNECTIONS": "false"}
@@ -350,7 +350,7 @@ def test_ids_1_and_text_1_in_flight_on_two_workers_take_turns_upstream(two: Work
 
 
 def test_a_note_not_sealed_with_the_deployment_s_key_is_not_found(two: Workers) -> None:
-    # The workers' notes (app/fronts/legacy/notes.py) are sealed with the state
+    # The workers' notes (app/cluster/notes.py) are sealed with the state
     # key: anything else sent there, on either listener, is an unknown path.
     with httpx.Client(timeout=30.0) as http:
         for base in (two.base, *two.internal().values()):
@@ -480,7 +480,11 @@ def stdio_workers(logs_dir: Path) -> Iterator[Workers]:
     env.pop("MCP_SHIM_UPSTREAM_URL", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli"], env=env, stdout=out, stderr=out, cwd=procs.ROOT
+            [sys.executable, "-m", "app.serving.cli"],
+            env=env,
+            stdout=out,
+            stderr=out,
+            cwd=procs.ROOT,
         )
         tree: dict[int, str | None] = {}
         try:
@@ -633,7 +637,7 @@ def test_a_worker_port_in_use_stops_start_up_naming_the_setting(legacy_url: str)
             "MCP_SHIM_WORKER_PORT_BASE": str(busy),
         }
         done = subprocess.run(
-            [sys.executable, "-m", "app.cli"],
+            [sys.executable, "-m", "app.serving.cli"],
             env=env,
             capture_output=True,
             text=True,

@@ -1,4 +1,4 @@
-"""Idle connections move between workers as the load asks (app/balance.py),
+"""Idle connections move between workers as the load asks (app/serving/balance.py),
 with MCP_SHIM_WORKERS=2 in front of the real legacy fixture (mcp 1.x) over
 Streamable HTTP, on real keep-alive connections.
 
@@ -7,7 +7,7 @@ the client's socket is found in /proc/net/tcp by its ports, and its inode in
 /proc/<worker pid>/fd.
 
 - An idle gateway's new connections all land on worker 0: worker 1, whose
-  load is gathered there, does not accept (app/accept_gate.py).
+  load is gathered there, does not accept (app/serving/accept_gate.py).
 - Worker 0 saturated through its own listener (where nothing can move):
   worker 1 accepts again and the kernel spreads new connections over both.
   When that load ends, the connections gather on worker 0, modern and legacy
@@ -356,7 +356,7 @@ def stdio_gateway(command: str, logs_dir: Path, name: str) -> Iterator[tw.Worker
         "MCP_SHIM_METRICS_PORT": str(procs.free_port()),
     }
     base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "app.cli"]
+    argv = [sys.executable, "-m", "app.serving.cli"]
     with procs.running(argv, base + "/healthz", env=env, log_path=log) as proc:
         workers = tw._up(base, proc, log, 2)
         workers.metrics = f"http://127.0.0.1:{env['MCP_SHIM_METRICS_PORT']}/metrics"

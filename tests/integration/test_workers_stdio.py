@@ -6,7 +6,7 @@ opened it.
 - the official mcp 1.x client, one session with many calls, several at once,
   through the shared port: every answer is its own call's, and no request is
   relayed (one reaching the other worker hands its connection to the owner,
-  app/handoff.py);
+  app/serving/handoff.py);
 - requests of a session sent to the other worker's listener: the first hands
   the connection over, the rest reach the owner on it directly;
 - `MCP_SHIM_STDIO_MAX_PROCESSES` bounds each worker: two workers run at most
@@ -63,7 +63,11 @@ def stdio_gateway(logs_dir: Path, **settings: str) -> Iterator[Workers]:
     env.pop("MCP_SHIM_UPSTREAM_URL", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli"], env=env, stdout=out, stderr=out, cwd=procs.ROOT
+            [sys.executable, "-m", "app.serving.cli"],
+            env=env,
+            stdout=out,
+            stderr=out,
+            cwd=procs.ROOT,
         )
         try:
             procs.wait_until_up(f"http://127.0.0.1:{port}/healthz", proc)

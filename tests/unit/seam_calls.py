@@ -11,16 +11,16 @@ from typing import Any
 import orjson
 
 from app.call import CallState, ModernCall, Outgoing
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.replicas import ReplicaRelay
+from app.cluster.sealing import Sealer
 from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import Gateway
 from app.mrtr.bridge import Bridge
 from app.mrtr.forwarder import Forwarder
-from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.lanes import Lanes
-from app.mrtr.state import Sealer
 from app.mrtr.turn import BridgeSettings
-from app.replicas import ReplicaRelay
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 from tests.seam_fake import ScriptedTransport, drain
 from translators.registry import get_version
 
@@ -80,7 +80,7 @@ async def gateway_rig(
     deadline_s: float = 30.0,
     quiet_s: float = 0.05,
 ) -> AsyncIterator[Rig]:
-    """The gateway as app/server.py builds it, on `transport`; with the MRTR bridge
+    """The gateway as app/serving/server.py builds it, on `transport`; with the MRTR bridge
     (and its lanes) when `bridged`."""
     pool = SessionPool(transport, max_sessions=8, idle_s=300)
     sealer = Sealer([os.urandom(32)])

@@ -7,10 +7,10 @@ from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
-from app.client_held import ClientHeld
+from app.connection.held import ClientHeld
+from app.connection.link import LINK, ConnectionLink
 from app.fronts.modern.gateway import Outgoing
 from app.fronts.shared.answer import CallAnswer
-from app.http_protocol import LINK, ConnectionLink
 
 NOTE = {
     "jsonrpc": "2.0",
@@ -122,7 +122,7 @@ async def test_client_that_stops_reading_is_closed_and_the_call_ends() -> None:
 
 
 # The gateway's HTTP protocol links each answer to its connection
-# (app/http_protocol.py ConnectionLink): a disconnect is a callback, not a
+# (app/connection/link.py ConnectionLink): a disconnect is a callback, not a
 # task per call awaiting receive(), and a write is timed only when it can wait.
 
 

@@ -1,11 +1,11 @@
-"""OAuth pass-through, the pure parts (app/auth.py): the challenge the client
+"""OAuth pass-through, the pure parts (app/fronts/shared/auth.py): the challenge the client
 sees, the metadata URL of an endpoint, the gateway's own URL and document."""
 
 from __future__ import annotations
 
 import pytest
 
-from app import auth
+from app.fronts.shared import auth
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamUnavailable
 
 UPSTREAM_CHALLENGE = (

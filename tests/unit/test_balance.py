@@ -1,8 +1,8 @@
-"""app/balance.py: where a worker's connections go. The plan as a table of
+"""app/serving/balance.py: where a worker's connections go. The plan as a table of
 cases (gather onto a lower-numbered worker under a light load, spill off a
 saturated one to a sibling with room, stay otherwise, and never back and forth
 between the two rules); whether a worker accepts new connections, as a table
-too, and app/accept_gate.py turning a real server's accepting off and on over
+too, and app/serving/accept_gate.py turning a real server's accepting off and on over
 a real listening socket; the shared load table over a real memfd, mapped twice
 as two workers map it; the loop's busy time from the kernel, and a stdio
 server process's from real processes. Real workers
@@ -21,11 +21,11 @@ from collections.abc import Callable
 import pytest
 import uvloop
 
-from app import balance
-from app.accept_gate import AcceptGate
-from app.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
-from app.http_protocol import GuardedHttpToolsProtocol
-from app.load_board import CANCELS_WITHHELD, STALE_S, LoadBoard
+from app.serving import balance
+from app.serving.accept_gate import AcceptGate
+from app.serving.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
+from app.serving.http_protocol import GuardedHttpToolsProtocol
+from app.serving.load_board import CANCELS_WITHHELD, STALE_S, LoadBoard
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
     ("light load on worker 1 gathers on 0", 1, [0.1, 0.2], 6, Move(0, 6, "gather")),
@@ -105,7 +105,7 @@ LOOPS = pytest.mark.parametrize(
 def test_the_gate_turns_a_real_server_s_accepting_off_and_on(
     loop_factory: Callable[[], asyncio.AbstractEventLoop],
 ) -> None:
-    # uvloop is what workers run (app/cli.py); its close() of a server given a
+    # uvloop is what workers run (app/serving/cli.py); its close() of a server given a
     # socket closes the descriptor, which the gate's spare outlives.
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(_off_and_on())

@@ -1,4 +1,4 @@
-"""The link from an answer to its connection (app/http_protocol.py
+"""The link from an answer to its connection (app/connection/link.py
 `ConnectionLink`), driven through the gateway's real HTTP protocol with a
 stand-in transport: a client that goes away calls the answer back, and the
 link keeps no request alive (each request's scope and cycle are freed by
@@ -15,7 +15,8 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from app.http_protocol import LINK, ConnectionLimits, ConnectionLink, protocol_class
+from app.connection.link import LINK, ConnectionLink
+from app.serving.http_protocol import ConnectionLimits, protocol_class
 
 
 class Transport:

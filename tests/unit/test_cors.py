@@ -1,6 +1,6 @@
 """CORS (app/routes/cors.py): the headers a preflight and an answer to an
 allowed Origin carry, and none for another; and the send wrapper of
-app/server.py that adds them to every answer (nothing without an Origin)."""
+app/serving/server.py that adds them to every answer (nothing without an Origin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from app import server
 from app.routes.cors import (
     EXPOSED_HEADERS,
     MAX_AGE_S,
@@ -17,6 +16,7 @@ from app.routes.cors import (
     allow_value,
     allowed_request_headers,
 )
+from app.serving import server
 
 
 def test_allow_lists_methods_in_a_fixed_order() -> None:
@@ -107,7 +107,7 @@ def test_preflight_headers() -> None:
 
 
 def _sent_headers(request_headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The headers app/server.py's middleware adds to an answer's start."""
+    """The headers app/serving/server.py's middleware adds to an answer's start."""
     sent: list[dict[str, Any]] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:

@@ -105,10 +105,10 @@ def test_contributing_layout_names_every_package_and_module_of_app() -> None:
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     named = layout_paths(text)
     entries = app_entries()
-    assert "app/upstream/http/" in entries and "app/server.py" in entries
+    assert "app/upstream/httpclient/" in entries and "app/wiring.py" in entries
     assert [entry for entry in entries if entry not in named] == []
     # The check can fail: a layout without a line misses what it named.
     shorter = layout_paths(text.replace("  tasks/  ", "  "))
     assert "app/tasks/" not in shorter
     nested = layout_paths(text.replace("    stdio/  ", "    "))
-    assert "app/upstream/stdio/" not in nested and "app/upstream/http/" in nested
+    assert "app/upstream/stdio/" not in nested and "app/upstream/httpclient/" in nested

@@ -1,4 +1,4 @@
-"""How a shared stream's exchange is read (app/upstream/routing.py, stdio and
+"""How a shared stream's exchange is read (app/upstream/sessions/routing.py, stdio and
 HTTP+SSE): one reader, messages in the order they came, and an end that
 stays an end, whichever way the read ended (the response, a stop, an error,
 the reader's cancellation). Its timeout: tests/unit/test_exchange_silence.py."""
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.upstream.errors import UpstreamUnavailable
-from app.upstream.routing import Router
+from app.upstream.sessions.routing import Router
 
 # A bound of the tests' own: a read that never ends fails, not hangs.
 NEVER_S = 5.0

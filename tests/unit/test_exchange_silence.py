@@ -1,4 +1,4 @@
-"""The timeout of a shared stream's exchange (app/upstream/routing.py, stdio and
+"""The timeout of a shared stream's exchange (app/upstream/sessions/routing.py, stdio and
 HTTP+SSE): each wait of the reader for the server's next message is bounded,
 not the exchange as a whole, and a reader busy with a message is never timed
 out for it. One timer per exchange does this; it is gone once the exchange is
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from app.upstream.errors import UpstreamTimeout
-from app.upstream.routing import Router
+from app.upstream.sessions.routing import Router
 
 TIMEOUT_S = 0.2
 # A bound of the test's own: a timeout that never fires fails, not hangs.

@@ -16,7 +16,7 @@ from app.fronts.modern import checks as modern
 from app.fronts.shared import header_guard
 from app.rejections import Rejection
 from app.upstream.capabilities import canonical
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 from translators.registry import get_version
 
 META = {

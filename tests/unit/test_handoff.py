@@ -1,4 +1,4 @@
-"""app/handoff.py: what one worker hands another. The request rebuilt reads
+"""app/serving/handoff.py: what one worker hands another. The request rebuilt reads
 back as it came; the inbox serves a handed socket with the gateway's own
 protocol, the bytes of the request the sibling read before the socket's, and
 closes (never serves) what is malformed or waited too long. Over real
@@ -22,9 +22,10 @@ import uvloop
 from starlette.types import Receive, Scope, Send
 from uvicorn.server import ServerState
 
-from app import handoff
-from app.handoff import Handoff, request_bytes
-from app.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
+from app.cluster.replicas import request_bytes
+from app.serving import handoff
+from app.serving.handoff import Handoff
+from app.serving.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 
 LOOPS = pytest.mark.parametrize(
     "loop_factory", [uvloop.new_event_loop, asyncio.new_event_loop], ids=["uvloop", "asyncio"]
@@ -81,7 +82,7 @@ async def echo(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def served(made: list[object]) -> Callable[[], GuardedHttpToolsProtocol]:
-    """The gateway's own HTTP protocol as a worker serves with it (app/cli.py),
+    """The gateway's own HTTP protocol as a worker serves with it (app/serving/cli.py),
     in front of `echo`, with an idle keep-alive connection closed after 0.1 s;
     each connection it makes is recorded in `made`."""
     config = uvicorn.Config(

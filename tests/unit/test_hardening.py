@@ -21,6 +21,7 @@ from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import CallState, Gateway, Outgoing
 from app.fronts.shared.answer import CallAnswer
 from app.fronts.shared.security import check_host, parse_host
+from app.settings import rules
 from translators.registry import get_version
 
 # ---------------------------------------------------------------------------
@@ -283,8 +284,11 @@ def test_new_settings_defaults() -> None:
     ],
 )
 def test_new_settings_are_validated(fields: dict[str, str], says: str) -> None:
+    # The type and range on building the model, the rules across settings on
+    # the built one (as load_settings checks them).
     with pytest.raises(ValueError, match=says):
-        _settings(**fields)
+        broken = rules.problems(_settings(**fields))
+        raise ValueError("\n".join(broken))
 
 
 @pytest.mark.parametrize(
@@ -314,7 +318,7 @@ def test_connection_bound_fits_the_descriptor_limit(
     configured: dict[str, str],
     effective: int,
 ) -> None:
-    from app import cli
+    from app.serving import cli
 
     monkeypatch.setattr(cli.resource, "getrlimit", lambda _: nofile)
     monkeypatch.setattr(cli.resource, "setrlimit", lambda *_: None)

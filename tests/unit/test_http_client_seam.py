@@ -1,4 +1,4 @@
-"""One HTTP client interface toward the upstream (app/upstream/http/interface.py):
+"""One HTTP client interface toward the upstream (app/upstream/httpclient/interface.py):
 no module but an adapter asks which library carried an answer or raised an
 exception. Outside the adapters, no `isinstance` names a class of httpx,
 aiohttp, httpcore or one of the adapters (before this interface,
@@ -26,11 +26,11 @@ ADAPTERS = frozenset(
 )
 _LIBRARIES = ("httpx", "aiohttp", "httpx_aiohttp", "httpcore")
 _ADAPTER_MODULES = (
-    "app.upstream.http.h1",
-    "app.upstream.http.h1_connection",
-    "app.upstream.http.h1_errors",
-    "app.upstream.http.aiohttp_client",
-    "app.upstream.http.httpx_adapter",
+    "app.upstream.httpclient.h1",
+    "app.upstream.httpclient.h1_connection",
+    "app.upstream.httpclient.h1_errors",
+    "app.upstream.httpclient.aiohttp_client",
+    "app.upstream.httpclient.httpx_adapter",
 )
 # Names that say which object is underneath, whatever module they come from.
 _TELLING = frozenset(("UpstreamClient", "AsyncGenerator", "H1Answer", "AiohttpAnswer"))
@@ -72,7 +72,7 @@ def _asks(path: Path) -> list[str]:
 
 
 def test_the_finder_sees_an_adapters_question() -> None:
-    found = _asks(APP / "upstream" / "http" / "httpx_adapter.py")
+    found = _asks(APP / "upstream" / "httpclient" / "httpx_adapter.py")
     assert any("httpx.TimeoutException" in line for line in found), found
 
 

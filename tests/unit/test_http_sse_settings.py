@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from app.config import SettingsError
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.upstream.choice import build_transport, transport_name
 from app.upstream.errors import UpstreamProtocolError, UpstreamTimeout
-from app.upstream.http.sse_decoder import Event
 from app.upstream.http_sse.transport import DetectingTransport, _endpoint
+from app.upstream.httpclient.sse_decoder import Event
 from app.upstream.streamable_http.transport import StreamableHttpTransport
 
 STREAM = httpx.URL("http://127.0.0.1:3001/sse")

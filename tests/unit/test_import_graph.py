@@ -1,4 +1,5 @@
-"""Imports point down only: the project's import graph has no cycle.
+"""Imports point down only: the project's import graph has no cycle, and no
+module imports a layer above its own (docs/architecture.md, "Layers").
 
 Every `import` and `from ... import` in a module counts, wherever it stands: at
 the top, inside a function (a lazy import still ties the two modules), or under
@@ -180,20 +181,21 @@ def test_what_every_layer_shares_stays_at_the_bottom() -> None:
     graph = import_graph(ROOT)
     # A call's values and timing: below the route, gateway, bridge, fronts, transports;
     # they name a request id (app/rejections.py) and a version (translators/) only.
-    assert {m for m in reached(graph, "app.call") if not m.startswith("translators")} <= {
-        "app.rejections"
-    }
-    assert reached(graph, "app.upstream.http.common") == set()
+    below_call = {m for m in reached(graph, "app.call") if not m.startswith("translators")}
+    assert below_call <= {"app.rejections"}
+    assert reached(graph, "app.upstream.httpclient.common") == set()
     # The gauges read the live objects through protocols (app/metrics.py).
-    live = {"app.mrtr.bridge", "app.mrtr.lanes", "app.upstream.pool", "app.subscriptions.hub"}
+    live = {
+        "app.mrtr.bridge",
+        "app.mrtr.lanes",
+        "app.upstream.sessions.pool",
+        "app.subscriptions.hub",
+    }
     assert not reached(graph, "app.metrics") & (live | {"app.fronts.modern.gateway"})
 
 
-# The modules above the fronts: the process, the routes and the wiring.
-ABOVE_FRONTS = ("app.routes", "app.serving", "app.wiring", "app.server", "app.cli", "app.workers")
-# Below the fronts but still importing them: the one known exception, named
-# so that no new one creeps in (app/auth.py checks a Host as the fronts do).
-BELOW_FRONTS_KNOWN = {("app.auth", "app.fronts.shared"), ("app.auth", "app.fronts.shared.security")}
+# The modules above the fronts: the process and its commands, the routes and the wiring.
+ABOVE_FRONTS = ("app.routes", "app.serving", "app.settings", "app.probe", "app.wiring")
 
 
 def test_nothing_below_the_fronts_imports_them() -> None:
@@ -207,7 +209,144 @@ def test_nothing_below_the_fronts_imports_them() -> None:
         for target in targets
         if target.startswith("app.fronts")
     }
-    assert upward <= BELOW_FRONTS_KNOWN, sorted(upward - BELOW_FRONTS_KNOWN)
+    assert upward == set(), sorted(upward)
+
+
+# The layers, top to bottom. A module's layer is its package's under app/ (the
+# first name after `app.`), or its own at the root of app/.
+SERVING, ROUTES, WIRING, FRONTS, FEATURES, UPSTREAM, LEAVES = 6, 5, 4, 3, 2, 1, 0
+_LAYER_OF = {
+    # The process and its HTTP serving; beside it the settings' loading and
+    # command and the probe command, which the CLI runs.
+    "serving": SERVING,
+    "settings": SERVING,
+    "probe": SERVING,
+    "routes": ROUTES,
+    # The object graph built from the settings: the routes take it, it builds the fronts.
+    "wiring": WIRING,
+    "fronts": FRONTS,
+    "mrtr": FEATURES,
+    "tasks": FEATURES,
+    "subscriptions": FEATURES,
+    "cluster": FEATURES,
+    "upstream": UPSTREAM,
+}
+# Whatever else is at the root of app/ (config, call values, rejections, JSON,
+# logs, metrics...), headers/, connection/ and translators/ are the leaves.
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] != "app" or len(parts) == 1:
+        return LEAVES
+    return _LAYER_OF.get(parts[1], LEAVES)
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "app" and len(parts) > 1 else ""
+
+
+def imports_from_below(graph: dict[str, set[str]], packages: set[str], floor: int) -> list[str]:
+    """`importer -> imported` for every import of a module of `packages` (names
+    under app/) by a module whose layer is below `floor`."""
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, targets in graph.items()
+        for imported in targets
+        if _package(imported) in packages and layer(importer) < floor
+    )
+
+
+def upward_imports(graph: dict[str, set[str]], package: str) -> list[str]:
+    """Imports of `package`'s modules by modules of a lower layer."""
+    return imports_from_below(graph, {package}, _LAYER_OF[package])
+
+
+def test_no_lower_layer_imports_serving_routes_or_fronts() -> None:
+    graph = import_graph(ROOT)
+    offenders = [
+        line for top in ("serving", "routes", "fronts") for line in upward_imports(graph, top)
+    ]
+    assert offenders == []
+    # The check can fail: the cluster importing a front, or a route the serving layer.
+    assert upward_imports({"app.cluster.guests": {"app.fronts.legacy.bound"}}, "fronts") == [
+        "app.cluster.guests -> app.fronts.legacy.bound"
+    ]
+    assert upward_imports({"app.routes.mcp": {"app.serving.server"}}, "serving") != []
+    assert upward_imports({"app.serving.cli": {"app.routes.mcp"}}, "routes") == []
+
+
+def test_nothing_below_the_cluster_imports_it() -> None:
+    """The cluster (sealing, replicas, forwarding, guest copies) is below the
+    fronts and beside mrtr/, tasks/ and subscriptions/, which use it; the
+    upstream and the leaves know nothing of replicas. app/config.py is left to
+    its own check (`test_config_imports_nothing_of_app`)."""
+    graph = import_graph(ROOT)
+    others = {name: targets for name, targets in graph.items() if name != "app.config"}
+    assert imports_from_below(others, {"cluster"}, FEATURES) == []
+    assert imports_from_below(
+        {"app.upstream.sessions.pool": {"app.cluster.sealing"}}, {"cluster"}, FEATURES
+    )
+    assert not imports_from_below({"app.tasks.ids": {"app.cluster.sealing"}}, {"cluster"}, FEATURES)
+
+
+def upward_anywhere(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module in a higher layer than the importer's, none
+    excepted (app/config.py's are its own check's)."""
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, targets in graph.items()
+        for imported in targets
+        if layer(importer) < layer(imported) and importer != "app.config"
+    )
+
+
+def test_imports_point_down_through_the_layers() -> None:
+    assert upward_anywhere(import_graph(ROOT)) == []
+    # The check can fail: the upstream importing a feature, a leaf the wiring.
+    assert upward_anywhere({"app.upstream.sessions.pool": {"app.mrtr.lanes"}}) != []
+    assert upward_anywhere({"app.metrics": {"app.wiring"}}) == ["app.metrics -> app.wiring"]
+    assert upward_anywhere({"app.wiring": {"app.metrics", "app.fronts.base"}}) == []
+
+
+def test_config_imports_nothing_of_app() -> None:
+    """The `Settings` model is read by every layer, so it is the one leaf that
+    imports nothing of the project: its loading, checks and command (app/settings/)
+    sit beside the serving layer."""
+    graph = import_graph(ROOT)
+    assert sorted(m for m in graph["app.config"] if m.startswith("app")) == []
+
+
+MAX_MODULE_LINES = 600
+
+
+def long_modules(root: Path) -> list[str]:
+    return [
+        f"{path.relative_to(root)}: {lines} lines"
+        for path in project_modules(root).values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+
+
+def test_no_module_is_over_600_lines(tmp_path: Path) -> None:
+    assert long_modules(ROOT) == []
+    # The check can fail.
+    _write(tmp_path, {"app/__init__.py": "", "app/big.py": "x = 1\n" * 601, "translators/t.py": ""})
+    assert long_modules(tmp_path) == ["app/big.py: 601 lines"]
+
+
+# The root of app/ keeps the wiring and the leaves every layer shares; the rest
+# lives in the folder of its layer.
+MAX_ROOT_MODULES = 12
+
+
+def root_modules(root: Path) -> list[str]:
+    return sorted(path.name for path in (root / "app").glob("*.py") if path.name != "__init__.py")
+
+
+def test_the_root_of_app_holds_at_most_12_modules() -> None:
+    assert len(root_modules(ROOT)) <= MAX_ROOT_MODULES, root_modules(ROOT)
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

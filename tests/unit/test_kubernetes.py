@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app import workers
+from app.cluster.sealing import parse_keys
 from app.config import Settings
 from app.fronts.shared.security import check_host
-from app.mrtr.state import parse_keys
+from app.serving import workers
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
@@ -130,7 +130,8 @@ def test_each_pod_advertises_its_own_ip_and_accepts_it_as_host(
     assert check_host("mcp-shim.tools.svc.cluster.local:8080", settings.allowed_hosts) is None
     assert check_host("10.1.2.4:8080", settings.allowed_hosts) is not None
     assert settings.host == "0.0.0.0"
-    assert settings.state_keys() is not None
+    assert settings.state_key is not None
+    assert parse_keys(settings.state_key.get_secret_value())
 
 
 def test_state_key_comes_from_the_secret_and_no_real_key_is_shipped() -> None:

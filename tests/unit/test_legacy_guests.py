@@ -1,4 +1,4 @@
-"""Guest copies of legacy sessions (app/fronts/legacy/guests.py, notes.py): two
+"""Guest copies of legacy sessions (app/cluster/guests.py, notes.py): two
 workers' `LegacySessions` over one scripted upstream, their notes delivered to
 each other in process (the HTTP between them is tests/integration/test_workers.py's).
 
@@ -19,16 +19,16 @@ from typing import Any
 import pytest
 
 from app.call import Outgoing
+from app.cluster.notes import Notes
+from app.cluster.replicas import OwnedIds
+from app.cluster.sealing import Sealer
+from app.cluster.session import LegacySession
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.calls import LegacyCalls
 from app.fronts.legacy.checks import LegacyRequest
-from app.fronts.legacy.notes import Notes
-from app.fronts.legacy.session import LegacySession
 from app.fronts.legacy.sessions import LegacySessions
-from app.mrtr.state import Sealer
-from app.replicas import OwnedIds
 from app.upstream.errors import SessionShareExceeded
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 from tests.seam_fake import Script, ScriptedSession, ScriptedTransport, result, server_request
 from translators.registry import Version, get_version
 

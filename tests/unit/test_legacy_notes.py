@@ -1,4 +1,4 @@
-"""The workers' notes about legacy sessions (app/fronts/legacy/notes.py) and what a
+"""The workers' notes about legacy sessions (app/cluster/notes.py) and what a
 worker serves on a guest copy of another's session (app/fronts/legacy/front.py):
 a note opens only with the deployment's key and as a note, never as its reply
 nor as a session id; a plain request is served where it lands, everything else
@@ -12,12 +12,12 @@ from unittest.mock import patch
 import pytest
 from structlog.testing import capture_logs
 
+from app.cluster.notes import CLOCK_SKEW_S, NOTE_LIFETIME_S, Notes
+from app.cluster.replicas import OwnedIds, ReplicaRelay
+from app.cluster.sealing import Sealer, generate_key
+from app.cluster.session import shares_integer_text
 from app.fronts.legacy.front import _plain_request
-from app.fronts.legacy.notes import CLOCK_SKEW_S, NOTE_LIFETIME_S, Notes
-from app.fronts.legacy.session import shares_integer_text
-from app.mrtr.state import Sealer, generate_key
-from app.replicas import OwnedIds, ReplicaRelay
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 KEY = generate_key()
 ME = "http://10.0.0.5:8080"
@@ -154,7 +154,7 @@ def test_the_nonces_kept_are_bounded_and_forgotten_after_the_lifetime() -> None:
     assert receiver.open(sender.seal({"k": "touch"})) is not None
     assert len(receiver._seen) == 1  # the three are stale now: forgotten
     # At the bound, the oldest is forgotten first.
-    with patch("app.fronts.legacy.notes._MAX_SEEN_NOTES", 2):
+    with patch("app.cluster.notes._MAX_SEEN_NOTES", 2):
         assert receiver.open(sender.seal({"k": "touch"})) is not None
         assert receiver.open(sender.seal({"k": "touch"})) is not None
         assert len(receiver._seen) == 2

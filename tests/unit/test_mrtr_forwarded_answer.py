@@ -1,4 +1,4 @@
-"""The owner's answer to a forwarded multi round-trip retry (app/mrtr/forwarding.py)
+"""The owner's answer to a forwarded multi round-trip retry (app/cluster/forwarding.py)
 is read within MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON body as it arrives
 (announced or not), each SSE event; beyond it the forwarding replica raises
 the error of an oversized upstream answer. The owner here is a loopback HTTP
@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 
 from app.call import ModernCall
+from app.cluster.forwarding import ReplicaForwarder
+from app.cluster.replicas import ReplicaRelay
 from app.fronts.modern import checks as modern
-from app.mrtr.forwarding import ReplicaForwarder
 from app.mrtr.results import Frame
-from app.replicas import ReplicaRelay
 from app.upstream.errors import UpstreamAnswerTooLarge
 
 LIMIT = 4096

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from app.call import ModernCall
+from app.cluster.forwarding import HOP_HEADER, hop_headers, mirrored
 from app.fronts.modern import checks as modern
 from app.mrtr import answers, capabilities, results
-from app.mrtr.forwarding import HOP_HEADER, hop_headers, mirrored
 from app.mrtr.keys import INPUT_KEY_META, KeyAssigner, named_key, without_key_meta
 from app.rejections import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from tests.schema import MODERN, Spec

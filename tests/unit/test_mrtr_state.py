@@ -1,4 +1,5 @@
-"""requestState sealing (app/mrtr/state.py): AES-GCM, key rotation, strict decoding."""
+"""requestState sealing (app/mrtr/state.py on app/cluster/sealing.py): AES-GCM, key
+rotation, strict decoding."""
 
 from __future__ import annotations
 
@@ -8,15 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.mrtr.state import (
-    MAX_TOKEN_CHARS,
-    Claims,
-    Sealer,
-    caller_digest,
-    generate_key,
-    params_digest,
-    parse_keys,
-)
+from app.cluster.sealing import MAX_TOKEN_CHARS, Sealer, caller_digest, generate_key, parse_keys
+from app.mrtr.state import Claims, open_state, params_digest, seal_state
 
 CLAIMS = Claims(
     exchange="ex-123",
@@ -31,8 +25,8 @@ CLAIMS = Claims(
 
 def test_seal_and_open_round_trip() -> None:
     sealer = Sealer([generate_key()])
-    token = sealer.seal(CLAIMS)
-    assert sealer.open(token) == CLAIMS
+    token = seal_state(sealer, CLAIMS)
+    assert open_state(sealer, token) == CLAIMS
     # Only the base64url alphabet: safe in JSON and URLs, opaque to the client.
     assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert "ex-123" not in token and "tools/call" not in token
@@ -40,7 +34,7 @@ def test_seal_and_open_round_trip() -> None:
 
 def test_every_seal_is_fresh() -> None:
     sealer = Sealer([generate_key()])
-    assert sealer.seal(CLAIMS) != sealer.seal(CLAIMS)  # a new nonce every time
+    assert seal_state(sealer, CLAIMS) != seal_state(sealer, CLAIMS)  # a new nonce every time
 
 
 @pytest.mark.parametrize(
@@ -62,8 +56,8 @@ def test_every_seal_is_fresh() -> None:
 )
 def test_altered_tokens_do_not_open(tamper: object) -> None:
     sealer = Sealer([generate_key()])
-    token = sealer.seal(CLAIMS)
-    assert sealer.open(tamper(token)) is None  # type: ignore[operator]
+    token = seal_state(sealer, CLAIMS)
+    assert open_state(sealer, tamper(token)) is None  # type: ignore[operator]
 
 
 def test_non_canonical_encoding_is_refused() -> None:
@@ -72,35 +66,35 @@ def test_non_canonical_encoding_is_refused() -> None:
     sealer = Sealer([generate_key()])
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
     for k in range(4):
-        token = sealer.seal(replace(CLAIMS, exchange="e" * (10 + k)))
+        token = seal_state(sealer, replace(CLAIMS, exchange="e" * (10 + k)))
         if len(token) % 4 in (2, 3):
             break
     else:  # pragma: no cover - some length mod 4 always has spare bits
         raise AssertionError("no token with spare bits")
     sibling = token[:-1] + alphabet[alphabet.index(token[-1]) ^ 1]
     assert base64.urlsafe_b64decode(sibling + "==") == base64.urlsafe_b64decode(token + "==")
-    assert sealer.open(token) is not None
-    assert sealer.open(sibling) is None
+    assert open_state(sealer, token) is not None
+    assert open_state(sealer, sibling) is None
 
 
 @pytest.mark.parametrize("token", [None, 42, ["a"], {"x": 1}])
 def test_non_strings_do_not_open(token: object) -> None:
-    assert Sealer([generate_key()]).open(token) is None
+    assert open_state(Sealer([generate_key()]), token) is None
 
 
 def test_other_key_does_not_open() -> None:
-    token = Sealer([generate_key()]).seal(CLAIMS)
-    assert Sealer([generate_key()]).open(token) is None
+    token = seal_state(Sealer([generate_key()]), CLAIMS)
+    assert open_state(Sealer([generate_key()]), token) is None
 
 
 def test_rotation_first_key_seals_all_keys_open() -> None:
     old, new = generate_key(), generate_key()
-    before = Sealer([old]).seal(CLAIMS)
+    before = seal_state(Sealer([old]), CLAIMS)
     rotated = Sealer([new, old])
-    assert rotated.open(before) == CLAIMS
-    after = rotated.seal(CLAIMS)
-    assert Sealer([new]).open(after) == CLAIMS
-    assert Sealer([old]).open(after) is None
+    assert open_state(rotated, before) == CLAIMS
+    after = seal_state(rotated, CLAIMS)
+    assert open_state(Sealer([new]), after) == CLAIMS
+    assert open_state(Sealer([old]), after) is None
 
 
 def test_claims_from_json_rejects_wrong_types() -> None:

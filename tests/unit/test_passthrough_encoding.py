@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import orjson
 import pytest
 
-from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.modern.upstream import ModernHttpUpstream
 from tests.unit.http_peer import LoopbackPeer, read_request
 

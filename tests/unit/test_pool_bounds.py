@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionPool
 from tests.unit.pool_session import Session
 from translators.registry import get_version
 
@@ -126,7 +126,7 @@ async def test_a_header_httpx_cannot_encode_never_reaches_an_exception(
     import traceback
 
     from app.upstream.errors import UpstreamError
-    from app.upstream.http.client import build_client
+    from app.upstream.httpclient.client import build_client
     from app.upstream.streamable_http.transport import StreamableHttpSession
 
     assert LEGACY is not None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.upstream.errors import PoolExhausted
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionPool
 from tests.unit.pool_session import Session
 from translators.registry import get_version
 

@@ -16,7 +16,7 @@ from app.mrtr import answers, results
 from app.quoting import QUOTED_CHARS, quoted
 from app.rejections import Rejection
 from app.upstream.errors import UpstreamProtocolError, UpstreamTimeout
-from app.upstream.routing import Router
+from app.upstream.sessions.routing import Router
 from translators.registry import Version, get_version
 
 MIB = 1 << 20

@@ -67,9 +67,9 @@ def test_client_gone_and_too_slow() -> None:
 
 
 def test_a_whole_body_is_read_without_a_timer(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Said complete by the gateway's protocol (app/http_protocol.py): nothing
+    # Said complete by the gateway's protocol (app/serving/http_protocol.py): nothing
     # is timed. Not said so: the read is timed, and a slow one fails.
-    from app.http_protocol import LINK, ConnectionLink
+    from app.connection.link import LINK, ConnectionLink
 
     def refused(_delay: float) -> Any:
         raise AssertionError("a whole body needs no timer")

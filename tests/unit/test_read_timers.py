@@ -1,4 +1,4 @@
-"""The read timeouts of the gateway's HTTP protocol (app/http_protocol.py),
+"""The read timeouts of the gateway's HTTP protocol (app/serving/http_protocol.py),
 driven with a stand-in transport: a request that comes whole in one read arms
 no timer (the common call: two timers armed and cancelled per call before),
 and one left unfinished by a read is timed from that read, headers or body."""
@@ -11,7 +11,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from app.http_protocol import ConnectionLimits, protocol_class
+from app.serving.http_protocol import ConnectionLimits, protocol_class
 from tests.unit.test_connection_link import REQUEST, Transport
 
 

@@ -1,4 +1,4 @@
-"""Owned ids and the relay's headers (app/replicas.py): an id names its owner
+"""Owned ids and the relay's headers (app/cluster/replicas.py): an id names its owner
 replica under the deployment's seal, so no client can forge one or steer a
 request to an address of its choosing; the relay passes a request on as it
 came, marked as relayed once."""
@@ -9,9 +9,10 @@ import base64
 
 import structlog
 
-from app.mrtr.state import Claims, Sealer, caller_digest, generate_key
-from app.replicas import HOP_HEADER, OwnedIds, reachable, relayed_headers
-from app.upstream.pool import credential_hash
+from app.cluster.replicas import HOP_HEADER, OwnedIds, reachable, relayed_headers
+from app.cluster.sealing import Sealer, caller_digest, generate_key
+from app.mrtr.state import Claims, open_state, seal_state
+from app.upstream.sessions.pool import credential_hash
 
 KEY = generate_key()
 ME = "http://10.0.0.5:8080"
@@ -55,9 +56,9 @@ def test_an_altered_or_foreign_id_names_nobody() -> None:
 def test_a_request_state_is_no_session_id_and_back() -> None:
     sealer = Sealer([KEY])
     claims = Claims("ex", OTHER, caller_digest(ALICE), "tools/call", "d", 1_900_000_000, 1)
-    state = sealer.seal(claims)
+    state = seal_state(sealer, claims)
     assert OwnedIds(sealer, ME).owner(state, ALICE) is None
-    assert sealer.open(OwnedIds(sealer, OTHER).mint(ALICE)) is None
+    assert open_state(sealer, OwnedIds(sealer, OTHER).mint(ALICE)) is None
 
 
 def test_elsewhere_only_for_another_reachable_owner_and_never_twice() -> None:

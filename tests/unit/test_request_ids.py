@@ -1,4 +1,4 @@
-"""Request ids made by the gateway (app/server.py `_NewRequestIds`): the form the
+"""Request ids made by the gateway (app/serving/server.py `_NewRequestIds`): the form the
 X-Request-Id header had (16 lower-case hex digits), never repeated by one
 process, and a different prefix in every process."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 
-from app import server
+from app.serving import server
 
 _FORM = re.compile(r"^[0-9a-f]{16}$")
 

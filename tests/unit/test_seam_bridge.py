@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
+from app.mrtr.state import open_state, seal_state
 from tests.seam_fake import (
     AwaitReply,
     Play,
@@ -110,9 +111,9 @@ async def test_a_state_sealed_by_another_gateway_is_refused() -> None:
     transport = ScriptedTransport(script())
     async with gateway_rig(transport, bridged=True) as rig:
         key, state = await first_turn(rig)
-        claims = rig.sealer.open(state)
+        claims = open_state(rig.sealer, state)
         assert claims is not None
-        foreign = Sealer([os.urandom(32)]).seal(claims)
+        foreign = seal_state(Sealer([os.urandom(32)]), claims)
         outs, _ = await rig.run(retry(key, foreign))
         error = outs[-1].message["error"]
         assert error["code"] == -32602 and "could not be verified" in error["message"]

@@ -13,14 +13,14 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from app.cluster.replicas import OwnedIds
+from app.cluster.sealing import Sealer
 from app.fronts.legacy import checks as legacy
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.service import LegacyService
 from app.fronts.legacy.sessions import LegacySessions
-from app.mrtr.state import Sealer
-from app.replicas import OwnedIds
-from app.upstream.pool import SessionPool
+from app.upstream.sessions.pool import SessionPool
 from tests.seam_fake import Script, ScriptedTransport, notification, result
 from translators.registry import get_version
 
@@ -35,7 +35,7 @@ STRUCTURED = result(
 
 @asynccontextmanager
 async def front_on(transport: ScriptedTransport) -> AsyncIterator[LegacyFront]:
-    """The legacy front as app/server.py builds it, on `transport`."""
+    """The legacy front as app/serving/server.py builds it, on `transport`."""
     pool = SessionPool(transport, max_sessions=8, idle_s=300)
     sessions = LegacySessions(
         pool,

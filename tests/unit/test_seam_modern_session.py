@@ -27,7 +27,7 @@ NO_TOOLS = result({"resultType": "complete", "tools": []})
 
 def session_on(upstream: ScriptedModernUpstream, caps: dict[str, Any]) -> ModernSession:
     # Built directly: `ModernTransport.open_session` would first probe the
-    # upstream's era (app/upstream/era.py) over HTTP.
+    # upstream's era (app/upstream/sessions/era.py) over HTTP.
     return ModernSession(
         upstream,  # type: ignore[arg-type]  # the scripted server stands for ModernHttpUpstream
         modern=MODERN,

@@ -11,11 +11,11 @@ import re
 import pytest
 from pydantic import SecretStr
 
-from app import settings_command
-from app.cli import _command_word, not_a_command, parse_args
 from app.config import Settings, SettingsError
-from app.settings_check import NOT_SETTINGS, closest, mask_userinfo, unknown_variables
-from app.settings_load import load_settings
+from app.serving.cli import _command_word, not_a_command, parse_args
+from app.settings import command as settings_command
+from app.settings.check import NOT_SETTINGS, closest, mask_userinfo, unknown_variables
+from app.settings.load import load_settings
 
 KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="  # 32 bytes in base64
 

@@ -1,4 +1,4 @@
-"""app/upstream/http/sse_decoder.py against golden streams.
+"""app/upstream/httpclient/sse_decoder.py against golden streams.
 
 The rules are WHATWG HTML's "Interpreting an event stream" (9.2.6): "Lines
 must be separated by either a U+000D CARRIAGE RETURN U+000A LINE FEED (CRLF)
@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.upstream.http import sse_decoder
-from app.upstream.http.sse_decoder import Event, SSEDecoder
+from app.upstream.httpclient import sse_decoder
+from app.upstream.httpclient.sse_decoder import Event, SSEDecoder
 
 M = "message"
 

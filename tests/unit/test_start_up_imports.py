@@ -14,17 +14,17 @@ from tests import procs
 
 # aiohttp and what only it brings (httpx-aiohttp, yarl, attrs, aiohappyeyeballs,
 # aiosignal, propcache): about 6 MB of idle RSS, imported by the first request
-# that needs it (app/upstream/http/aiohttp_client.py), which a plain gateway in front
+# that needs it (app/upstream/httpclient/aiohttp_client.py), which a plain gateway in front
 # of a legacy upstream never sends on the default h1 transport.
 AIOHTTP = ("aiohttp", "httpx_aiohttp", "yarl", "attr", "aiohappyeyeballs", "aiosignal", "propcache")
 
 _SCRIPT = """
 import json, os, sys
-import app.cli
+import app.serving.cli
 import frozenlist
-app.cli.fix_mmap_threshold()
-app.cli.release_free_heap()
-import app.upstream.http.aiohttp_client  # what the first request that needs aiohttp imports
+app.serving.cli.fix_mmap_threshold()
+app.serving.cli.release_free_heap()
+import app.upstream.httpclient.aiohttp_client  # what the first request that needs aiohttp imports
 from aiohttp import connector
 print(json.dumps({
     "modules": sorted(m for m in ("ctypes.util", "certifi") if m in sys.modules),
@@ -54,7 +54,7 @@ def _run(script: str, env: dict[str, str] | None = None) -> dict[str, object]:
 def test_command_line_start_up_loads_no_ca_bundle_no_library_search_no_libstdcxx() -> None:
     report = _run(_SCRIPT)
     # ctypes.util's find_library runs `ldconfig -p` in a child process; certifi is
-    # imported by the first TLS handshake (app/upstream/http/tls.py), not at import.
+    # imported by the first TLS handshake (app/upstream/httpclient/tls.py), not at import.
     # frozenlist's compiled form is C++ (libstdc++ in the process) for a class only
     # aiohttp's tracing uses (app/upstream/__init__.py); the switch is not left set.
     # aiohttp's import-time CA contexts are replaced by deferred ones as it is imported.
@@ -69,9 +69,9 @@ def test_command_line_start_up_loads_no_ca_bundle_no_library_search_no_libstdcxx
 
 _BUILT = """
 import asyncio, json, sys
-import app.cli
-from app.settings_load import load_settings
-from app.server import create_app
+import app.serving.cli
+from app.settings.load import load_settings
+from app.serving.server import create_app
 from app.upstream.choice import build_transport
 
 AIOHTTP = {aiohttp!r}

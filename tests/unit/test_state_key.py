@@ -1,4 +1,4 @@
-"""app/state_key.py: MCP_SHIM_STATE_KEY handed from process to process by a
+"""app/serving/state_key.py: MCP_SHIM_STATE_KEY handed from process to process by a
 pipe, and the bound that keeps that pipe's single write from blocking."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from app import state_key
 from app.config import SettingsError
-from app.settings_load import load_settings
-from app.settings_rules import STATE_KEY_MAX_CHARS
+from app.serving import state_key
+from app.settings.load import load_settings
+from app.settings.rules import STATE_KEY_MAX_CHARS
 
 KEY = base64.b64encode(b"k" * 32).decode("ascii")
 
@@ -55,7 +55,7 @@ def test_the_key_handed_over_is_validated_like_the_variable(
     monkeypatch.setenv("MCP_SHIM_UPSTREAM_URL", "http://127.0.0.1:3001/mcp")
     monkeypatch.delenv("MCP_SHIM_STATE_KEY", raising=False)
     settings = load_settings(state_key=KEY)
-    assert settings.state_keys() == [b"k" * 32]
+    assert settings.state_key is not None and settings.state_key.get_secret_value() == KEY
     with pytest.raises(SettingsError, match="MCP_SHIM_STATE_KEY"):
         load_settings(state_key="not base64!")
     monkeypatch.setenv("MCP_SHIM_STATE_KEY", ",".join([KEY] * 100))

@@ -1,4 +1,4 @@
-"""The server processes a worker's balance weighs (app/balance.py, ServerLoad)
+"""The server processes a worker's balance weighs (app/serving/balance.py, ServerLoad)
 are those that answered initialize: a process still starting is not load. A real
 process, which answers initialize only once the test lets it."""
 

@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings, SettingsError
-from app.settings_load import load_settings
-from app.settings_rules import command_argv
+from app.settings.load import load_settings
+from app.settings.rules import command_argv
 from app.upstream.stdio.process import child_environment
 
 _UPSTREAM_VARS = (
@@ -147,7 +147,11 @@ def test_settings_error_at_start_up_exits_2_naming_both() -> None:
     env = {"PATH": "/usr/bin:/bin", "MCP_SHIM_UPSTREAM_URL": "http://127.0.0.1:9/mcp"}
     env["MCP_SHIM_UPSTREAM_COMMAND"] = "python3"
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "app.serving.cli"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "MCP_SHIM_UPSTREAM_URL" in proc.stderr and "MCP_SHIM_UPSTREAM_COMMAND" in proc.stderr

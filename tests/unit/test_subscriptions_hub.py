@@ -18,7 +18,7 @@ from app.subscriptions.filters import Filter
 from app.subscriptions.hub import Listener, SubscriptionHub
 from app.subscriptions.mailbox import End
 from app.upstream.errors import SessionExpired
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionPool
 from translators.registry import get_version
 
 CAPS: dict[str, Any] = {

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from app.config import Settings, SettingsError, TaskLimits, default_limits, three_quarters
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.tasks.bounds import (
     CONNECTION_SHARE_SETTING,
     CONNECTIONS_SETTING,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from app.mrtr.state import Sealer
+from app.cluster.sealing import Sealer
 from app.tasks.redis_store import OWNER_TAG_LABEL, RedisTaskStore, owner_tag
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 OWNER = credential_hash("Bearer weak")
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from app.cluster.sealing import Sealer, generate_key
 from app.config import Settings, SettingsError
-from app.mrtr.state import Sealer, generate_key
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.redis_store import RedisTaskStore
 from app.tasks.store import MemoryTaskStore
@@ -108,10 +108,10 @@ def test_redis_py_is_loaded_only_for_the_redis_store() -> None:
     script = (
         "import sys, os\n"
         "os.environ['MCP_SHIM_UPSTREAM_URL'] = 'http://127.0.0.1:9/mcp'\n"
-        "import app.cli\n"
-        "from app.settings_load import load_settings\n"
+        "import app.serving.cli\n"
+        "from app.settings.load import load_settings\n"
         "from app.tasks.factory import build_task_store\n"
-        "from app.mrtr.state import Sealer, generate_key\n"
+        "from app.cluster.sealing import Sealer, generate_key\n"
         "build_task_store(load_settings(), Sealer([generate_key()]))\n"
         "print('redis' in sys.modules)\n"
     )

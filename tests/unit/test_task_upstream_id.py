@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from app.call import CallState
-from app.mrtr.state import Sealer, generate_key
+from app.cluster.sealing import Sealer, generate_key
 from app.tasks import create, ids
 from app.tasks.advertise import Advertiser
 from app.tasks.create import TaskCreator
 from app.tasks.held import Held, TaskSettings
 from app.tasks.store import MemoryTaskStore
 from app.upstream.errors import UpstreamProtocolError
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 EXT = "io.modelcontextprotocol/tasks"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.mrtr.state import Sealer, generate_key
+from app.cluster.sealing import Sealer, generate_key
 from app.tasks import ids
 from translators import tasks as wire
 

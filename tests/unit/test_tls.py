@@ -1,5 +1,5 @@
 """TLS contexts toward the upstream with their CA certificates read on the first
-handshake (app/upstream/http/tls.py): the same verification as the contexts they
+handshake (app/upstream/httpclient/tls.py): the same verification as the contexts they
 replace, a real handshake that verifies, and none that succeeds unverified."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-import app.upstream.http.aiohttp_client  # noqa: F401 - importing it defers aiohttp's contexts
-from app.upstream.http import tls
+import app.upstream.httpclient.aiohttp_client  # noqa: F401 - importing it defers aiohttp's contexts
+from app.upstream.httpclient import tls
 
 # The settings a verifying client context carries; the trust store is compared apart.
 _SETTINGS = ("protocol", "verify_mode", "check_hostname", "options", "verify_flags")
@@ -39,7 +39,7 @@ def _store(context: ssl.SSLContext) -> list[dict[str, object]]:
 def test_aiohttp_defaults_are_replaced_by_the_same_contexts_deferred(verified: bool) -> None:
     name = "_SSL_CONTEXT_VERIFIED" if verified else "_SSL_CONTEXT_UNVERIFIED"
     replaced = getattr(aiohttp_connector, name)
-    # Importing app.upstream.http.aiohttp_client replaced it (a new aiohttp without
+    # Importing app.upstream.httpclient.aiohttp_client replaced it (a new aiohttp without
     # these names fails here).
     assert isinstance(replaced, tls.DeferredCAContext), name
     original = aiohttp_connector._make_ssl_context(verified)

@@ -1,4 +1,4 @@
-"""W3C Trace Context validation (app/tracing.py): what is forwarded upstream
+"""W3C Trace Context validation (app/tracing/): what is forwarded upstream
 and what is dropped. Cases from https://www.w3.org/TR/trace-context/ section 3."""
 
 from __future__ import annotations

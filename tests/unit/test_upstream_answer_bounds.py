@@ -21,8 +21,8 @@ import pytest
 
 from app import jsonio
 from app.upstream.errors import UpstreamAnswerTooLarge
-from app.upstream.http import h1, h1_errors
-from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.httpclient import h1, h1_errors
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.misbehaving.http_upstream import MisbehavingUpstream
 from translators.registry import get_version
@@ -277,7 +277,7 @@ async def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(
 
 
 def test_the_sse_decoder_bounds_an_event_and_joins_a_long_line_once() -> None:
-    from app.upstream.http.sse_decoder import EventTooLarge, SSEDecoder
+    from app.upstream.httpclient.sse_decoder import EventTooLarge, SSEDecoder
 
     decoder = SSEDecoder(max_event_bytes=4096)
     assert decoder.feed(b"data: ") == []

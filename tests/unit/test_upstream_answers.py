@@ -31,7 +31,7 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version

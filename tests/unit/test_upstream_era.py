@@ -1,4 +1,4 @@
-"""The era probe's pure rules (app/upstream/era.py) and the modern headers
+"""The era probe's pure rules (app/upstream/sessions/era.py) and the modern headers
 (app/upstream/modern/upstream.py), without a server.
 
 2026-07-28 basic/transports/streamable-http "Backward Compatibility": "If the
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from app.upstream.era import (
+from app.upstream.modern.upstream import header_value, passed_headers, standard_headers
+from app.upstream.sessions.era import (
     PROBE_ID,
     Era,
     answer_in,
@@ -25,7 +26,6 @@ from app.upstream.era import (
     probe_message,
     verdict,
 )
-from app.upstream.modern.upstream import header_value, passed_headers, standard_headers
 from translators.registry import LATEST_MODERN
 
 

@@ -1,4 +1,4 @@
-"""The hot path's own HTTP/1.1 client (app/upstream/http/h1.py) at the wire's edge:
+"""The hot path's own HTTP/1.1 client (app/upstream/httpclient/h1.py) at the wire's edge:
 what it writes, which connections it reuses, closes and bounds, its timeouts.
 
 The HTTP peer is a few lines of asyncio scripted byte by byte (an HTTP-level
@@ -22,8 +22,8 @@ import pytest
 
 from app import jsonio
 from app.upstream.errors import UpstreamError, UpstreamProtocolError, UpstreamTimeout
-from app.upstream.http import h1, h1_errors
-from app.upstream.http.client import UpstreamClient, build_client
+from app.upstream.httpclient import h1, h1_errors
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.streamable_http.transport import StreamableHttpSession
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
@@ -421,7 +421,7 @@ async def test_a_sessions_delete_get_stream_and_a_modern_request_go_through_h1_n
     # server/discover) on the h1 pool, its GET stream on h1's second pool:
     # httpx's transport over aiohttp is never made, so aiohttp is never
     # imported (bench/memory.py: about 6 MB of idle RSS).
-    from app.upstream.http.httpx_adapter import OnFirstRequest
+    from app.upstream.httpclient.httpx_adapter import OnFirstRequest
     from app.upstream.modern.upstream import ModernHttpUpstream
 
     peer = await serve(_answer)

@@ -21,8 +21,8 @@ import pytest
 
 from app.config import Settings
 from app.upstream.errors import UpstreamUnavailable
-from app.upstream.http.client import UpstreamClient, build_client
-from app.upstream.http.common import KEEPALIVE_S
+from app.upstream.httpclient.client import UpstreamClient, build_client
+from app.upstream.httpclient.common import KEEPALIVE_S
 from app.upstream.streamable_http.transport import StreamableHttpSession, resendable
 from tests.unit.http_peer import LoopbackPeer, read_request
 from translators.registry import get_version
@@ -70,7 +70,8 @@ class HangUpServer(LoopbackPeer):
 
 @pytest.fixture(params=["h1", "aiohttp"])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[UpstreamClient]:
-    # h1 (app/upstream/http/h1.py) is the default hot path, aiohttp the other one that resends.
+    # h1 (app/upstream/httpclient/h1.py) is the default hot path, aiohttp the other one
+    # that resends.
     upstream = build_client(connect_timeout_s=5.0, max_connections=8, transport=request.param)
     try:
         yield upstream

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.settings_load import load_settings
+from app.settings.load import load_settings
 from app.upstream.choice import build_upstream
-from app.upstream.era_transport import EraTransport
+from app.upstream.sessions.era_transport import EraTransport
 
 APP = Path(__file__).resolve().parents[2] / "app"
 # Where the classes of upstream kinds and HTTP clients come from.
@@ -125,7 +125,7 @@ def test_the_pass_through_is_the_modern_upstreams_own(monkeypatch: pytest.Monkey
     # The upstream decides whether a modern client's call is passed through:
     # only when it has a modern side and its era is modern (for the caller);
     # the route asks, and never looks at the era itself.
-    from app.upstream.era import Era
+    from app.upstream.sessions.era import Era
 
     monkeypatch.setenv("MCP_SHIM_UPSTREAM_URL", "http://127.0.0.1:9/mcp")
     http = build_upstream(load_settings())

@@ -1,4 +1,4 @@
-"""app/workers.py without processes: how many workers, where each is reached,
+"""app/serving/workers.py without processes: how many workers, where each is reached,
 what each gets in its environment (never the state key), and the merged /metrics of all of them."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from app import workers, workers_metrics
 from app.config import Settings, SettingsError
 from app.metrics import parse_exposition
-from app.settings_load import load_settings
+from app.serving import workers, workers_metrics
+from app.settings.load import load_settings
 
 UPSTREAM = "http://127.0.0.1:3001/mcp"
 
@@ -159,7 +159,7 @@ def test_a_worker_environment_names_it_and_never_carries_the_key() -> None:
     }
     env = workers.worker_environment(source, "http://10.1.2.3:8081")
     assert env["MCP_SHIM_ADVERTISE_URL"] == "http://10.1.2.3:8081"
-    # The key reaches a worker by a pipe (app/state_key.py), even when the
+    # The key reaches a worker by a pipe (app/serving/state_key.py), even when the
     # supervisor was started with it in its own environment.
     assert "MCP_SHIM_STATE_KEY" not in env
     assert "MCP_SHIM_METRICS_PORT" not in env  # the supervisor serves it

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from app.connection.link import LINK, ConnectionLink
 from app.fronts.modern.gateway import Outgoing
 from app.fronts.shared.answer import CallAnswer
-from app.http_protocol import LINK, ConnectionLink
 from app.write_coalescer import SMALL_WRITE, CoalescedTransport, WriteCoalescer, for_loop
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"

@@ -1,5 +1,5 @@
 """A small answer written whole by the protocol (ConnectionLink.write_whole,
-app/http_protocol.py) is byte for byte what uvicorn's own `send` writes for
+app/connection/link.py) is byte for byte what uvicorn's own `send` writes for
 the same `http.response.start` and `http.response.body`, and leaves uvicorn's
 request cycle in the same state; whenever `send` would act on something
 (framing headers, a refused header, a paused or closed connection, a response
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from app.http_protocol import ConnectionLink
+from app.connection.link import ConnectionLink
 from tests.unit.test_connection_link import Transport  # keeps what is written to it
 
 SERVER_HEADERS = [(b"date", b"Wed, 02 Dec 2026 19:00:00 GMT"), (b"server", b"uvicorn")]

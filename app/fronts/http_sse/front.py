@@ -13,7 +13,7 @@ session ends on both sides. A channel takes one `initialize`, and must have it
 within MCP_SHIM_SSE_INIT_TIMEOUT_S, or it is closed; an address holds at most
 MCP_SHIM_MAX_UNINITIALIZED_SSE_PER_ADDRESS channels still waiting for theirs,
 so idle streams cannot take every connection the gateway may hold. Its id
-names the replica holding it, sealed like a session id (app/replicas.py): a
+names the replica holding it, sealed like a session id (app/cluster/replicas.py): a
 POST that reaches another replica is relayed there as it came.
 
 Each request a POST brings runs on its own after the 202, so no connection
@@ -41,17 +41,16 @@ from starlette.responses import Response
 
 from app import jsonio
 from app.call import Message
+from app.cluster.session import LegacySession, held_by
+from app.connection.busy import RateLimitedLog, server_busy
 from app.fronts.legacy import checks as front
 from app.fronts.legacy import opening
 from app.fronts.legacy.replies import guarded, refuse, session_not_found
 from app.fronts.legacy.service import LegacyService
-from app.fronts.legacy.session import LegacySession
 from app.fronts.legacy.stream import server_stream
 from app.fronts.shared.answer import sse_event
-from app.fronts.shared.binding import held_by
-from app.http_protocol import RateLimitedLog, server_busy
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 
 log = structlog.get_logger("mcp_shim.legacy.sse")
 

@@ -9,9 +9,9 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from app.call import Message, Outgoing
+from app.cluster.session import LegacySession
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
-from app.fronts.legacy.session import LegacySession
 
 
 async def collect(

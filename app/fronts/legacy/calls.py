@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
-from app.auth import AuthRelay
 from app.call import Message, Outgoing
+from app.cluster.session import Lease, LegacySession, shares_integer_text
 from app.fronts.legacy import checks as front
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
@@ -24,9 +24,9 @@ from app.fronts.legacy.replies import (
     session_not_found,
     upstream_failure,
 )
-from app.fronts.legacy.session import Lease, LegacySession, shares_integer_text
 from app.fronts.legacy.sessions import LegacySessions
 from app.fronts.legacy.turns import IdTurns
+from app.fronts.shared.auth import AuthRelay
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
 from app.upstream.base import Exchange, read_stopper

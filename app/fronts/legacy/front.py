@@ -26,6 +26,8 @@ from starlette.responses import Response
 
 from app import logs
 from app.call import Outgoing
+from app.cluster.replicas import HOP_HEADER
+from app.cluster.session import LegacySession, shares_integer_text
 from app.fronts.legacy import batches, opening, stream
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.replies import (
@@ -37,10 +39,8 @@ from app.fronts.legacy.replies import (
     session_not_found,
 )
 from app.fronts.legacy.service import LegacyService
-from app.fronts.legacy.session import LegacySession, shares_integer_text
 from app.fronts.shared.answer import CallAnswer, sse_event
 from app.rejections import INVALID_REQUEST, Rejection
-from app.replicas import HOP_HEADER
 
 log = structlog.get_logger("mcp_shim.legacy")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 
 from app.call import Message
+from app.cluster.session import LegacySession
 from app.fronts.legacy import checks as front
-from app.fronts.legacy.session import LegacySession
 from app.rejections import METHOD_NOT_FOUND
 from app.upstream.errors import UpstreamError
 from translators import translate

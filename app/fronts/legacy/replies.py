@@ -13,10 +13,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import structlog
 from starlette.responses import Response
 
-from app import auth, jsonio
-from app.auth import AuthRelay
+from app import jsonio
 from app.call import Message
 from app.fronts.legacy import checks as front
+from app.fronts.shared import auth
+from app.fronts.shared.auth import AuthRelay
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection, RequestId
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError
 
@@ -63,7 +64,7 @@ def auth_refusal(
     gateway_url: str | None,
     relay: AuthRelay | None,
 ) -> tuple[Rejection, tuple[tuple[str, str], ...]]:
-    """An upstream 401/403 as the modern front relays it (app/auth.py): the same
+    """An upstream 401/403 as the modern front relays it (app/fronts/shared/auth.py): the same
     status and its challenge, `resource_metadata` naming the gateway, so an
     OAuth-capable legacy client starts its flow against the gateway."""
     log.info("upstream_auth_refused", era="legacy", status=exc.status)
@@ -127,7 +128,7 @@ def owner_unreachable(request_id: RequestId | None = None) -> Rejection:
     # The session lives in another replica's memory and that replica does not
     # answer: for this client the session is gone, and the 2025-11-25
     # streamable-http answer to a session the server does not have is 404,
-    # upon which the client initialises again (app/replicas.py).
+    # upon which the client initialises again (app/cluster/replicas.py).
     return Rejection(
         INVALID_REQUEST,
         "Session not found: the gateway replica holding it cannot be reached; send "

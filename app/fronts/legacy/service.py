@@ -19,15 +19,15 @@ from typing import Any
 from starlette.responses import Response
 
 from app import jsonio
-from app.auth import AuthRelay
+from app.cluster.replicas import HOP_HEADER, ReplicaRelay, header_items
+from app.cluster.session import LegacySession
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
 from app.fronts.legacy.replies import owner_unreachable, refuse
-from app.fronts.legacy.session import LegacySession
 from app.fronts.legacy.sessions import LegacySessions
+from app.fronts.shared.auth import AuthRelay
 from app.metrics import Metrics
 from app.rejections import Rejection, RequestId
-from app.replicas import HOP_HEADER, ReplicaRelay, header_items
 from translators.registry import Version
 
 
@@ -54,7 +54,7 @@ class LegacyService:
         # A quiet GET stream gets an SSE comment this often, or proxies cut it.
         self.keepalive_s = keepalive_s
         self.auth_relay = auth_relay
-        # Toward the replica owning a session that is not here (app/replicas.py).
+        # Toward the replica owning a session that is not here (app/cluster/replicas.py).
         self.relay = relay
         self.calls = LegacyCalls(sessions, auth_relay=auth_relay, metrics=metrics)
 
@@ -71,7 +71,7 @@ class LegacyService:
         request_id: RequestId | None = None,
     ) -> Response | None:
         """The owner's answer, when the id (a session's, an HTTP+SSE channel's) names
-        another replica (app/replicas.py); None: serve it here (which answers 404
+        another replica (app/cluster/replicas.py); None: serve it here (which answers 404
         for an id that is not here)."""
         if self.relay is None:
             return None

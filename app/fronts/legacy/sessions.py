@@ -10,12 +10,12 @@ identity is the id mapping, and it keeps cancellation, progress tokens and
 `Last-Event-ID` resumption exact.
 
 The id holds 256 random bits and names the replica that owns the session,
-sealed (`OwnedIds`, app/replicas.py); it is bound to the SHA-256 of the
+sealed (`OwnedIds`, app/cluster/replicas.py); it is bound to the SHA-256 of the
 caller's `Authorization`: presented with another credential it is unknown
 (404). A request carrying an id another replica owns is relayed there as it
 came (`LegacyFront`, `HttpSseFront`), except a plain request on a Streamable
 HTTP upstream: the replica joins the session (a *guest* copy, from the
-owner's state: app/fronts/legacy/guests.py) and sends it upstream itself.
+owner's state: app/cluster/guests.py) and sends it upstream itself.
 When the upstream forgets its session the client's session ends too (404,
 the client initialises again): never a silent new upstream session under a
 client that holds state on the old one.
@@ -23,7 +23,7 @@ client that holds state on the old one.
 These sessions have their own bound and per-credential share, apart from the
 pooled sessions modern callers use; at the bound an idle one may be ended to
 make room (app/fronts/legacy/bound.py), its client then gets 404 as for any session
-that expired. One session's record and lease are app/fronts/legacy/session.py's.
+that expired. One session's record and lease are app/cluster/session.py's.
 """
 
 from __future__ import annotations
@@ -37,14 +37,13 @@ from typing import Any
 
 import structlog
 
+from app.cluster.guests import GuestCopies
+from app.cluster.notes import Notes
+from app.cluster.replicas import OwnedIds
+from app.cluster.session import LegacySession, held_by
 from app.fronts.legacy import bound
-from app.fronts.legacy.guests import GuestCopies
-from app.fronts.legacy.notes import Notes
-from app.fronts.legacy.session import LegacySession
-from app.fronts.shared.binding import held_by
-from app.replicas import OwnedIds
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
-from app.upstream.pool import SessionPool, credential_hash
+from app.upstream.sessions.pool import SessionPool, credential_hash
 from translators.registry import Version
 
 log = structlog.get_logger("mcp_shim.legacy")
@@ -71,7 +70,7 @@ class LegacySessions:
         self._opening: Counter[str] = Counter()
         self._held: Counter[str] = Counter()
         self._reaper: asyncio.Task[None] | None = None
-        # Guest copies of other replicas' sessions (app/fronts/legacy/guests.py).
+        # Guest copies of other replicas' sessions (app/cluster/guests.py).
         self.copies = GuestCopies(
             pool,
             idle_s=idle_s,

@@ -9,10 +9,10 @@ from collections.abc import AsyncGenerator
 import structlog
 
 from app.call import Message, Outgoing
+from app.cluster.session import Lease, LegacySession
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
 from app.fronts.legacy.replies import session_not_found, upstream_failure
-from app.fronts.legacy.session import Lease, LegacySession
 from app.fronts.legacy.sessions import LegacySessions
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.base import Exchange

@@ -20,9 +20,9 @@ from app.fronts.modern.gateway import Gateway
 from app.fronts.modern.passthrough import PassThrough
 from app.fronts.shared.answer import CallAnswer
 from app.subscriptions import listen as subscriptions_listen
-from app.upstream import era_transport
 from app.upstream.choice import Upstream
 from app.upstream.modern.upstream import passed_headers
+from app.upstream.sessions import era_transport
 
 # What a call's answer reports when it is done: its HTTP status, and how it
 # ended when that is not the gateway's own outcome (a client gone).

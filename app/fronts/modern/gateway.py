@@ -18,11 +18,12 @@ from typing import Any
 
 import structlog
 
-from app import auth
-from app.auth import AuthRelay
+from app import tracing
 from app.call import CallState, Message, ModernCall, Outgoing
 from app.deadline import StepDeadline
 from app.fronts.modern.checks import supported_version_names
+from app.fronts.shared import auth
+from app.fronts.shared.auth import AuthRelay
 from app.headers import param_headers
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.bridge import Bridge
@@ -39,7 +40,7 @@ from app.upstream.errors import (
     UpstreamAuthChallenge,
     UpstreamError,
 )
-from app.upstream.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import PooledSession, SessionPool
 from translators import translate
 from translators.registry import Version
 
@@ -77,7 +78,7 @@ class Gateway:
         # MCP_SHIM_UPSTREAM_CLIENT_CAPABILITIES=all: sessions declare every input
         # capability; the caller's own set still decides what it is asked.
         self._declare_every_input = declare_every_input
-        # Upstream 401/403 relayed with their challenge (app/auth.py).
+        # Upstream 401/403 relayed with their challenge (app/fronts/shared/auth.py).
         self._auth = auth
         # The MRTR bridge (app/mrtr); None: the upstream's requests are refused.
         self._bridge = bridge
@@ -166,6 +167,7 @@ class Gateway:
             pooled = await self._pool.acquire(key, upstream_caps, authorization)
             try:
                 state.upstream_version = pooled.version.name
+                tracing.event("mcp_shim.translate", {"mcp_shim.to": pooled.version.name})
                 if call.method == "server/discover":
                     state.outcome = "ok"
                     yield Outgoing(self._discover(call, pooled), final=True)

@@ -27,8 +27,9 @@ from typing import Any
 import structlog
 from starlette.responses import Response
 
-from app import auth, jsonio, write_coalescer
-from app.client_held import ClientHeld, Receive, Scope, Send
+from app import jsonio, write_coalescer
+from app.connection.held import ClientHeld, Receive, Scope, Send
+from app.fronts.shared import auth
 from app.rejections import INTERNAL_ERROR, Rejection
 from app.upstream.errors import UpstreamAnswerTooLarge, UpstreamError
 from app.upstream.modern.passthrough import PassThroughUpstream

@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from app import splice, write_coalescer
 from app.call import Outgoing, mark
-from app.client_held import ClientHeld, Receive, Scope, Send
-from app.http_protocol import ConnectionLink
+from app.connection.held import ClientHeld, Receive, Scope, Send
+from app.connection.link import ConnectionLink
 
 Chunk = bytes | bytearray | memoryview
 
@@ -105,7 +105,7 @@ class CallAnswer(Response):
             await write_coalescer.let_writes_out()
         except ClientStalled:
             # Ended like a disconnect: the generator's cleanup cancels upstream
-            # work; the protocol aborts the connection (app/http_protocol.py).
+            # work; the protocol aborts the connection (app/serving/http_protocol.py).
             ending = "client_stalled"
         except Exception:
             # uvicorn logs it and answers 500 if nothing was sent yet; the call

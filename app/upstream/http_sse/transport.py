@@ -48,11 +48,11 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.http.client import UpstreamClient, library_errors
-from app.upstream.http.interface import Answer
-from app.upstream.http.sse_decoder import Event
-from app.upstream.http.sse_decoder import events as sse_events
-from app.upstream.routing import Exchange, Router, initialize_result
+from app.upstream.httpclient.client import UpstreamClient, library_errors
+from app.upstream.httpclient.interface import Answer
+from app.upstream.httpclient.sse_decoder import Event
+from app.upstream.httpclient.sse_decoder import events as sse_events
+from app.upstream.sessions.routing import Exchange, Router, initialize_result
 from app.upstream.streamable_http.transport import (
     StreamableHttpSession,
     StreamableHttpTransport,
@@ -69,7 +69,7 @@ log = structlog.get_logger("mcp_shim.http_sse")
 FALLBACK_STATUSES = frozenset({400, 404, 405})
 
 
-# The routing (app/upstream/routing.py) is the same as stdio's: one exchange class.
+# The routing (app/upstream/sessions/routing.py) is the same as stdio's: one exchange class.
 SseExchange = Exchange
 
 
@@ -145,10 +145,12 @@ class SseSession:
     async def _post(self, message: Message, what: str) -> None:
         if self.gone is not None:
             raise SessionExpired("the upstream's SSE stream has ended")
-        with library_errors(what):
-            response = await self._send(
-                jsonio.dumps(message), tracing.outgoing_headers(), resendable(message)
-            )
+        with (
+            tracing.upstream_call(message, None, None, self.endpoint) as span,
+            library_errors(what),
+        ):
+            response = await self._send(jsonio.dumps(message), span.headers(), resendable(message))
+            span.answered(response.status_code)
         try:
             if response.status_code == 404:
                 # The endpoint's session is unknown: the server forgot it.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from app import jsonio
 from app.call import Message
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 from translators import v2024_11_05
 from translators.registry import Version
 

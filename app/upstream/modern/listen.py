@@ -21,7 +21,7 @@ from app.call import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.modern.list_cache import ListCache
 from app.upstream.modern.upstream import ModernHttpUpstream
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.pool import credential_hash
 from translators import translate
 from translators.registry import Version
 

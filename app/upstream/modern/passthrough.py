@@ -7,7 +7,7 @@ The upstream kind decides whether a call can be passed through
 the caller); the client side (app/fronts/modern/passthrough.py) only relays what `send`
 returns, or lets the translating gateway serve the call when the era changed.
 An error body that says the upstream speaks the legacy era is the era
-decision's (`EraProbe.recheck`, app/upstream/era.py); a refusal that says
+decision's (`EraProbe.recheck`, app/upstream/sessions/era.py); a refusal that says
 nothing of the era (a rate limiter's plain-text 429) is relayed as it came.
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.upstream.era import Era, EraProbe, answer_in
 from app.upstream.errors import too_large
 from app.upstream.modern.upstream import ModernHttpUpstream, ModernResponse
+from app.upstream.sessions.era import Era, EraProbe, answer_in
 
 # An error answer is small; one larger than this is relayed without a look.
 _ERROR_PEEK_BYTES = 64 * 1024

@@ -32,13 +32,13 @@ from typing import Any, Protocol
 from app.call import Message
 from app.headers.header_values import header_form
 from app.headers.param_headers import HeaderPaths, annotated_paths
-from app.upstream.era import Era, EraProbe
 from app.upstream.errors import SessionExpired
 from app.upstream.modern.list_cache import LISTS, CacheKey, ListCache
 from app.upstream.modern.listen import ListenHub, ListenStream
 from app.upstream.modern.rounds import INPUT_METHODS, Asking, CallRounds
 from app.upstream.modern.tasks import LegacyTasks, TaskCall, TaskRequest
 from app.upstream.modern.upstream import ModernHttpUpstream, header_value, standard_headers
+from app.upstream.sessions.era import Era, EraProbe
 from app.upstream.streamable_http.transport import HttpExchange
 from translators import legacy_tasks, translate
 from translators._base import Context

@@ -15,13 +15,13 @@ from collections.abc import Mapping
 
 from app.call import Message
 from app.quoting import quoted
-from app.upstream.era import EraProbe, newest_common, probe_era
 from app.upstream.errors import UpstreamProtocolError
 from app.upstream.modern.list_cache import ListCache
 from app.upstream.modern.listen import ListenHub
 from app.upstream.modern.session import ModernSession
 from app.upstream.modern.upstream import ModernHttpUpstream
-from app.upstream.pool import credential_hash
+from app.upstream.sessions.era import EraProbe, newest_common, probe_era
+from app.upstream.sessions.pool import credential_hash
 from translators import translate
 from translators.registry import LATEST_MODERN, get_version
 

@@ -12,8 +12,8 @@ side of the upstream seam has two uses:
   a legacy client's request made stateless by app/upstream/modern/session.py),
   its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
 
-Its requests go through `UpstreamClient` (app/upstream/http/client.py),
-their answers are `Answer`s (app/upstream/http/interface.py), whichever library
+Its requests go through `UpstreamClient` (app/upstream/httpclient/client.py),
+their answers are `Answer`s (app/upstream/httpclient/interface.py), whichever library
 carried them; library exceptions become the gateway's errors in each adapter's
 `upstream_error`, applied by `http.client.library_errors`.
 """
@@ -30,8 +30,8 @@ from app.call import Message
 from app.headers.header_values import NAME_FIELDS, header_form
 from app.quoting import quoted
 from app.upstream.errors import UpstreamHttpError, too_large
-from app.upstream.http.client import UpstreamClient, library_errors
-from app.upstream.http.interface import Answer
+from app.upstream.httpclient.client import UpstreamClient, library_errors
+from app.upstream.httpclient.interface import Answer
 from app.upstream.streamable_http.transport import (
     SPLICED_METHODS,
     HttpExchange,
@@ -53,7 +53,7 @@ _ACCEPT = "application/json, text/event-stream"
 
 def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The client's headers the upstream gets; tracing headers only when valid
-    (app/tracing.py), everything else (Host, Origin, cookies) stays here."""
+    (app/tracing/), everything else (Host, Origin, cookies) stays here."""
     out = {
         k.lower(): v
         for k, v in headers.items()
@@ -160,10 +160,18 @@ class ModernHttpUpstream:
     ) -> ModernResponse:
         """POST a request as it is; 401/403 come back as an answer, like any status."""
         timeouts = self._long_timeout if long_lived else self._timeout
-        with library_errors(str(headers.get("mcp-method"))):
+        method = headers.get("mcp-method")
+        # A client span when exporting (app/tracing/): its traceparent replaces the call's.
+        traced = tracing.upstream_call(
+            {"method": method}, headers.get(VERSION_HEADER), None, self._parsed_url
+        )
+        if traced is not tracing.OFF:
+            headers = {**headers, **traced.headers()}
+        with traced, library_errors(str(method)):
             response = await self._client.open_stream(
                 "POST", self._parsed_url, headers, body, timeouts
             )
+            traced.answered(response.status_code)
         return ModernResponse(response, self._client.max_answer_bytes)
 
     async def request(
@@ -174,14 +182,15 @@ class ModernHttpUpstream:
         method = message.get("method")
         what = quoted(method)
         content = jsonio.dumps(message)
+        traced = tracing.upstream_call(message, headers.get(VERSION_HEADER), None, self._parsed_url)
         sent = {
             "accept": _ACCEPT,
             "content-type": "application/json",
             **headers,
-            **tracing.outgoing_headers(),
+            **traced.headers(),
         }
         response: Answer
-        with library_errors(what):
+        with traced, library_errors(what):
             if long_lived:
                 # A listen keeps its connection as long as its client: never
                 # one of the POSTs' pool.
@@ -194,6 +203,7 @@ class ModernHttpUpstream:
                 response = await self._client.one_off(
                     b"POST", self._parsed_url, sent, content, self._timeout
                 )
+            traced.answered(response.status_code)
         await _refuse_challenge(response, what)
         if response.status_code >= 400 and _content_type(response) != "application/json":
             status = response.status_code

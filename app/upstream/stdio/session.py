@@ -37,7 +37,7 @@ from app.call import Message
 from app.quoting import quoted
 from app.upstream.base import OwnerEnd
 from app.upstream.errors import SessionExpired, UpstreamError
-from app.upstream.routing import Exchange, Router, id_key
+from app.upstream.sessions.routing import Exchange, Router, id_key
 from app.upstream.stdio.containment import Cgroup
 from app.upstream.stdio.process import (
     STDERR_TAIL,
@@ -49,7 +49,7 @@ from app.upstream.stdio.process import (
 
 log = structlog.get_logger("mcp_shim.stdio")
 
-# The routing (app/upstream/routing.py) is the same as HTTP+SSE's: one exchange class.
+# The routing (app/upstream/sessions/routing.py) is the same as HTTP+SSE's: one exchange class.
 StdioExchange = Exchange
 
 

@@ -44,8 +44,8 @@ from app.upstream.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from app.upstream.pool import credential_hash
-from app.upstream.routing import initialize_result
+from app.upstream.sessions.pool import credential_hash
+from app.upstream.sessions.routing import initialize_result
 from app.upstream.stdio import room
 from app.upstream.stdio.containment import OrphanReaper, ServerCgroups
 from app.upstream.stdio.process import StdioProcessExited, start_process
@@ -139,7 +139,7 @@ class StdioTransport:
         return [proc.pid for proc in self._unreaped]
 
     def server_pids(self) -> list[int]:
-        """The server processes serving calls now, whose load app/balance.py
+        """The server processes serving calls now, whose load app/serving/balance.py
         weighs. Not one still starting: an SDK server's imports take a core for
         a second, which read as a saturated worker, opened the second worker's
         accepting and had it start a server of its own for a connection or two."""

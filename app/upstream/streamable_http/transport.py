@@ -1,7 +1,7 @@
 """Legacy Streamable HTTP (2025-03-26 .. 2025-11-25) toward the upstream server:
 `StreamableHttpTransport` opens sessions, `StreamableHttpSession` speaks one,
 `HttpExchange` reads one answer's messages (a JSON body or an SSE stream).
-Every request goes through the shared HTTP client (app/upstream/http/client.py),
+Every request goes through the shared HTTP client (app/upstream/httpclient/client.py),
 whose answers are read the same way whichever library carried them.
 """
 
@@ -28,10 +28,10 @@ from app.upstream.errors import (
     UpstreamProtocolError,
     too_large,
 )
-from app.upstream.http import h1
-from app.upstream.http.client import UpstreamClient, library_errors
-from app.upstream.http.interface import Answer
-from app.upstream.http.sse_decoder import LongEvent, SSEDecoder
+from app.upstream.httpclient import h1
+from app.upstream.httpclient.client import UpstreamClient, library_errors
+from app.upstream.httpclient.interface import Answer
+from app.upstream.httpclient.sse_decoder import LongEvent, SSEDecoder
 from translators.registry import Version, get_version
 
 SESSION_HEADER = "mcp-session-id"
@@ -109,7 +109,7 @@ class HttpExchange:
         self._spliced = spliced
         # MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES: a JSON answer's body, an SSE event.
         self._limit = limit
-        # A modern server answers a session's request with 400 (upstream/era_transport.py).
+        # A modern server answers a session's request with 400 (upstream/sessions/era_transport.py).
         self.status = response.status_code
         self._events: AsyncGenerator[Message, None] | None = (
             self._read_events() if _content_type(response) == "text/event-stream" else None
@@ -291,8 +291,11 @@ class StreamableHttpSession:
 
     async def _post(self, message: Message, what: str) -> Answer:
         content = jsonio.dumps(message)
-        with library_errors(what):
-            response = await self._send(content, tracing.outgoing_headers(), resendable(message))
+        # A client span when exporting (app/tracing/); else the shared no-op.
+        with tracing.upstream_call(message, self.version.name, self.session_id, self._url) as span:
+            with library_errors(what):
+                response = await self._send(content, span.headers(), resendable(message))
+            span.answered(response.status_code)
         mark("answer_head")
         if response.status_code == 404 and self.session_id is not None:
             await _close(response)
