@@ -43,6 +43,15 @@ class Settings(BaseSettings):
         description="settings file: a .toml file of the settings' lower-case names, or a "
         ".env file of MCP_SHIM_* lines; the environment and flags win over it",
     )
+    # Many servers instead, each at /servers/NAME/mcp (app/settings/servers.py).
+    servers_file: str | None = Field(
+        default=None, description="JSON file of the servers behind the gateway (mcpServers)"
+    )
+    servers: SecretStr | None = Field(default=None, description="the servers file's JSON, inline")
+    # The aggregated /mcp (app/servers/aggregate/; docs/settings.md says what each does).
+    aggregate: bool = True
+    aggregate_separator: str = Field(default="__", pattern=r"^[A-Za-z0-9_.-]{1,8}$")
+    aggregate_list_timeout_s: float = Field(default=5.0, gt=0, le=60)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     # /metrics on a port of its own (same host), not beside /mcp; unset: on `port`.
@@ -415,6 +424,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _one_upstream(self) -> Settings:
+        if self.servers_file is not None or self.servers is not None:
+            return self  # many servers: app/settings/rules.py `_one_source`
         if (self.upstream_url is None) == (self.upstream_command is None):
             state = "both are" if self.upstream_url is not None else "neither is"
             raise ValueError(

@@ -3,6 +3,7 @@ never bodies, never headers' values, never secrets."""
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import json
 import logging
@@ -241,3 +242,14 @@ def call_line(logger: Any, fields: dict[str, Any]) -> None:
         line.write(fields)
     else:
         logger.info("call", **fields)
+
+
+def process_context() -> contextvars.Context:
+    """A fresh context for a task that outlives the request that started it (a
+    stdio server's process): none of the request's fields, only the name of
+    the server it belongs to when the gateway serves many (app/servers)."""
+    server = structlog.contextvars.get_contextvars().get("server")
+    context = contextvars.Context()
+    if server is not None:
+        context.run(structlog.contextvars.bind_contextvars, server=server)
+    return context

@@ -322,6 +322,17 @@ class _LiveCollector(Collector):
         return out
 
 
+def _left_out_counter(registry: CollectorRegistry) -> Counter:
+    return Counter(  # made by the first server left out: only many servers have it
+        "mcp_shim_aggregate_left_out",
+        "Servers left out of an answer of the aggregated /mcp (a list, discovery): "
+        "down, hung past MCP_SHIM_AGGREGATE_LIST_TIMEOUT_S, or refusing; by server "
+        "(the servers file's names) and reason",
+        ["server", "reason"],
+        registry=registry,
+    )
+
+
 def _gauge(name: str, documentation: str, read: Callable[[], int]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=read())
 
@@ -331,6 +342,8 @@ def _gauge(name: str, documentation: str, read: Callable[[], int]) -> GaugeMetri
 
 class Metrics:
     """The gateway's registry and its series (one per app: tests may run several)."""
+
+    _left_out: Counter | None = None
 
     def __init__(self, *, process: bool = True) -> None:
         try:
@@ -465,6 +478,12 @@ class Metrics:
     def connections_moved(self, reason: str, count: int) -> None:
         """Connections handed to a sibling worker by the balancer (app/serving/balance.py)."""
         self._moved.labels(reason if reason in ("gather", "spill") else OTHER).inc(count)
+
+    def aggregate_left_out(self, server: str, reason: str) -> None:
+        """A server left out of an aggregated answer (app/servers/aggregate/members.py)."""
+        if self._left_out is None:
+            self._left_out = _left_out_counter(self.registry)
+        self._left_out.labels(server, reason).inc()
 
     def rejected(self, code: int | None, status: int) -> None:
         """A front refusal (the `request_refused` / `request_rejected` log events)."""

@@ -27,7 +27,7 @@ from app.cluster.notes import Notes
 from app.cluster.replicas import Replicas, build_replicas
 from app.config import Settings
 from app.fronts.base import CallFront, ChannelFront, SessionFront
-from app.fronts.http_sse.front import HttpSseFront
+from app.fronts.http_sse.front import MESSAGES_PATH, HttpSseFront
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
 from app.fronts.legacy.service import LegacyService
@@ -43,6 +43,7 @@ from app.tasks.bridge import TaskBridge, TaskSettings
 from app.tasks.factory import build_task_store, is_shared
 from app.tasks.store import MemoryTaskStore
 from app.upstream.choice import Upstream, build_upstream
+from app.upstream.httpclient.client import UpstreamClient
 from app.upstream.sessions import era_transport
 from app.upstream.sessions.pool import SessionPool
 from app.upstream.sessions.readiness import ReadinessCheck
@@ -63,6 +64,20 @@ _FRONTS: tuple[type[CallFront], type[SessionFront], type[ChannelFront]] = (
     LegacyFront,
     HttpSseFront,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """The graph of one of many servers (app/servers): its routes' prefix
+    (`/servers/NAME`), and a stdio server's own variables and directory. Such a
+    graph says no start line and serves no metrics port of its own: the
+    gateway does, for all of them."""
+
+    route: str
+    env: Mapping[str, str]
+    cwd: str | None = None
+    # The HTTP upstream's client, when not the settings' (the aggregated /mcp's).
+    client: UpstreamClient | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +138,18 @@ def offered_version(settings: Settings) -> Version:
 
 
 @asynccontextmanager
-async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]:
-    """The graph built and started, for as long as the app runs; then stopped."""
-    upstream = build_upstream(settings)
+async def running(
+    settings: Settings, metrics: Metrics, part: Part | None = None
+) -> AsyncIterator[Wiring]:
+    """The graph built and started, for as long as the app runs; then stopped.
+    `part`: the graph is one server's of many."""
+    if part is None:
+        upstream = build_upstream(settings)
+    else:
+        upstream = build_upstream(settings, part.env, part.cwd, part.client)
+    messages = MESSAGES_PATH if part is None else part.route + MESSAGES_PATH
     try:
-        wiring = _build(settings, metrics, upstream)
+        wiring = _build(settings, metrics, upstream, messages)
     except BaseException:
         await upstream.aclose()
         raise
@@ -139,14 +161,14 @@ async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]
             port=settings.port,
             **found,
         )
-        if announce:
+        if announce and part is None:
             say_started(start_line(settings, found))
         metrics.start(
             wiring.pool,
             wiring.bridge,
             wiring.subscriptions,
             settings.host,
-            settings.metrics_port,
+            settings.metrics_port if part is None else None,
             tasks=wiring.tasks,
         )
         yield wiring
@@ -154,7 +176,7 @@ async def running(settings: Settings, metrics: Metrics) -> AsyncIterator[Wiring]
         await wiring.aclose()
 
 
-def start_line(settings: Settings, found: Mapping[str, Any]) -> str:
+def start_line(settings: Settings, found: Mapping[str, Any], path: str = "/mcp") -> str:
     """`mcp-shim listening on http://HOST:PORT/mcp -> UPSTREAM (ERA VERSION)`:
     the upstream's URL without credentials or query, or a stdio server's
     program alone (its arguments may hold tokens); `unknown` for what the
@@ -175,7 +197,7 @@ def start_line(settings: Settings, found: Mapping[str, Any]) -> str:
     era = found.get("upstream_era") or "unknown"
     version = found.get("upstream_protocol_version")
     what = f"{era} {version}" if version else era
-    return f"mcp-shim listening on http://{host}:{settings.port}/mcp -> {upstream} ({what})"
+    return f"mcp-shim listening on http://{host}:{settings.port}{path} -> {upstream} ({what})"
 
 
 def say_started(line: str) -> None:
@@ -188,7 +210,9 @@ def say_started(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
+def _build(
+    settings: Settings, metrics: Metrics, upstream: Upstream, messages: str = MESSAGES_PATH
+) -> Wiring:
     offered = offered_version(settings)
     pool = SessionPool(
         upstream.sessions,
@@ -220,7 +244,9 @@ def _build(settings: Settings, metrics: Metrics, upstream: Upstream) -> Wiring:
         notes=Notes(replicas.sealer, replicas.relay, replicas.me),
     )
     legacy_sessions.start()
-    legacy, http_sse = _legacy_fronts(settings, metrics, offered, legacy_sessions, auth, replicas)
+    legacy, http_sse = _legacy_fronts(
+        settings, metrics, offered, legacy_sessions, auth, replicas, messages
+    )
     # A modern call's upstream part, one for the gateway and both bridges.
     forwarder = Forwarder(
         pool,
@@ -319,6 +345,7 @@ def _legacy_fronts(
     sessions: LegacySessions,
     auth: AuthRelay | None,
     replicas: Replicas,
+    messages: str,
 ) -> tuple[LegacyFront, HttpSseFront]:
     """The legacy clients' front, and the HTTP+SSE one of 2024-11-05 clients over it."""
     service = LegacyService(
@@ -340,5 +367,6 @@ def _legacy_fronts(
         init_timeout_s=settings.sse_init_timeout_s,
         max_uninitialized_per_address=settings.max_uninitialized_sse_per_address,
         max_requests=settings.max_connections,
+        messages_path=messages,
     )
     return LegacyFront(service), http_sse

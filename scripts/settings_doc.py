@@ -53,6 +53,25 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
         ],
     ),
     (
+        "Many servers",
+        [
+            ("servers_file", "JSON file of servers (`mcpServers`), each at `/servers/NAME/mcp`"),
+            ("servers", "The same JSON inline (a secret: it may hold headers)"),
+            (
+                "aggregate",
+                "Serve every server as one at `/mcp` (names prefixed); false: named routes only",
+            ),
+            (
+                "aggregate_separator",
+                "Between a server's name and its tool or prompt name at `/mcp`",
+            ),
+            (
+                "aggregate_list_timeout_s",
+                "Wait for each server's list at `/mcp`, then answer without it",
+            ),
+        ],
+    ),
+    (
         "Upstream",
         [
             ("upstream_transport", "`auto`, `streamable-http` or `sse` (2024-11-05 HTTP+SSE)"),

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 import structlog
@@ -77,6 +78,12 @@ _NOT_RELAYED: Final = frozenset(
 )
 
 
+def _route(replica: str) -> str:
+    """The path an advertised URL ends with: one server's route (/servers/NAME)
+    when the gateway serves many, else none."""
+    return urlsplit(replica).path.rstrip("/") if reachable(replica) else ""
+
+
 def reachable(replica: str) -> bool:
     """An owner other replicas can reach: an advertised URL, not a `local:` id."""
     return "://" in replica
@@ -105,6 +112,8 @@ class OwnedIds:
         if data.get("c") != caller_digest(credentials):
             return None
         owner: str = data["r"]
+        if _route(owner) != _route(self.me):
+            return None  # another server's, of a gateway with many (app/servers)
         return owner
 
     def elsewhere(self, token: str | None, credentials: str, hopped: bool) -> str | None:

@@ -39,6 +39,7 @@ import os
 import sys
 
 from app.config import SettingsError
+from app.probe.many import probe_servers
 from app.probe.report import render
 from app.probe.run import (
     EXIT_CONFIG,
@@ -49,6 +50,7 @@ from app.probe.run import (
     run_probe,
 )
 from app.settings.load import load_settings
+from app.settings.servers import read_servers
 from app.upstream.choice import transport_name
 
 DESCRIPTION = """\
@@ -93,6 +95,13 @@ def main(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         print("mcp-shim probe: --timeout must be above 0", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        servers = read_servers(settings)
+    except SettingsError as exc:
+        print(f"mcp-shim probe: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if servers is not None:
+        return probe_servers(settings, servers, args.timeout, args.json)
     try:
         report = asyncio.run(run_probe(settings, args.timeout))
     except ProbeFailed as failed:

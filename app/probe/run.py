@@ -10,7 +10,7 @@ import contextlib
 import os
 import shlex
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -119,12 +119,18 @@ async def _probe_upstream(
     return found, OtherEra("modern", False, reason="it refused server/discover")
 
 
-async def run_probe(settings: Settings, timeout_s: float) -> dict[str, Any]:
-    """The report, or ProbeFailed with its exit code and one-line reason."""
+async def run_probe(
+    settings: Settings,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> dict[str, Any]:
+    """The report, or ProbeFailed with its exit code and one-line reason.
+    `env`, `cwd`: a stdio server's own (the servers file's)."""
     started = time.monotonic()
     step = Step()
     with _capture_logs() as captured:
-        chosen = build_upstream(settings)
+        chosen = build_upstream(settings, env, cwd)
         transport = chosen.transport
         try:
             async with asyncio.timeout(timeout_s):

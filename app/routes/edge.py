@@ -116,8 +116,11 @@ def accepts(accept: str) -> tuple[bool, bool]:
 class Edge:
     """The checks of one app's settings, with what they remember."""
 
-    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, mcp_path: str = "/mcp") -> None:
+        """`mcp_path`: where clients reach this app's MCP endpoint (one of many
+        servers': /servers/NAME/mcp)."""
         self._settings = settings
+        self._mcp_path = mcp_path
         self._metrics = metrics
         self._allowed_hosts = [h.lower() for h in settings.allowed_hosts]
         self._public_url = str(settings.public_url) if settings.public_url is not None else None
@@ -128,7 +131,7 @@ class Edge:
         self._hosts_ok: set[str] = set()
         # RFC 9728 section 3.1: the metadata of https://host/mcp is at
         # /.well-known/oauth-protected-resource/mcp; clients also try the root form.
-        self.metadata_paths = {"", "/mcp"}
+        self.metadata_paths = {"", mcp_path}
         if self._public_url is not None:
             self.metadata_paths.add(urlsplit(self._public_url).path.rstrip("/"))
 
@@ -142,7 +145,7 @@ class Edge:
         known = self._known_urls
         if key in known:
             return known[key]
-        url = gateway_mcp_url(self._public_url, key[0], key[1], self._allowed_hosts)
+        url = gateway_mcp_url(self._public_url, key[0], key[1], self._allowed_hosts, self._mcp_path)
         if len(known) < _MEMO_SIZE:
             known[key] = url
         return url

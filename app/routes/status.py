@@ -3,6 +3,8 @@ readiness, metrics, and the protected resource's metadata (RFC 9728)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -25,7 +27,12 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    wiring = _wiring(request)
+    ready, body = await readiness(_wiring(request))
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def readiness(wiring: Wiring) -> tuple[bool, dict[str, Any]]:
+    """Whether this graph's upstream answers, and /readyz's body saying so."""
     outcome = await wiring.readiness.check()
     body = outcome.body
     if isinstance(body.get("upstream"), dict):
@@ -33,7 +40,7 @@ async def readyz(request: Request) -> Response:
         era = era_transport.describe(wiring.upstream.era, wiring.pool)
         known = {k: v for k, v in era.items() if v is not None}
         body = {**body, "upstream": {**body["upstream"], **known}}
-    return JSONResponse(body, status_code=outcome.status)
+    return outcome.ready, body
 
 
 class StatusRoutes:

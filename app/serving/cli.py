@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import dataclasses
 import difflib
 import functools
 import os
@@ -23,14 +24,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import jsonio, logs, metrics, probe, wiring
 from app.config import Settings, SettingsError
 from app.rejections import INVALID_REQUEST, Rejection
+from app.servers.app import gateway_app
 from app.serving import state_key, workers
 from app.serving.accept_gate import AcceptGate
 from app.serving.balance import Balancer, Siblings
 from app.serving.handoff import Handoff
 from app.serving.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 from app.serving.load_board import CANCELS_WITHHELD
-from app.serving.server import create_app, drain
+from app.serving.server import drain
 from app.settings import command as settings_command
+from app.settings import servers
 from app.settings.load import Loaded, load, load_settings
 from app.upstream.base import server_pids, share_cancel_stop
 
@@ -418,7 +421,7 @@ def serve(
 ) -> None:
     """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
     listening sockets (a worker's: the shared port and its internal listener)."""
-    app = create_app(settings)
+    app = gateway_app(settings)
     served: ASGIApp = NotOnMainPort(app, settings.port) if metrics_internal_only else app
     config = uvicorn.Config(
         served,
@@ -493,6 +496,8 @@ def checked_settings(key: str | None, flags: Collection[str] = ()) -> Loaded:
     a probe or `config` beside a running gateway must not fail for its port."""
     try:
         loaded = load(state_key=key)
+        # A servers file: every server's settings checked, one process.
+        loaded = dataclasses.replace(loaded, settings=servers.settled(loaded.settings))
         settings = loaded.settings
         workers.worker_addresses(settings, workers.worker_count(settings))
     except SettingsError as exc:

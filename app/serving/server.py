@@ -195,9 +195,11 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings) -> GatewayApp:
+def create_app(settings: Settings, mcp_path: str = "/mcp") -> GatewayApp:
+    """`mcp_path`: where clients reach the MCP endpoint (app/servers mounts one
+    app per server under /servers/NAME/)."""
     app_metrics = metrics.Metrics()
-    edge = Edge(settings, app_metrics)
+    edge = Edge(settings, app_metrics, mcp_path)
     cors = Cors(settings.allowed_origins)
 
     @asynccontextmanager
@@ -283,3 +285,6 @@ async def drain(app: FastAPI) -> None:
     wired: Wiring | None = getattr(app.state, "wiring", None)
     if wired is not None:
         await wired.drain()
+    # Many servers (app/servers): each one's graph.
+    for part in getattr(app.state, "parts", ()):
+        await drain(part)

@@ -62,6 +62,28 @@ def _command_line(s: Settings) -> None:
         command_argv(s.upstream_command)
 
 
+def _one_source(s: Settings) -> None:
+    """One upstream, or the servers of a servers file (app/settings/servers.py)."""
+    named = (
+        ("MCP_SHIM_UPSTREAM_URL", s.upstream_url),
+        ("MCP_SHIM_UPSTREAM_COMMAND", s.upstream_command),
+        ("MCP_SHIM_SERVERS_FILE", s.servers_file),
+        ("MCP_SHIM_SERVERS", s.servers),
+    )
+    both = [name for name, value in named if value is not None]
+    if both[-1:] in (["MCP_SHIM_SERVERS_FILE"], ["MCP_SHIM_SERVERS"]) and s.upstream_headers:
+        raise ValueError(
+            "MCP_SHIM_UPSTREAM_HEADERS is the single server's; give each server "
+            'of the file its own "headers"'
+        )
+    if len(both) > 1:
+        raise ValueError(
+            f"{' and '.join(both)} are set together; set either one upstream "
+            "(MCP_SHIM_UPSTREAM_URL or _COMMAND) or the servers (MCP_SHIM_SERVERS_FILE "
+            "or MCP_SHIM_SERVERS), only one of them"
+        )
+
+
 def _other_port(s: Settings) -> None:
     if s.metrics_port is not None and s.metrics_port == s.port:
         raise ValueError("must differ from MCP_SHIM_PORT (or be unset: /metrics on that port)")
@@ -185,6 +207,7 @@ def _deadline_fits(s: Settings) -> None:
 # In the order of the fields they are reported under.
 _RULES: tuple[tuple[str, Callable[[Settings], None]], ...] = (
     ("upstream_command", _command_line),
+    ("servers_file", _one_source),
     ("metrics_port", _other_port),
     ("upstream_protocol_version", _known_legacy),
     ("upstream_env", _env_names),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app import splice
 from app.config import Settings
 from app.upstream.base import Transport
 from app.upstream.http_sse.transport import DetectingTransport
-from app.upstream.httpclient.client import build_client
+from app.upstream.httpclient.client import UpstreamClient, build_client
 from app.upstream.modern.passthrough import PassThroughUpstream
 from app.upstream.modern.upstream import ModernHttpUpstream
 from app.upstream.sessions.era import Era, EraProbe
@@ -55,9 +56,17 @@ class Upstream:
         await self.transport.aclose()
 
 
-def build_upstream(settings: Settings) -> Upstream:
-    """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe."""
-    transport, max_sessions = build_transport(settings)
+def build_upstream(
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: UpstreamClient | None = None,
+) -> Upstream:
+    """The upstream of these settings: stdio or HTTP, and over HTTP its era's probe.
+    `env`, `cwd`: a stdio server's own variables and directory (the servers file's);
+    `client`: an HTTP upstream's client, when not the one the settings make (the
+    aggregated /mcp's, app/servers/aggregate/loopback.py)."""
+    transport, max_sessions = build_transport(settings, env, cwd, client)
     if not isinstance(transport, StreamableHttpTransport):
         return Upstream(transport, transport, max_sessions, EraProbe(None, "legacy"), None, None)
     # The upstream's era (app/upstream/sessions/era.py) picks the seam's implementation.
@@ -73,13 +82,19 @@ def build_upstream(settings: Settings) -> Upstream:
     return Upstream(transport, sessions, max_sessions, era, modern, transport, passing)
 
 
-def build_transport(settings: Settings) -> tuple[Transport, int]:
+def build_transport(
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    client: UpstreamClient | None = None,
+) -> tuple[Transport, int]:
     """The upstream transport, and how many sessions the pool may keep with it."""
     if settings.upstream_command is not None:
         stdio = StdioTransport(
             # Checked at load (app/settings/rules.py `command_argv`).
             shlex.split(settings.upstream_command),
-            env=child_environment(os.environ, settings.upstream_env),
+            env={**child_environment(os.environ, settings.upstream_env), **(env or {})},
+            cwd=cwd,
             max_processes=settings.stdio_max_processes,
             max_per_credential=settings.stdio_process_share(),
             start_timeout_s=settings.stdio_start_timeout_s,
@@ -100,14 +115,15 @@ def build_transport(settings: Settings) -> tuple[Transport, int]:
     assert settings.upstream_url is not None  # one of the two: app/config.py
     # One bound for the whole process: every upstream's answers share it.
     splice.ROOM.limit = settings.max_answer_bytes_in_flight
-    client = build_client(
-        connect_timeout_s=settings.connect_timeout_s,
-        max_connections=settings.max_upstream_connections,
-        transport=settings.upstream_http_transport,
-        keepalive_s=settings.upstream_keepalive_s,
-        max_answer_bytes=settings.max_upstream_answer_bytes,
-        fixed_headers=settings.fixed_upstream_headers(),
-    )
+    if client is None:
+        client = build_client(
+            connect_timeout_s=settings.connect_timeout_s,
+            max_connections=settings.max_upstream_connections,
+            transport=settings.upstream_http_transport,
+            keepalive_s=settings.upstream_keepalive_s,
+            max_answer_bytes=settings.max_upstream_answer_bytes,
+            fixed_headers=settings.fixed_upstream_headers(),
+        )
     if settings.upstream_transport == "streamable-http":
         http = StreamableHttpTransport(
             client, str(settings.upstream_url), request_timeout_s=settings.request_timeout_s

@@ -194,8 +194,16 @@ def test_what_every_layer_shares_stays_at_the_bottom() -> None:
     assert not reached(graph, "app.metrics") & (live | {"app.fronts.modern.gateway"})
 
 
-# The modules above the fronts: the process and its commands, the routes and the wiring.
-ABOVE_FRONTS = ("app.routes", "app.serving", "app.settings", "app.probe", "app.wiring")
+# The modules above the fronts: the process and its commands, the many servers'
+# graphs, the routes and the wiring.
+ABOVE_FRONTS = (
+    "app.routes",
+    "app.serving",
+    "app.settings",
+    "app.probe",
+    "app.servers",
+    "app.wiring",
+)
 
 
 def test_nothing_below_the_fronts_imports_them() -> None:
@@ -221,6 +229,8 @@ _LAYER_OF = {
     "serving": SERVING,
     "settings": SERVING,
     "probe": SERVING,
+    # Many servers: one app per server (app/serving/server.py's), routed to by name.
+    "servers": SERVING,
     "routes": ROUTES,
     # The object graph built from the settings: the routes take it, it builds the fronts.
     "wiring": WIRING,

@@ -93,9 +93,13 @@ class HttpSseFront:
         init_timeout_s: float = 10.0,
         max_uninitialized_per_address: int = 4,
         max_requests: int = 1024,
+        messages_path: str = MESSAGES_PATH,
     ) -> None:
         # The legacy clients' sessions and calls, shared with app/fronts/legacy/front.py.
         self._legacy = legacy
+        # Where the endpoint event sends a channel's POSTs: under /servers/NAME/
+        # for one of many servers (app/servers).
+        self._messages_path = messages_path
         self._sessions = legacy.sessions
         self._max = max_channels
         self._keepalive_s = keepalive_s
@@ -155,7 +159,7 @@ class HttpSseFront:
         try:
             yield (
                 b"event: endpoint\ndata: "
-                + (f"{MESSAGES_PATH}?session_id={channel.id}".encode())
+                + (f"{self._messages_path}?session_id={channel.id}".encode())
                 + b"\n\n"
             )
             while True:
@@ -220,7 +224,7 @@ class HttpSseFront:
             # Opened on another replica (its id says which): relayed there.
             relayed = self._legacy.relayed(
                 "POST",
-                f"{MESSAGES_PATH}?{urlencode({'session_id': channel_id})}",
+                f"{self._messages_path}?{urlencode({'session_id': channel_id})}",
                 channel_id,
                 headers,
                 body,

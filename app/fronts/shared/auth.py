@@ -73,7 +73,11 @@ def well_known_candidates(upstream_url: str) -> list[str]:
 
 
 def gateway_mcp_url(
-    public_url: str | None, scheme: str, host: str | None, allowed_hosts: Sequence[str]
+    public_url: str | None,
+    scheme: str,
+    host: str | None,
+    allowed_hosts: Sequence[str],
+    path: str = MCP_PATH,
 ) -> str | None:
     """The gateway's MCP endpoint URL as clients reach it, or None when it cannot
     be told without trusting an unchecked Host."""
@@ -84,7 +88,7 @@ def gateway_mcp_url(
     listed = [h for h in allowed_hosts if h != "*"]
     if security.check_host(host, listed) is not None:
         return None
-    return f"{scheme}://{host.lower()}{MCP_PATH}"
+    return f"{scheme}://{host.lower()}{path}"
 
 
 def _unquote(value: str) -> str:

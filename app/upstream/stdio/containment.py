@@ -36,7 +36,7 @@ import signal
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
@@ -238,17 +238,34 @@ class OrphanReaper:
     (their exit status is the transport's). None: a server is being started, whose
     pid is not known yet; the sweep waits for the next occasion."""
 
+    # Every reaper of this process not closed yet: a gateway with many stdio
+    # servers (app/servers) has one per server, and each must leave the
+    # others' servers alone (their exit status, their processes at shutdown).
+    _open: ClassVar[set[OrphanReaper]] = set()
+
     def __init__(self, servers: Callable[[], Collection[int] | None]) -> None:
         self._servers = servers
         self._sweeper: asyncio.Task[None] | None = None
         self._started = False
         self.adopting = False
 
+    def _every_server(self) -> set[int] | None:
+        """The servers of every open reaper, this one's included; None while one is
+        being started."""
+        servers: set[int] = set()
+        for reaper in (self, *self._open):
+            known = reaper._servers()
+            if known is None:
+                return None
+            servers.update(known)
+        return servers
+
     def start(self) -> None:
         """Become a subreaper and sweep every `REAP_INTERVAL_S` (and when told)."""
         if _prctl is None or self._started:
             return
         self._started = True
+        self._open.add(self)
         if _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             log.warning("stdio_subreaper_refused", errno=ctypes.get_errno())
             return
@@ -268,10 +285,9 @@ class OrphanReaper:
         """Reap every zombie child that is not a server; how many."""
         if not self.adopting:
             return 0
-        known = self._servers()
-        if known is None:
+        servers = self._every_server()
+        if servers is None:
             return 0
-        servers = set(known)
         reaped = 0
         for pid in _children(os.getpid()):
             if pid in servers or not _is_zombie(pid):
@@ -288,8 +304,8 @@ class OrphanReaper:
         up to `wait_s` for them to die, reap them; how many were killed. Run at
         shutdown only: a server's orphan may be something the server still relies
         on while it runs."""
-        if not self.adopting:
-            return 0
+        if not self.adopting or self._open - {self}:
+            return 0  # another server's processes still run: the last one ends them
         killed: set[int] = set()
         for _ in range(10):  # a leftover forking meanwhile is caught next round
             found = self._descendants()
@@ -318,6 +334,7 @@ class OrphanReaper:
     async def aclose(self) -> None:
         """Stop sweeping, then sweep once more (the gateway stays a subreaper:
         unsetting the flag this late is of no use)."""
+        self._open.discard(self)
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -79,7 +79,7 @@ def killpg(pid: int, sig: signal.Signals) -> None:
 
 
 async def start_process(
-    argv: Sequence[str], env: Mapping[str, str], cgroup_fd: int | None
+    argv: Sequence[str], env: Mapping[str, str], cgroup_fd: int | None, cwd: str | None = None
 ) -> tuple[asyncio.subprocess.Process, ServerPipes]:
     """The server command started with its pipes; into the cgroup whose
     `cgroup.procs` is `cgroup_fd` before exec, when there is one. OSError:
@@ -92,6 +92,7 @@ async def start_process(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        cwd=cwd,
         start_new_session=True,  # its own process group: stopped as a whole
         preexec_fn=functools.partial(_prepare_child, cgroup_fd),
     )

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import itertools
 import signal
 import time
@@ -32,7 +31,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from app import jsonio, write_coalescer
+from app import jsonio, logs, write_coalescer
 from app.call import Message
 from app.quoting import quoted
 from app.upstream.base import OwnerEnd
@@ -125,12 +124,12 @@ class StdioSession:
         # read wakes it, and the writer pays for that waking, once per write.
         self._writes = write_coalescer.for_loop(loop)
         # A fresh context: the process outlives the request that started it, and its
-        # log lines must not carry that request's id.
+        # log lines must not carry that request's id (its server's name they do).
         self._tasks = [
-            loop.create_task(coro, context=contextvars.Context())
+            loop.create_task(coro, context=logs.process_context())
             for coro in (self._read_stdout(), read_stderr(proc, self.stderr_tail), self._watch())
         ]
-        self.exited = loop.create_task(self._wait_exit(), context=contextvars.Context())
+        self.exited = loop.create_task(self._wait_exit(), context=logs.process_context())
         pipes.attach(self)  # last: what it holds is dispatched now
 
     # -- the seam -----------------------------------------------------------------

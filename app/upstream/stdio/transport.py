@@ -77,6 +77,7 @@ class StdioTransport:
         term_grace_s: float = 2.0,
         cancel: Literal["auto", "always", "never"] = "auto",
         contain: bool = False,
+        cwd: str | None = None,
     ) -> None:
         """`cancel`: MCP_SHIM_STDIO_CANCEL (auto, always, never). `contain`: the
         gateway's own transport (not a test's in a shared process): a cgroup per
@@ -84,6 +85,7 @@ class StdioTransport:
         and, at shutdown, ends what its servers leave behind."""
         self._argv = list(argv)
         self._env = dict(env)
+        self._cwd = cwd  # the servers file's `cwd`; None: the gateway's
         self.max_processes = max_processes
         self.max_per_credential = min(max_per_credential or max_processes, max_processes)
         self._start_timeout_s = start_timeout_s
@@ -276,7 +278,10 @@ class StdioTransport:
         self._spawning += 1
         try:
             proc, pipes = await start_process(
-                self._argv, self._env, cgroup.procs_fd if cgroup is not None else None
+                self._argv,
+                self._env,
+                cgroup.procs_fd if cgroup is not None else None,
+                cwd=self._cwd,
             )
             if self._reaper is not None:
                 self._unreaped.add(proc)
