@@ -20,7 +20,9 @@ SCRIPTS = sorted(
 
 
 def test_the_bench_scripts_are_found() -> None:
-    assert {"wrk.py", "workers.py", "soak.py", "parked.py", "stdio.py"} <= set(SCRIPTS)
+    assert {"wrk.py", "workers.py", "soak.py", "parked.py", "stdio.py", "isolation.py"} <= set(
+        SCRIPTS
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
