@@ -1,15 +1,17 @@
-"""What the layers of one call hand each other: a modern client's validated
-request (`ModernCall`, app/fronts/modern/checks.py makes it), its messages for
-the client (`Outgoing`), what is logged of it (`CallState`), and the timing of
-its upstream part (`CallTiming`, bound to the request's context by `start_call`).
+"""What the layers of one call hand each other: a JSON-RPC `Message`, a
+validated 2026-07-28 request (`ModernCall`) or notification
+(`ModernNotification`), its messages for the client (`Outgoing`), what is
+logged of it (`CallState`), and the timing of its upstream part (`CallTiming`,
+bound to the request's context by `start_call`).
 
 Plain values at the bottom of the import graph: this module imports nothing of
-the project but the message type (app/upstream/base.py), the request id type
-(app/rejections.py) and the revision (translators/registry.py), so the route, the
-gateway, the MRTR bridge, subscriptions, the answer writer and the upstream
-transports all import it, and none of them imports another to name a call's
-values (docs/architecture.md, "Imports point
-down"). app/metrics.py turns a finished call's timing into its series.
+the project but the request id and version values (app/rejections.py,
+translators/registry.py), so the route, the fronts, the MRTR and tasks
+bridges, subscriptions, the answer writer and the upstream transports all
+import it, and none of them imports another to name a call's values
+(docs/architecture.md, "Imports point down"). The modern front builds a
+`ModernCall` (app/fronts/modern/checks.py); app/metrics.py turns a finished
+call's timing into its series.
 
 The upstream part of a call is timed through a small holder bound to a context
 variable for the request (`start_call`): `upstream_sent` when the gateway sends
@@ -27,8 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.rejections import RequestId
-from app.upstream.base import Message
 from translators.registry import Version
+
+# A parsed JSON-RPC message, as every layer passes it.
+Message = dict[str, Any]
+
+# 2026-07-28 server/utilities/logging, least severe first: a request's
+# `io.modelcontextprotocol/logLevel` is one of them.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +46,21 @@ class ModernCall:
     id: RequestId
     method: str
     params: dict[str, Any]
-    message: dict[str, Any]
+    message: Message
     version: Version
     client_capabilities: dict[str, Any]
     log_level: str | None
     # `Mcp-Param-*` headers as sent, by lower-cased name: checked against the
     # tool's `x-mcp-header` annotations once the tool list is known.
     param_headers: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ModernNotification:
+    """A validated 2026-07-28 notification (accepted, nothing to answer)."""
+
+    method: str
+    message: Message
 
 
 @dataclass(slots=True)

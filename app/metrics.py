@@ -128,10 +128,6 @@ OUTCOMES: frozenset[str] = frozenset(
 )
 
 
-def method_label(method: str) -> str:
-    return method if method in METHODS else OTHER
-
-
 def version_label(name: str) -> str:
     return name if get_version(name) is not None else OTHER
 

@@ -30,11 +30,14 @@ from app.fronts.base import CallFront, ChannelFront, SessionFront
 from app.fronts.http_sse.front import MESSAGES_PATH, HttpSseFront
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy.service import LegacyService
 from app.fronts.legacy.sessions import LegacySessions
+from app.fronts.modern.front import ModernFront
 from app.fronts.modern.gateway import Gateway
 from app.fronts.shared.auth import MAX_METADATA_BYTES, AuthRelay
 from app.metrics import Metrics
 from app.mrtr.bridge import Bridge, build_bridge
+from app.mrtr.forwarder import Forwarder
 from app.subscriptions.hub import SubscriptionHub
 from app.tasks.bridge import TaskBridge, TaskSettings
 from app.tasks.factory import build_task_store, is_shared
@@ -57,7 +60,7 @@ announce = True
 # The routes use each front only through its interface (app/fronts/base.py);
 # this fails type checking when a front stops fitting it.
 _FRONTS: tuple[type[CallFront], type[SessionFront], type[ChannelFront]] = (
-    Gateway,
+    ModernFront,
     LegacyFront,
     HttpSseFront,
 )
@@ -96,6 +99,8 @@ class Wiring:
     bridge: Bridge
     tasks: TaskBridge
     gateway: Gateway
+    # A modern client's call: passed through, or the gateway's (app/fronts/modern/front.py).
+    modern: ModernFront
 
     async def drain(self) -> None:
         """Before the HTTP server stops: end the long-lived listen streams with
@@ -105,7 +110,7 @@ class Wiring:
         grace_s = self.settings.shutdown_grace_s
         await asyncio.gather(
             self.subscriptions.close_all(grace_s),
-            self.tasks.wind_down(grace_s, shared=is_shared(self.settings)),
+            self.tasks.reaper.wind_down(grace_s, shared=is_shared(self.settings)),
         )
 
     async def aclose(self) -> None:
@@ -242,8 +247,15 @@ def _build(
     legacy, http_sse = _legacy_fronts(
         settings, metrics, offered, legacy_sessions, auth, replicas, messages
     )
-    bridge = build_bridge(settings, pool, replicas)
-    tasks = build_tasks(settings, pool, replicas, bridge, upstream.max_sessions)
+    # A modern call's upstream part, one for the gateway and both bridges.
+    forwarder = Forwarder(
+        pool,
+        ttl_ms=settings.cache_ttl_ms,
+        cache_scope=settings.cache_scope,
+        observer=subscriptions,
+    )
+    bridge = build_bridge(settings, pool, replicas, forwarder)
+    tasks = build_tasks(settings, pool, replicas, bridge, forwarder, upstream.max_sessions)
     gateway = Gateway(
         pool,
         offered_version=offered,
@@ -256,6 +268,7 @@ def _build(
         declare_every_input=settings.upstream_client_capabilities == "all",
         call_deadline_s=settings.call_deadline_s,
         tasks=tasks,
+        forwarder=forwarder,
     )
     return Wiring(
         settings=settings,
@@ -273,11 +286,17 @@ def _build(
         bridge=bridge,
         tasks=tasks,
         gateway=gateway,
+        modern=ModernFront(gateway, upstream, write_timeout_s=settings.write_timeout_s),
     )
 
 
 def build_tasks(
-    settings: Settings, pool: SessionPool, replicas: Replicas, bridge: Bridge, max_sessions: int
+    settings: Settings,
+    pool: SessionPool,
+    replicas: Replicas,
+    bridge: Bridge,
+    upstream: Forwarder,
+    max_sessions: int,
 ) -> TaskBridge:
     """The tasks extension's bridge (app/tasks), its records in the store
     MCP_SHIM_TASK_STORE names, its ids sealed and named like the replicas' own."""
@@ -300,6 +319,7 @@ def build_tasks(
             tools=tuple(settings.task_tools),
             limits=settings.task_limits(max_sessions),
         ),
+        upstream,
         lanes=bridge.lanes,
         forwarder=ReplicaForwarder(replicas.relay),
     )
@@ -328,7 +348,7 @@ def _legacy_fronts(
     messages: str,
 ) -> tuple[LegacyFront, HttpSseFront]:
     """The legacy clients' front, and the HTTP+SSE one of 2024-11-05 clients over it."""
-    legacy = LegacyFront(
+    service = LegacyService(
         sessions,
         offered=offered,
         max_batch=settings.max_batch,
@@ -340,8 +360,7 @@ def _legacy_fronts(
         metrics=metrics,
     )
     http_sse = HttpSseFront(
-        legacy,
-        sessions,
+        service,
         max_channels=settings.max_legacy_sessions,
         keepalive_s=settings.listen_keepalive_s,
         write_timeout_s=settings.write_timeout_s,
@@ -350,4 +369,4 @@ def _legacy_fronts(
         max_requests=settings.max_connections,
         messages_path=messages,
     )
-    return legacy, http_sse
+    return LegacyFront(service), http_sse

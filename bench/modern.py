@@ -9,7 +9,7 @@ fixture (mcp 1.x, .peers/legacy), one gateway in front of each, and measures a
 
 - a modern client straight to the modern fixture (no gateway);
 - a modern client through the gateway to the modern fixture: passed through,
-  nothing translated (app/passthrough.py);
+  nothing translated (app/fronts/modern/passthrough.py);
 - a modern client through the gateway to the legacy fixture: validated,
   translated, sent on a pooled legacy session (the path of the earlier issues);
 - a legacy client straight to the legacy fixture (for scale);

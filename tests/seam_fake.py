@@ -32,9 +32,8 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.call import Message
 from app.upstream.errors import SessionExpired
-
-Message = dict[str, Any]
 
 # Stands for the id of the request being answered.
 REQUEST_ID = object()

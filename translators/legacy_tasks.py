@@ -1,5 +1,7 @@
-"""Task shapes between 2025-11-25 (core experimental tasks) and 2026-07-28's
-``io.modelcontextprotocol/tasks`` extension (SEP-2663), both ways.
+"""Task shapes from 2026-07-28's ``io.modelcontextprotocol/tasks`` extension
+(SEP-2663) to 2025-11-25 (core experimental tasks): what a legacy client in
+front of a modern upstream sees (app/upstream/modern/tasks.py). The other
+way, a modern client in front of a 2025-11-25 server, is translators/tasks.py.
 
 What changes on the wire (2025-11-25 basic/utilities/tasks; SEP-2663):
 
@@ -31,7 +33,6 @@ from translators._base import (
     META_RELATED_TASK,
     JSONObject,
     meta_with,
-    meta_without,
 )
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
@@ -59,24 +60,9 @@ def legacy_task(task: JSONObject) -> JSONObject:
     return out
 
 
-def modern_task(task: JSONObject) -> JSONObject:
-    """A 2025-11-25 ``Task`` as the extension's ``Task``."""
-    out: JSONObject = {key: task[key] for key in _TASK_FIELDS if key in task}
-    for modern, legacy in _RENAMED.items():
-        if legacy in task:
-            out[modern] = task[legacy]
-    return out
-
-
 def create_task_result_down(res: JSONObject) -> JSONObject:
     """The extension's flat ``CreateTaskResult`` as 2025-11-25's ``{task: Task}``."""
     return {"task": legacy_task(res)}
-
-
-def create_task_result_up(res: JSONObject) -> JSONObject:
-    """2025-11-25's ``{task: Task}`` as the extension's flat ``CreateTaskResult``."""
-    task = res.get("task")
-    return {"resultType": "task", **modern_task(task if isinstance(task, dict) else {})}
 
 
 def is_create_task_result(res: Any) -> bool:
@@ -90,25 +76,6 @@ def get_task_result_down(detailed: JSONObject) -> JSONObject:
     """A ``DetailedTask`` (``tasks/get``) as 2025-11-25's ``GetTaskResult``; the
     inlined ``result``/``error``/``inputRequests`` are for ``tasks/result``."""
     return legacy_task(detailed)
-
-
-def get_task_result_up(
-    task: JSONObject,
-    result: JSONObject | None = None,
-    error: JSONObject | None = None,
-    input_requests: JSONObject | None = None,
-) -> JSONObject:
-    """A 2025-11-25 ``GetTaskResult`` and what the caller learned elsewhere (the
-    payload of ``tasks/result``, the pending questions) as a ``DetailedTask``."""
-    out: JSONObject = {"resultType": "complete", **modern_task(task)}
-    status = task.get("status")
-    if status == "completed" and result is not None:
-        out["result"] = meta_without(result, (META_RELATED_TASK,))
-    elif status == "failed" and error is not None:
-        out["error"] = error
-    elif status == "input_required" and input_requests:
-        out["inputRequests"] = input_requests
-    return out
 
 
 def task_payload(result: JSONObject, task_id: str) -> JSONObject:
@@ -132,20 +99,6 @@ def server_capabilities_down(caps: JSONObject) -> JSONObject:
     if not isinstance(extensions, dict) or EXTENSION not in extensions or "tasks" in caps:
         return caps
     return {**caps, "tasks": LEGACY_SERVER_CAPABILITY}
-
-
-def server_capabilities_up(caps: JSONObject) -> JSONObject:
-    """2025-11-25 server capabilities with task-augmented ``tools/call``: the
-    extension declared under ``extensions`` (``tasks`` stays for the caller)."""
-    tasks = caps.get("tasks")
-    requests = tasks.get("requests") if isinstance(tasks, dict) else None
-    tools = requests.get("tools") if isinstance(requests, dict) else None
-    if not isinstance(tools, dict) or "call" not in tools:
-        return caps
-    extensions = caps.get("extensions")
-    extensions = dict(extensions) if isinstance(extensions, dict) else {}
-    extensions.setdefault(EXTENSION, {})
-    return {**caps, "extensions": extensions}
 
 
 def declaring_extension(message: JSONObject) -> JSONObject:

@@ -100,13 +100,14 @@ class LegacySession:
 
 
 class Lease:
-    """`LegacySessions.lease`: a class rather than a generator-based context
-    manager, since every legacy call takes one (a generator costs more to enter
-    and leave)."""
+    """A session counted as in use while held (`stream`: a GET stream): the idle
+    reaper and the bound leave it alone. A class rather than a generator-based
+    context manager, since every legacy call takes one (a generator costs more
+    to enter and leave)."""
 
     __slots__ = ("_session", "_stream")
 
-    def __init__(self, session: LegacySession, stream: bool) -> None:
+    def __init__(self, session: LegacySession, stream: bool = False) -> None:
         self._session = session
         self._stream = stream
 

@@ -1,6 +1,6 @@
 """How long the client holds a request: its disconnect cancels the work done
 for it. Used by every answer that is written as it comes (app/fronts/shared/answer.py, the
-modern pass-through of app/passthrough.py, the relay of app/cluster/replicas.py), so
+modern pass-through of app/fronts/modern/passthrough.py, the relay of app/cluster/replicas.py), so
 it sits below all of them (docs/architecture.md, "Imports point down")."""
 
 from __future__ import annotations

@@ -4,36 +4,46 @@ the client's answer comes out.
 The three eras differ in what a request is, so each has its own small
 interface rather than one that would hide that:
 
-- a modern call (`CallFront`) is one parsed, validated message; its answer is
-  the stream of `Outgoing`s the route writes with `CallAnswer`;
+- a modern call (`CallFront`) is one parsed, validated message; the front
+  answers it (passed through, or translated by the gateway and written with
+  `CallAnswer`) and reports to the route's `done` once the answer is written;
 - a legacy Streamable HTTP client (`SessionFront`) posts messages the route
   has only claimed for the legacy era (`Claim`: the bytes and the era), and
   reads or ends its session with GET and DELETE;
 - an HTTP+SSE client (`ChannelFront`) opens a channel with `GET /sse` and
   posts its messages to it.
 
-The concrete fronts are `modern.gateway.Gateway`, `legacy.front.LegacyFront`
+The concrete fronts are `modern.front.ModernFront`, `legacy.front.LegacyFront`
 and `http_sse.front.HttpSseFront`; app/wiring.py builds them and checks that
 each fits its interface.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from starlette.responses import Response
 
-from app.call import CallState, ModernCall, Outgoing
+from app.call import CallState, ModernCall
 from app.fronts.legacy.checks import Claim
 
 
 class CallFront(Protocol):
-    """A modern client's call, validated (`ModernCall`), run to its answer."""
+    """A modern client's call, validated (`ModernCall`), to its answer: `body`
+    and `headers` as the client sent them, `done(status, ending)` once written."""
 
-    def run(
-        self, call: ModernCall, authorization: str | None, state: CallState
-    ) -> AsyncGenerator[Outgoing, None]: ...
+    async def answer(
+        self,
+        call: ModernCall,
+        body: bytes,
+        headers: Mapping[str, str],
+        state: CallState,
+        done: Callable[[int, str | None], None],
+        *,
+        sse_ok: bool,
+        json_ok: bool,
+    ) -> Response: ...
 
 
 class SessionFront(Protocol):

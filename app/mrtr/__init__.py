@@ -24,7 +24,9 @@ I/O modules:
   its session's GET stream can only belong to one call;
 - ``exchange``: one live upstream call and the events it produces;
 - ``parked``: the registry of parked exchanges, with TTL and bound;
-- ``turn``: one HTTP request's turn, the gateway's ``Codec``, the settings;
+- ``forwarder``: one modern call's upstream part (translate, send, relay,
+  answer), shared by the gateway, the bridge and the tasks bridge;
+- ``turn``: one HTTP request's turn, the settings;
 - ``parking``: parking an exchange (``input_required``), settling a turn,
   ending an exchange;
 - ``driving``: sending the call and reading its events to the next stop;

@@ -21,8 +21,9 @@ answers `input_required` with a fresh sealed state. docs/architecture.md
 ("Life of a parked exchange") walks through it step by step.
 
 Here: which calls the bridge takes, a first call and a retry. The rest is
-app/mrtr/turn.py's (a turn, the gateway's codec), driving.py's (sending and
-driving) and parking.py's (parking, settling, ending).
+app/mrtr/turn.py's (a turn), driving.py's (sending and driving), parking.py's
+(parking, settling, ending) and forwarder.py's (the translation, sending,
+relaying and answering every modern call to a legacy upstream shares).
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ from app.config import Settings
 from app.mrtr import answers, capabilities, results
 from app.mrtr.driving import Driver
 from app.mrtr.exchange import LiveExchange
+from app.mrtr.forwarder import Forwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.parking import Parking
 from app.mrtr.results import Frame
 from app.mrtr.shelter import Shelter
 from app.mrtr.state import Claims, open_state, params_digest
-from app.mrtr.turn import BridgeSettings, Codec, Settled, Turn
+from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INVALID_PARAMS, Rejection
 from app.upstream.sessions.pool import SessionKey, SessionPool
 
@@ -65,6 +67,7 @@ class Bridge:
         lanes: Lanes,
         sealer: Sealer,
         forwarder: ReplicaForwarder,
+        upstream: Forwarder,
         settings: BridgeSettings,
         max_parked: int,
         shelter: Shelter | None = None,
@@ -72,6 +75,7 @@ class Bridge:
         self._lanes = lanes
         self._sealer = sealer
         self._forwarder = forwarder
+        self._upstream = upstream
         self._settings = settings
         self._parking = Parking(
             lanes=lanes,
@@ -80,7 +84,9 @@ class Bridge:
             max_parked=max_parked,
             shelter=shelter,
         )
-        self._driver = Driver(lanes=lanes, settings=settings, parking=self._parking)
+        self._driver = Driver(
+            lanes=lanes, settings=settings, parking=self._parking, upstream=upstream
+        )
 
     @property
     def parked(self) -> int:
@@ -104,7 +110,6 @@ class Bridge:
     async def run(
         self,
         call: ModernCall,
-        codec: Codec,
         key: SessionKey,
         upstream_caps: Mapping[str, Any],
         authorization: str | None,
@@ -117,7 +122,7 @@ class Bridge:
             state.outcome = "rejected"
             yield Frame(refused.to_message(), True, refused.http_status)
             return
-        turn = Turn(call, codec, key, upstream_caps, authorization, state, hop)
+        turn = Turn(call, key, upstream_caps, authorization, state, hop)
         flow = self._resume(turn) if "requestState" in call.params else self._first(turn)
         async with contextlib.aclosing(flow) as frames:
             async for frame in frames:
@@ -266,7 +271,7 @@ class Bridge:
             ex.ended = True
             turn.settled = Settled.ENDED
             error = {"jsonrpc": "2.0", "id": ex.upstream_id, "error": ex.url_required.error}
-            out = turn.codec.answer(turn.call, ex.pooled, error, turn.state)
+            out = self._upstream.answer(turn.call, ex.pooled, error, turn.state)
             yield Frame(out.message, True, out.status)
             return
         if ex.pending:
@@ -284,15 +289,19 @@ class Bridge:
         await self._lanes.aclose()
 
 
-def build_bridge(settings: Settings, pool: SessionPool, replicas: Replicas) -> Bridge:
+def build_bridge(
+    settings: Settings, pool: SessionPool, replicas: Replicas, upstream: Forwarder
+) -> Bridge:
     """The bridge as configured by `MCP_SHIM_*` (app/config.py), its lanes started;
-    its seal, name and relay are the replicas' (app/cluster/replicas.py)."""
+    its seal, name and relay are the replicas' (app/cluster/replicas.py), its calls go
+    upstream through `upstream`, the forwarder every modern call shares."""
     lanes = Lanes(pool, idle_s=settings.session_idle_s, listen_wait_s=settings.connect_timeout_s)
     lanes.start()
     return Bridge(
         lanes=lanes,
         sealer=replicas.sealer,
         forwarder=ReplicaForwarder(replicas.relay, settings.max_upstream_answer_bytes),
+        upstream=upstream,
         settings=BridgeSettings(
             ttl_s=settings.mrtr_ttl_s,
             quiet_s=settings.mrtr_quiet_ms / 1000,

@@ -13,7 +13,7 @@ Pure: capabilities are the caller's, in 2026-07-28 form.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 INPUT_CAPABILITIES: Final = ("elicitation", "sampling", "roots")
@@ -58,17 +58,6 @@ def missing_for(method: Any, params: Any, declared: Mapping[str, Any]) -> Capabi
 
 def _uses_tools(params: Mapping[str, Any]) -> bool:
     return bool(params.get("tools")) or params.get("toolChoice") is not None
-
-
-def merge(required: Iterable[Capabilities]) -> Capabilities:
-    """One requiredCapabilities object out of several (sub-capabilities united)."""
-    out: Capabilities = {}
-    for caps in required:
-        for name, sub in caps.items():
-            current = out.setdefault(name, {})
-            if isinstance(sub, dict):
-                current.update(sub)
-    return out
 
 
 def url_elicitations(error: Any) -> list[dict[str, Any]] | None:

@@ -17,15 +17,15 @@ from typing import Any
 import structlog
 
 from app import tracing
-from app.call import upstream_sent
+from app.call import Message, upstream_sent
 from app.mrtr import answers, capabilities, results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
+from app.mrtr.forwarder import Forwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.parking import Parking
 from app.mrtr.results import Frame
 from app.mrtr.turn import BridgeSettings, Settled, Turn
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.sessions.listener import default_answer
 from translators import translate
@@ -54,8 +54,12 @@ async def _send_reply(
 
 
 class Driver:
-    def __init__(self, *, lanes: Lanes, settings: BridgeSettings, parking: Parking) -> None:
+    def __init__(
+        self, *, lanes: Lanes, settings: BridgeSettings, parking: Parking, upstream: Forwarder
+    ) -> None:
         self._lanes = lanes
+        # Translating, sending, relaying and answering, as for any call (app/mrtr/forwarder.py).
+        self._upstream = upstream
         self._settings = settings
         self._parking = parking
 
@@ -65,15 +69,15 @@ class Driver:
         assert ex.lane is not None
         # Always ask for progress: a later turn (a retry carrying a progressToken)
         # gets the progress of the call it continues, whatever the first call asked.
-        outbound = results.with_progress_token(turn.codec.outbound(turn.call, ex.pooled))
+        outbound = results.with_progress_token(self._upstream.outbound(turn.call, ex.pooled))
         try:
-            upstream_id, exchange = await turn.codec.send(ex.pooled, outbound)
+            upstream_id, exchange = await self._upstream.send(ex.pooled, outbound)
         except SessionExpired:
             # Not the exchange's any more while it is replaced: released exactly once.
             stale, ex.lane = ex.lane, None
             ex.lane = await self._lanes.replace(stale, turn.upstream_caps, turn.authorization)
             ex.pooled = ex.lane.pooled
-            upstream_id, exchange = await turn.codec.send(ex.pooled, outbound)
+            upstream_id, exchange = await self._upstream.send(ex.pooled, outbound)
         ex.attach(upstream_id, exchange)
 
     async def drive(
@@ -121,7 +125,7 @@ class Driver:
                 continue
             if "method" in event:
                 assert ex.upstream_id is not None
-                relayed = turn.codec.relay(call, ex.pooled, event, token, ex.upstream_id)
+                relayed = self._upstream.relay(call, ex.pooled, event, token, ex.upstream_id)
                 if relayed is not None:
                     yield Frame(relayed)
                 continue
@@ -235,7 +239,7 @@ class Driver:
                 return await self._parking.park(ex, turn)
         ex.upstream_finished()
         turn.settled = Settled.COMPLETED
-        out = turn.codec.answer(call, ex.pooled, message, turn.state)
+        out = self._upstream.answer(call, ex.pooled, message, turn.state)
         answer = out.message
         if turn.retried and isinstance(answer.get("result"), dict):
             answer = {**answer, "result": results.do_not_cache(answer["result"], call.method)}

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from app.call import Message
 from app.mrtr import results
 from app.mrtr.keys import KeyAssigner
 from app.mrtr.lanes import Lane
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange
 from app.upstream.errors import UpstreamError
 from app.upstream.sessions.pool import PooledSession
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.sessions.pool import PooledSession, SessionKey, SessionPool
 
 log = structlog.get_logger("mcp_shim.mrtr.lanes")

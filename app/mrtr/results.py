@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from app.call import Message
 from app.mrtr.keys import without_key_meta
 from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, Rejection, RequestId
 from translators import translate
 from translators.registry import Version
-
-Message = dict[str, Any]
 
 SERVER_INFO_META: Final = "io.modelcontextprotocol/serverInfo"
 REQUEST_TIMEOUT: Final = -32001  # the SDKs' "request timed out", a legacy-range code

@@ -1,41 +1,21 @@
-"""One HTTP request's turn at a multi round-trip exchange (`Turn`), and what the
-bridge (app/mrtr/bridge.py) is given: the gateway's `Codec` and the bridge's
-settings.
+"""One HTTP request's turn at a multi round-trip exchange (`Turn`), and the
+bridge's settings (app/mrtr/bridge.py).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from app.call import CallState, ModernCall
 from app.cluster.sealing import caller_digest
-from app.upstream.base import Exchange, Message
-from app.upstream.sessions.pool import PooledSession, SessionKey, credential_hash
+from app.upstream.sessions.pool import SessionKey, credential_hash
 
 log = structlog.get_logger("mcp_shim.mrtr")
-
-
-class Answer(Protocol):
-    """The gateway's translated answer to a call (its `Outgoing`)."""
-
-    message: Message
-    status: int
-
-
-@dataclass(frozen=True, slots=True)
-class Codec:
-    """What the bridge borrows from the gateway to speak to an upstream session:
-    the same translation, sending, relaying and answering as any other call."""
-
-    outbound: Callable[[ModernCall, PooledSession], Message]
-    send: Callable[[PooledSession, Message], Awaitable[tuple[int, Exchange]]]
-    relay: Callable[[ModernCall, PooledSession, Message, Any, int], Message | None]
-    answer: Callable[[ModernCall, PooledSession, Message, CallState], Answer]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +37,6 @@ class Turn:
     """One HTTP request's turn at an exchange."""
 
     call: ModernCall
-    codec: Codec
     key: SessionKey
     upstream_caps: Mapping[str, Any]
     authorization: str | None

@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.call import Message
 from app.config import Settings
-from app.upstream.base import Message, Session, Transport
+from app.upstream.base import Session, Transport
 from app.upstream.choice import Upstream, transport_name
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
 from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers

@@ -1,41 +1,34 @@
 """The MCP endpoint: every client's `POST /mcp`, a legacy session's GET and DELETE.
 
 The POST is parsed here once: a legacy client's message goes to the legacy
-front (app/fronts/legacy/front.py), a modern client's request to the gateway
-(app/fronts/modern/gateway.py), or passed through to a modern upstream (app/passthrough.py).
+front (app/fronts/legacy/front.py), a modern client's request to the modern
+front (app/fronts/modern/front.py), which passes it through to a modern
+upstream or has the gateway translate it. The route parses, calls, answers.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app import call, logs, metrics, tracing
-from app.call import ModernCall
+from app.call import ModernCall, ModernNotification
 from app.cluster.replicas import HOP_HEADER
 from app.config import Settings
 from app.fronts.legacy import checks as legacy
 from app.fronts.modern import checks as modern
-from app.fronts.shared.answer import CallAnswer
-from app.passthrough import PassThrough
+from app.fronts.modern.front import Done
 from app.rejections import Rejection
 from app.routes.edge import Edge, accepts, answer
 from app.routes.methods import MCP_ALLOW
 from app.routes.scope_headers import ScopeHeaders
 from app.subscriptions import listen as subscriptions_listen
-from app.upstream.modern.upstream import passed_headers
-from app.upstream.sessions import era_transport
 from app.wiring import Wiring
 
 log = structlog.get_logger("mcp_shim.http")
-
-# What a call's answer reports when it is done: its HTTP status, and how it
-# ended when that is not the gateway's own outcome (a client gone).
-Done = Callable[[int, str | None], None]
 
 
 class McpRoutes:
@@ -82,7 +75,7 @@ class McpRoutes:
         parsed = modern.parse(body, headers, max_depth=self._settings.max_json_depth)
         if isinstance(parsed, Rejection):
             return self._rejected(parsed)
-        if isinstance(parsed, modern.ModernNotification):
+        if isinstance(parsed, ModernNotification):
             log.info("notification_accepted", method=parsed.method)
             return Response(status_code=202)
         tracing.describe(parsed.method, parsed.id, parsed.version.name, parsed.params)
@@ -98,8 +91,7 @@ class McpRoutes:
         started: float,
         timing: call.CallTiming,
     ) -> Response:
-        """A modern client's request: translated by the gateway, or passed
-        through unchanged to an upstream of its era."""
+        """A modern client's request, answered by the modern front (app/fronts/modern/front.py)."""
         sse_ok, json_ok = accepts(headers.get("accept", ""))
         if parsed.method == subscriptions_listen.METHOD and not sse_ok:
             return self._rejected(subscriptions_listen.needs_event_stream(parsed.id))
@@ -109,42 +101,8 @@ class McpRoutes:
             gateway_url=self._edge.gateway_url(request, headers),
         )
         done = self._done(parsed, state, started, timing)
-        authorization = headers.get("authorization")
-        era = await era_transport.era_for(wiring.upstream.era, authorization)
-
-        def translated() -> CallAnswer:
-            return CallAnswer(
-                wiring.gateway.run(parsed, authorization, state),
-                accepts_sse=sse_ok,
-                accepts_json=json_ok,
-                on_done=done,
-                write_timeout_s=self._settings.write_timeout_s,
-            )
-
-        passing = wiring.upstream.passes_through(era)
-        if passing is None:
-            return translated()
-
-        # The cheapest path: nothing to translate (app/passthrough.py).
-        async def fallback() -> Response:
-            return translated()
-
-        def passed(status: int, disconnected: bool, outcome: str) -> None:
-            state.upstream_version = parsed.version.name
-            state.outcome = outcome
-            done(status, "client_disconnected" if disconnected else None)
-
-        return PassThrough(
-            passing,
-            body,
-            passed_headers(request.headers),
-            call_id=parsed.id,
-            method=parsed.method,
-            long_lived=parsed.method == subscriptions_listen.METHOD,
-            fallback=fallback,
-            on_done=passed,
-            gateway_url=state.gateway_url,
-            write_timeout_s=self._settings.write_timeout_s,
+        return await wiring.modern.answer(
+            parsed, body, headers, state, done, sse_ok=sse_ok, json_ok=json_ok
         )
 
     def _rejected(self, rejection: Rejection) -> Response:

@@ -78,7 +78,7 @@ class GracefulServer(uvicorn.Server):
                     self._handoff,
                     self.server_state.connections,
                     port=wired.settings.port,
-                    sessions_anywhere=wired.legacy_sessions.joins,
+                    sessions_anywhere=wired.legacy_sessions.copies.joins,
                     moved=wired.metrics.connections_moved,
                     gate=self._accept_gate(sockets),
                     server_pids=server_pids(wired.upstream.transport),

@@ -272,7 +272,7 @@ async def _replica_note(request: Request) -> Response:
     wired: Wiring = request.app.state.wiring
     reply = None
     if len(body) <= 2 * MAX_NOTE_BYTES:
-        reply = await wired.legacy_sessions.answer_note(bytes(body))
+        reply = await wired.legacy_sessions.copies.answer_note(bytes(body))
     if reply is None:
         return await _not_found(request, Exception())
     return Response(reply, media_type="application/octet-stream")

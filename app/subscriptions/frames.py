@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from app.call import Message
 from app.rejections import INTERNAL_ERROR, RequestId
 from app.subscriptions.filters import Filter
 
 SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 ACKNOWLEDGED: Final = "notifications/subscriptions/acknowledged"
-
-Message = dict[str, Any]
 
 
 def ack(listen_id: RequestId, honoured: Filter) -> Message:

@@ -34,10 +34,11 @@ from typing import Any
 
 import structlog
 
+from app.call import Message
 from app.rejections import RequestId
 from app.subscriptions import filters
 from app.subscriptions.filters import Filter
-from app.subscriptions.mailbox import End, Mailbox, Message
+from app.subscriptions.mailbox import End, Mailbox
 from app.subscriptions.refcount import UriRefcount
 from app.upstream.errors import (
     SessionExpired,

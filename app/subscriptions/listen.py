@@ -63,7 +63,7 @@ def _end_frame(end: End, listen_id: Any, bound: int) -> Frame:
 
 
 class TaskWatch(Protocol):
-    """Status notifications of tasks (the tasks extension, app/tasks)."""
+    """Status notifications of tasks (the tasks extension's `Watchers`, app/tasks/watch.py)."""
 
     def task_watch_refusal(self, call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
         """Why this caller may not watch tasks (it did not declare the extension)."""

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from typing import Any
 
-Message = dict[str, Any]
+from app.call import Message
 
 
 class End(enum.Enum):

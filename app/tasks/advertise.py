@@ -5,9 +5,9 @@ MCP_SHIM_TASK_TOOLS), and each tool's `execution.taskSupport` in `tools/list`.
 
 from __future__ import annotations
 
+from app.call import Message
 from app.mrtr.lanes import Lanes
 from app.tasks import own
-from app.upstream.base import Message
 from app.upstream.sessions.pool import PooledSession
 from translators import tasks as wire
 

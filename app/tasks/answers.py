@@ -8,13 +8,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from app.call import CallState, ModernCall, Outgoing
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.mrtr import answers as mrtr_answers
 from app.quoting import quoted
 from app.rejections import INVALID_PARAMS, Rejection, http_status_for
 from app.tasks import own
 from app.tasks.live import LiveTask
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.sessions.pool import PooledSession
 from translators import translate

@@ -16,126 +16,71 @@ Records go to the task store (app/tasks/store.py) under the caller's
 credential hash: its TTL, and the bound on live tasks per credential. The
 upstream task itself lives on one upstream session of this replica
 (app/tasks/live.py, held in app/tasks/held.py). `TaskBridge` wires the parts
-and is what the rest of the gateway calls.
+once; the modern front and subscriptions/listen call the part they need. The
+call a task starts from is translated as every modern call is
+(app/mrtr/forwarder.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.call import CallState, ModernCall, Outgoing
 from app.cluster.forwarding import ReplicaForwarder
 from app.cluster.sealing import Sealer
+from app.mrtr.forwarder import Forwarder
 from app.mrtr.lanes import Lanes
-from app.rejections import Rejection
-from app.subscriptions.mailbox import Mailbox
-from app.tasks import watch
 from app.tasks.advertise import Advertiser
 from app.tasks.create import Resume, RunAsTask, TaskCreator
 from app.tasks.held import Held, TaskSettings
 from app.tasks.reap import Reaper
 from app.tasks.serve import METHODS, TaskServer
-from app.tasks.shutdown import WindDown
 from app.tasks.store import TaskStore
 from app.tasks.watch import Watchers
-from app.upstream.base import Message
-from app.upstream.sessions.pool import PooledSession, SessionPool
+from app.upstream.sessions.pool import SessionPool
 
 __all__ = ["METHODS", "Resume", "RunAsTask", "TaskBridge", "TaskSettings"]
 
 
 class TaskBridge:
+    """The parts of the extension, wired once; callers use the part they need:
+    `advertiser` (server/discover, tools/list), `creator` (a tools/call:
+    plan, create, resume), `server` (tasks/get, tasks/update, tasks/cancel),
+    `watchers` (notifications/tasks on subscriptions/listen), `reaper`
+    (every task's end)."""
+
     def __init__(
         self,
         pool: SessionPool,
         store: TaskStore,
         sealer: Sealer,
         settings: TaskSettings,
+        upstream: Forwarder,
         lanes: Lanes | None = None,
         forwarder: ReplicaForwarder | None = None,
     ) -> None:
         self._held = Held(pool, store, sealer, settings, lanes)
         self.bounds = self._held.bounds
-        self._advertiser = Advertiser(settings.tools, lanes)
-        self._server = TaskServer(self._held, self._advertiser, forwarder)
+        self.advertiser = Advertiser(settings.tools, lanes)
+        self.server = TaskServer(self._held, self.advertiser, forwarder)
         # subscriptions/listen streams watching a task (notifications/tasks).
-        self._watchers = Watchers(self._server.detailed)
-        self._reaper = Reaper(self._held, self._server.detailed)
-        self._creator = TaskCreator(
-            self._held, self._advertiser, self._on_change, self._reaper.on_settled
+        self.watchers = Watchers(self.server.detailed, sealer, store)
+        self.reaper = Reaper(self._held, self.server.detailed)
+        self.creator = TaskCreator(
+            self._held, self.advertiser, self._on_change, self.reaper.on_settled, upstream
         )
 
     def start(self) -> None:
-        self._reaper.start()
+        self.reaper.start()
 
     @property
     def live_tasks(self) -> int:
         return len(self._held.live) + len(self._held.own)
 
-    # -- what the client is told (app/tasks/advertise.py) -------------------
-
-    def discover_capabilities(self, pooled: PooledSession, caps: Message) -> Message:
-        return self._advertiser.discover_capabilities(pooled, caps)
-
-    def annotate_tools(self, pooled: PooledSession, upstream: Message, result: Message) -> Message:
-        return self._advertiser.annotate_tools(pooled, upstream, result)
-
-    # -- tools/call (app/tasks/create.py) ------------------------------------
-
-    async def plan(
-        self, call: ModernCall, pooled: PooledSession, authorization: str | None
-    ) -> Rejection | ModernCall | RunAsTask | Resume:
-        return await self._creator.plan(call, pooled, authorization)
-
-    async def create(
-        self,
-        call: ModernCall,
-        pooled: PooledSession,
-        outbound: Message,
-        authorization: str | None,
-        state: CallState,
-        mode: str,
-    ) -> Outgoing:
-        return await self._creator.create(call, pooled, outbound, authorization, state, mode)
-
-    async def resume(
-        self, call: ModernCall, resume: Resume, authorization: str | None, state: CallState
-    ) -> Outgoing:
-        return await self._creator.resume(call, resume, authorization, state)
-
-    # -- tasks/get, tasks/update, tasks/cancel (app/tasks/serve.py) ----------
-
-    async def serve(
-        self, call: ModernCall, pooled: PooledSession, authorization: str | None, state: CallState
-    ) -> Outgoing:
-        return await self._server.serve(call, pooled, authorization, state)
-
-    # -- notifications/tasks on subscriptions/listen (app/tasks/watch.py) ----
-
-    def task_watch_refusal(self, call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
-        return watch.task_watch_refusal(call, task_ids)
-
-    async def watch(
-        self, authorization: str | None, task_ids: tuple[str, ...], mailbox: Mailbox
-    ) -> tuple[str, ...]:
-        held = self._held
-        return await watch.watch(
-            self._watchers, held.sealer, held.store, authorization, task_ids, mailbox
-        )
-
-    def unwatch(self, mailbox: Mailbox) -> None:
-        self._watchers.remove(mailbox)
-
     def _on_change(self, task_id: str) -> Callable[[], None]:
-        return lambda: self._watchers.changed(task_id)
-
-    # -- the end (app/tasks/reap.py) -----------------------------------------
-
-    async def wind_down(self, grace_s: float, *, shared: bool) -> WindDown:
-        return await self._reaper.wind_down(grace_s, shared=shared)
+        return lambda: self.watchers.changed(task_id)
 
     async def aclose(self) -> None:
-        await self._reaper.stop()
-        await self._watchers.aclose()
-        await self._reaper.drop_all()
+        await self.reaper.stop()
+        await self.watchers.aclose()
+        await self.reaper.drop_all()
         await self._held.store.close()

@@ -24,9 +24,10 @@ from typing import NoReturn
 import structlog
 
 from app import jsonio, tracing
-from app.call import CallState, ModernCall, Outgoing
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr.exchange import LiveExchange
+from app.mrtr.forwarder import Forwarder
 from app.mrtr.lanes import Lane
 from app.rejections import INVALID_PARAMS, Rejection
 from app.tasks import ids, own
@@ -44,7 +45,6 @@ from app.tasks.replies import (
 )
 from app.tasks.store import TaskLimitReached, TaskStoreUnavailable
 from app.tasks.upstream import ask
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError, UpstreamProtocolError
 from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators import tasks as wire
@@ -68,9 +68,16 @@ class Resume:
 
 class TaskCreator:
     def __init__(
-        self, held: Held, advertiser: Advertiser, on_change: OnChange, on_settled: OnSettled
+        self,
+        held: Held,
+        advertiser: Advertiser,
+        on_change: OnChange,
+        on_settled: OnSettled,
+        upstream: Forwarder,
     ) -> None:
         self._held = held
+        # The call translated to the upstream's version as any call is (app/mrtr/forwarder.py).
+        self._upstream = upstream
         self._advertiser = advertiser
         self._on_change = on_change
         self._on_settled = on_settled
@@ -113,13 +120,13 @@ class TaskCreator:
         self,
         call: ModernCall,
         pooled: PooledSession,
-        outbound: Message,
         authorization: str | None,
         state: CallState,
         mode: str,
     ) -> Outgoing:
         """Send the call as a task on `pooled`; the flat CreateTaskResult (or the
         upstream's own answer, if it chose to answer at once)."""
+        outbound = self._upstream.outbound(call, pooled)
         work = self._create(call, pooled, outbound, authorization, state, mode)
         return await guarded(call, state, work)
 

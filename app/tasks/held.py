@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from app.call import Message
 from app.cluster.sealing import Sealer
 from app.config import TaskLimits
 from app.mrtr.lanes import Lanes
@@ -18,7 +19,6 @@ from app.tasks.bounds import UNBOUNDED, TaskBounds
 from app.tasks.live import LiveTask
 from app.tasks.store import TaskStore
 from app.tasks.upstream import ask
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.sessions.pool import SessionPool
 from translators import tasks as wire

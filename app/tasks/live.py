@@ -32,12 +32,12 @@ from typing import Any
 import structlog
 
 from app import jsonio
+from app.call import Message
 from app.mrtr import capabilities as mrtr_capabilities
 from app.mrtr import results as mrtr_results
 from app.mrtr.keys import KeyAssigner
 from app.tasks.bounds import Hold, TaskBounds
 from app.tasks.upstream import ask, request_message
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.sessions.listener import default_answer
 from app.upstream.sessions.pool import PooledSession

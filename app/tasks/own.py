@@ -24,13 +24,12 @@ from typing import Any
 
 import structlog
 
-from app.call import upstream_sent
+from app.call import Message, upstream_sent
 from app.mrtr import results as mrtr_results
 from app.mrtr.exchange import LiveExchange, Question, ServerRequest, StreamEnded
 from app.mrtr.lanes import Lane, Lanes
 from app.tasks.bounds import Hold
 from app.tasks.live import unshown_reply
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from translators.registry import Version
 

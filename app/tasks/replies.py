@@ -10,10 +10,9 @@ from typing import Any
 
 import structlog
 
-from app.call import CallState, ModernCall, Outgoing
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, Rejection
 from app.tasks.store import TaskStoreUnavailable
-from app.upstream.base import Message
 from translators import tasks as wire
 
 log = structlog.get_logger("mcp_shim.tasks")

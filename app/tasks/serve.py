@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from app import tracing
-from app.call import CallState, ModernCall, Outgoing
+from app.call import CallState, Message, ModernCall, Outgoing
 from app.cluster.forwarding import ReplicaForwarder
 from app.cluster.replicas import reachable
 from app.rejections import INTERNAL_ERROR, METHOD_NOT_FOUND, Rejection
@@ -33,7 +33,6 @@ from app.tasks.replies import (
 )
 from app.tasks.store import MAX_RECORD_SETTING, Record, record_refusal
 from app.tasks.upstream import ask
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired
 from app.upstream.sessions.pool import PooledSession, credential_hash
 from translators import tasks as wire

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
 from app.upstream.sessions.listener import default_answer
 from app.upstream.sessions.pool import PooledSession

@@ -16,14 +16,13 @@ from typing import Any
 
 import structlog
 
-from app.call import ModernCall
+from app.call import Message, ModernCall
 from app.cluster.sealing import Sealer
 from app.rejections import Rejection
 from app.subscriptions.mailbox import Mailbox
 from app.tasks import ids
 from app.tasks.replies import missing_extension
 from app.tasks.store import TaskStore, TaskStoreUnavailable
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.sessions.pool import credential_hash
 from translators import tasks as wire
@@ -35,8 +34,13 @@ Detailed = Callable[[str, str], Awaitable[Message | None]]
 
 
 class Watchers:
-    def __init__(self, detailed: Detailed) -> None:
+    """The subscriptions/listen streams watching tasks: what listen calls
+    (app/subscriptions/listen.py, its `TaskWatch`)."""
+
+    def __init__(self, detailed: Detailed, sealer: Sealer, store: TaskStore) -> None:
         self._detailed = detailed
+        self._sealer = sealer
+        self._store = store
         self._boxes: dict[str, set[Mailbox]] = {}
         self._owners: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -50,7 +54,33 @@ class Watchers:
         self._sent.pop(task_id, None)  # the new stream hears the status now
         self.changed(task_id)
 
-    def remove(self, mailbox: Mailbox) -> None:
+    @staticmethod
+    def task_watch_refusal(call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
+        """SEP-2663: a listen filter naming task ids needs the extension declared."""
+        if wire.declares_extension(call.client_capabilities):
+            return None
+        return missing_extension(call.id)
+
+    async def watch(
+        self, authorization: str | None, task_ids: tuple[str, ...], mailbox: Mailbox
+    ) -> tuple[str, ...]:
+        """The task ids of a listen filter this caller owns and the gateway knows,
+        each now watched on `mailbox`."""
+        owner = credential_hash(authorization)
+        watched = []
+        for task_id in task_ids:
+            if ids.open_for(self._sealer, task_id, ids.owner_of(owner)) is None:
+                continue
+            try:
+                if await self._store.get(owner, task_id) is None:
+                    continue
+            except TaskStoreUnavailable:
+                continue  # left out of the acknowledgment: the caller sees it is not watched
+            self.add(task_id, owner, mailbox)
+            watched.append(task_id)
+        return tuple(watched)
+
+    def unwatch(self, mailbox: Mailbox) -> None:
         for task_id in list(self._boxes):
             boxes = self._boxes[task_id]
             boxes.discard(mailbox)
@@ -99,35 +129,3 @@ class Watchers:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-def task_watch_refusal(call: ModernCall, task_ids: tuple[str, ...]) -> Rejection | None:
-    """SEP-2663: a listen filter naming task ids needs the extension declared."""
-    if wire.declares_extension(call.client_capabilities):
-        return None
-    return missing_extension(call.id)
-
-
-async def watch(
-    watchers: Watchers,
-    sealer: Sealer,
-    store: TaskStore,
-    authorization: str | None,
-    task_ids: tuple[str, ...],
-    mailbox: Mailbox,
-) -> tuple[str, ...]:
-    """The task ids of a listen filter this caller owns and the gateway knows,
-    each now watched on `mailbox`."""
-    owner = credential_hash(authorization)
-    watched = []
-    for task_id in task_ids:
-        if ids.open_for(sealer, task_id, ids.owner_of(owner)) is None:
-            continue
-        try:
-            if await store.get(owner, task_id) is None:
-                continue
-        except TaskStoreUnavailable:
-            continue  # left out of the acknowledgment: the caller sees it is not watched
-        watchers.add(task_id, owner, mailbox)
-        watched.append(task_id)
-    return tuple(watched)

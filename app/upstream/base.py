@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-Message = dict[str, Any]
+from app.call import Message
 
 
 class Exchange(Protocol):

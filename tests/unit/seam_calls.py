@@ -17,6 +17,7 @@ from app.cluster.sealing import Sealer
 from app.fronts.modern import checks as modern
 from app.fronts.modern.gateway import Gateway
 from app.mrtr.bridge import Bridge
+from app.mrtr.forwarder import Forwarder
 from app.mrtr.lanes import Lanes
 from app.mrtr.turn import BridgeSettings
 from app.upstream.sessions.pool import SessionPool
@@ -85,12 +86,15 @@ async def gateway_rig(
     sealer = Sealer([os.urandom(32)])
     bridge = None
     relay = ReplicaRelay(connect_timeout_s=1.0, request_timeout_s=1.0)
+    # One forwarder for the gateway and the bridge, as app/wiring.py builds them.
+    forwarder = Forwarder(pool, ttl_ms=5000, cache_scope="private")
     if bridged:
         lanes = Lanes(pool, idle_s=300, listen_wait_s=2.0)
         bridge = Bridge(
             lanes=lanes,
             sealer=sealer,
             forwarder=ReplicaForwarder(relay),
+            upstream=forwarder,
             settings=BridgeSettings(ttl_s=60, quiet_s=quiet_s, gather_max_s=1.0, replica=REPLICA),
             max_parked=8,
         )
@@ -101,6 +105,7 @@ async def gateway_rig(
         cache_scope="private",
         bridge=bridge,
         call_deadline_s=deadline_s,
+        forwarder=forwarder,
     )
     try:
         yield Rig(transport, pool, gateway, bridge, sealer)

@@ -3,8 +3,9 @@
 A 2024-11-05 client opens `GET /sse`; the first event, `endpoint`, names where
 it POSTs its messages (`/messages?session_id=...`); every message of the server
 comes on that one stream. Behind it is the same machinery as for Streamable
-HTTP clients (`LegacyFront`: `initialize` and the gateway's own session with
-its own upstream session, translation both ways); only the way back differs:
+HTTP clients (`LegacyService`, app/fronts/legacy/service.py, shared with the
+legacy front: `initialize` and the gateway's own session with its own
+upstream session, translation both ways); only the way back differs:
 each POST is answered 202 and what it produces goes on the channel's stream.
 
 The channel lives as long as its `GET /sse`: when the client goes away its
@@ -39,15 +40,16 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio
+from app.call import Message
 from app.cluster.session import LegacySession, held_by
 from app.connection.busy import RateLimitedLog, server_busy
 from app.fronts.legacy import checks as front
-from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy import opening
 from app.fronts.legacy.replies import guarded, refuse, session_not_found
-from app.fronts.legacy.sessions import LegacySessions
+from app.fronts.legacy.service import LegacyService
+from app.fronts.legacy.stream import server_stream
 from app.fronts.shared.answer import sse_event
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection
-from app.upstream.base import Message
 from app.upstream.sessions.pool import credential_hash
 
 log = structlog.get_logger("mcp_shim.legacy.sse")
@@ -83,8 +85,7 @@ class Channel:
 class HttpSseFront:
     def __init__(
         self,
-        legacy: LegacyFront,
-        sessions: LegacySessions,
+        legacy: LegacyService,
         *,
         max_channels: int,
         keepalive_s: float,
@@ -94,12 +95,12 @@ class HttpSseFront:
         max_requests: int = 1024,
         messages_path: str = MESSAGES_PATH,
     ) -> None:
+        # The legacy clients' sessions and calls, shared with app/fronts/legacy/front.py.
         self._legacy = legacy
         # Where the endpoint event sends a channel's POSTs: under /servers/NAME/
         # for one of many servers (app/servers).
         self._messages_path = messages_path
-        self.auth_relay = legacy.auth_relay
-        self._sessions = sessions
+        self._sessions = legacy.sessions
         self._max = max_channels
         self._keepalive_s = keepalive_s
         self._write_timeout_s = write_timeout_s
@@ -261,7 +262,7 @@ class HttpSseFront:
     def _batch_members(
         self, channel: Channel, items: list[Any]
     ) -> list[front.LegacyMessage] | Rejection:
-        """A batch on the channel, by the rules of every route (`LegacyFront.batch_members`);
+        """A batch on the channel, by the rules of every route (`LegacyService.batch_members`);
         its notifications and responses go first, as on `POST /mcp`. Each request
         then runs on its own and its answer is an event of its own: a 2024-11-05
         server's messages are single `JSONRPCMessage`s, one per SSE event."""
@@ -294,7 +295,7 @@ class HttpSseFront:
             task = self._spawn(channel, self._relay_call(channel, session, member))
             task.add_done_callback(lambda _: _one_less(channel))
             return None
-        return await self._legacy.deliver(session, member)
+        return await self._legacy.calls.deliver(session, member)
 
     def _busy(self, channel: Channel, calls: list[front.LegacyRequest]) -> Rejection | None:
         """The refusal of `calls` when the channel cannot take them all (`initialize`
@@ -329,7 +330,9 @@ class HttpSseFront:
             )
         channel.initializing = True
         try:
-            opened = await self._legacy.open_session(request, authorization)
+            opened = await opening.open_session(
+                self._sessions, self._legacy.offered, request, authorization
+            )
         finally:
             channel.initializing = False
         if isinstance(opened, Rejection):
@@ -350,7 +353,7 @@ class HttpSseFront:
     async def _relay_call(
         self, channel: Channel, session: LegacySession, request: front.LegacyRequest
     ) -> None:
-        calls = self._legacy.call(session, request, resumable=False)
+        calls = self._legacy.calls.call(session, request, resumable=False)
         async with contextlib.aclosing(calls) as events:
             async for out in events:
                 if not out.keepalive:
@@ -358,7 +361,9 @@ class HttpSseFront:
 
     async def _relay_server_stream(self, channel: Channel, session: LegacySession) -> None:
         """What the upstream sends outside any call (its GET stream), on the channel."""
-        stream = self._legacy.for_client(self._legacy.server_stream(session, None), None)
+        legacy = self._legacy
+        served = server_stream(self._sessions, session, None, legacy.keepalive_s)
+        stream = legacy.calls.for_client(served, None)
         async with contextlib.aclosing(stream) as events:
             async for out in events:
                 if out.final:

@@ -8,11 +8,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
-from app.call import Outgoing
+from app.call import Message, Outgoing
 from app.cluster.session import LegacySession
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.calls import LegacyCalls
-from app.upstream.base import Message
 
 
 async def collect(

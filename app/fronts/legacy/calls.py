@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
-from app.call import Outgoing
-from app.cluster.session import LegacySession, shares_integer_text
+from app.call import Message, Outgoing
+from app.cluster.session import Lease, LegacySession, shares_integer_text
 from app.fronts.legacy import checks as front
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
@@ -29,7 +29,7 @@ from app.fronts.legacy.turns import IdTurns
 from app.fronts.shared.auth import AuthRelay
 from app.metrics import Metrics
 from app.rejections import INTERNAL_ERROR, Rejection, RequestId
-from app.upstream.base import Exchange, Message, read_stopper
+from app.upstream.base import Exchange, read_stopper
 from app.upstream.errors import (
     PoolExhausted,
     SessionExpired,
@@ -73,7 +73,7 @@ class LegacyCalls:
         message = messages.upstream_message(session, item)
         if message is None:
             return None
-        async with self._sessions.lease(session):
+        async with Lease(session):
             upstream = session.upstream.session
             try:
                 if isinstance(item, front.LegacyResponse):
@@ -142,7 +142,7 @@ class LegacyCalls:
         the way can reach the client, so the gateway answers it (never left waiting)."""
         cv, uv = session.client_version, session.upstream_version
         outbound = translate.request(request.message, cv, uv)
-        async with self._sessions.lease(session), self._turn(session, request.id):
+        async with Lease(session), self._turn(session, request.id):
             exchange = await self._open(session, request.id, outbound)
             if isinstance(exchange, Outgoing):
                 yield exchange  # refused: never sent

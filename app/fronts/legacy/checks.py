@@ -91,10 +91,6 @@ def negotiate(requested: object) -> Version:
     return LATEST_LEGACY
 
 
-def supported_names() -> list[str]:
-    return [v.name for v in legacy_versions()]
-
-
 # ---------------------------------------------------------------------------
 # Messages
 # ---------------------------------------------------------------------------

@@ -9,7 +9,9 @@ version and the upstream session's, both ways (`messages`), so a legacy client
 sees only what its revision defines. A call and what comes back for it is
 `calls`, a batch's requests `batches`, the GET stream `stream`, the answers
 and refusals `replies`. Everything goes through `Session` (request, notify,
-respond, listen, close): nothing here knows the upstream's transport.
+respond, listen, close): nothing here knows the upstream's transport. What
+this front shares with the HTTP+SSE front (the sessions, the calls, the
+limits, the relay to another replica) is the `LegacyService` (`service`).
 """
 
 from __future__ import annotations
@@ -22,29 +24,23 @@ from typing import Any
 import structlog
 from starlette.responses import Response
 
-from app import jsonio, logs
+from app import logs
 from app.call import Outgoing
-from app.cluster.replicas import HOP_HEADER, ReplicaRelay, header_items
+from app.cluster.replicas import HOP_HEADER
 from app.cluster.session import LegacySession, shares_integer_text
 from app.fronts.legacy import batches, opening, stream
 from app.fronts.legacy import checks as front
-from app.fronts.legacy.calls import LegacyCalls
 from app.fronts.legacy.replies import (
     AtLimit,
     guarded,
     json_list,
     json_response,
-    owner_unreachable,
     refuse,
     session_not_found,
 )
-from app.fronts.legacy.sessions import LegacySessions
+from app.fronts.legacy.service import LegacyService
 from app.fronts.shared.answer import CallAnswer, sse_event
-from app.fronts.shared.auth import AuthRelay
-from app.metrics import Metrics
-from app.rejections import INVALID_REQUEST, Rejection, RequestId
-from app.upstream.base import Message
-from translators.registry import Version
+from app.rejections import INVALID_REQUEST, Rejection
 
 log = structlog.get_logger("mcp_shim.legacy")
 
@@ -70,31 +66,11 @@ def _plain_request(body: Any) -> bool:
 
 
 class LegacyFront:
-    def __init__(
-        self,
-        sessions: LegacySessions,
-        *,
-        offered: Version,
-        max_batch: int,
-        write_timeout_s: float,
-        max_json_depth: int = jsonio.DEFAULT_MAX_DEPTH,
-        auth_relay: AuthRelay | None = None,
-        relay: ReplicaRelay | None = None,
-        keepalive_s: float = 15.0,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.max_json_depth = max_json_depth
-        # A quiet GET stream gets an SSE comment this often, or proxies cut it.
-        self._keepalive_s = keepalive_s
-        self.auth_relay = auth_relay
-        # Toward the replica owning a session that is not here (app/cluster/replicas.py).
-        self.relay = relay
-        self._sessions = sessions
-        # The version offered to the upstream at initialize (MCP_SHIM_UPSTREAM_PROTOCOL_VERSION).
-        self._offered = offered
-        self._max_batch = max_batch
-        self._write_timeout_s = write_timeout_s
-        self._calls = LegacyCalls(sessions, auth_relay=auth_relay, metrics=metrics)
+    def __init__(self, service: LegacyService) -> None:
+        # Shared with the HTTP+SSE front (app/fronts/legacy/service.py).
+        self._service = service
+        self._sessions = service.sessions
+        self._calls = service.calls
 
     # -- POST /mcp ---------------------------------------------------------
 
@@ -111,17 +87,17 @@ class LegacyFront:
         authorization = headers.get("authorization")
         if claim.parse_error:
             return refuse(front.parse_error())
-        unfit = front.check_received(claim, headers, self.max_json_depth)
+        unfit = front.check_received(claim, headers, self._service.max_json_depth)
         if unfit is not None:
             return refuse(unfit)
         guest: LegacySession | None = None
-        if self._sessions.joins and _plain_request(claim.body):
+        if self._sessions.copies.joins and _plain_request(claim.body):
             # Served here on a guest copy of another worker's session, if it can be.
-            guest = await self._sessions.guest(
+            guest = await self._sessions.copies.guest(
                 claim.session_id, authorization, HOP_HEADER in headers
             )
         if guest is None and not _opens_session(claim.body):
-            relayed = self.relayed(
+            relayed = self._service.relayed(
                 "POST",
                 "/mcp",
                 claim.session_id,
@@ -151,45 +127,13 @@ class LegacyFront:
         if isinstance(message, front.LegacyResponse):
             return await self._respond(session, message)
         return self._answer(
-            self.call(session, message, resumable=sse_ok, streamed=sse_ok, gateway_url=gateway_url),
+            self._calls.call(
+                session, message, resumable=sse_ok, streamed=sse_ok, gateway_url=gateway_url
+            ),
             message.method,
             session,
             sse_ok,
             json_ok,
-        )
-
-    def relayed(
-        self,
-        method: str,
-        target: str,
-        session_id: str | None,
-        headers: Mapping[str, str],
-        body: bytes = b"",
-        *,
-        long_lived: bool = False,
-        owned: str = "legacy_session",
-        request_id: RequestId | None = None,
-    ) -> Response | None:
-        """The owner's answer, when the id (a session's, an HTTP+SSE channel's) names
-        another replica (app/cluster/replicas.py); None: serve it here (which answers 404
-        for an id that is not here)."""
-        if self.relay is None:
-            return None
-        owner = self._sessions.elsewhere(
-            session_id, headers.get("authorization"), HOP_HEADER in headers
-        )
-        if owner is None:
-            return None
-        return self.relay.answer(
-            owner,
-            method,
-            target,
-            header_items(headers),
-            body,
-            what=owned,
-            long_lived=long_lived,
-            unreachable=lambda: refuse(owner_unreachable(request_id)),
-            write_timeout_s=self._write_timeout_s,
         )
 
     def _find(self, session_id: str | None, authorization: str | None) -> LegacySession | None:
@@ -205,7 +149,9 @@ class LegacyFront:
         sse_ok: bool,
         json_ok: bool,
     ) -> Response:
-        opened = await self.open_session(request, authorization)
+        opened = await opening.open_session(
+            self._sessions, self._service.offered, request, authorization
+        )
         if isinstance(opened, AtLimit):
             return refuse(opened, {"retry-after": str(opened.retry_after_s)})
         if isinstance(opened, Rejection):
@@ -216,27 +162,15 @@ class LegacyFront:
             return json_response(answer, 200, headers)
         return Response(sse_event(answer), media_type="text/event-stream", headers=headers)
 
-    async def open_session(
-        self, request: front.LegacyRequest, authorization: str | None
-    ) -> tuple[LegacySession, Message] | Rejection:
-        """Answer `initialize` (`opening.open_session`)."""
-        return await opening.open_session(self._sessions, self._offered, request, authorization)
-
     async def _notify(self, session: LegacySession, note: front.LegacyNotification) -> Response:
         # 2025-11-25 streamable-http "Sending Messages to the Server": an accepted
         # notification or response gets 202 Accepted with no body.
-        failure = await self.deliver(session, note)
+        failure = await self._calls.deliver(session, note)
         return Response(status_code=202) if failure is None else refuse(failure)
 
     async def _respond(self, session: LegacySession, reply: front.LegacyResponse) -> Response:
-        failure = await self.deliver(session, reply)
+        failure = await self._calls.deliver(session, reply)
         return Response(status_code=202) if failure is None else refuse(failure)
-
-    async def deliver(
-        self, session: LegacySession, item: front.LegacyNotification | front.LegacyResponse
-    ) -> Rejection | None:
-        """A client's notification or response, sent upstream (`LegacyCalls.deliver`)."""
-        return await self._calls.deliver(session, item)
 
     # -- a request and what the upstream sends back for it ------------------
 
@@ -272,21 +206,7 @@ class LegacyFront:
             accepts_sse=sse_ok,
             accepts_json=json_ok,
             on_done=done,
-            write_timeout_s=self._write_timeout_s,
-        )
-
-    def call(
-        self,
-        session: LegacySession,
-        request: front.LegacyRequest,
-        *,
-        resumable: bool,
-        streamed: bool = True,
-        gateway_url: str | None = None,
-    ) -> AsyncGenerator[Outgoing, None]:
-        """The upstream's answer to one request, as the client receives it (`LegacyCalls.call`)."""
-        return self._calls.call(
-            session, request, resumable=resumable, streamed=streamed, gateway_url=gateway_url
+            write_timeout_s=self._service.write_timeout_s,
         )
 
     # -- GET /mcp: the session's server stream -------------------------------
@@ -299,7 +219,7 @@ class LegacyFront:
         if unfit is not None:
             return refuse(unfit)
         session_id = headers.get(front.SESSION_HEADER)
-        relayed = self.relayed("GET", "/mcp", session_id, headers, long_lived=True)
+        relayed = self._service.relayed("GET", "/mcp", session_id, headers, long_lived=True)
         if relayed is not None:
             return relayed
         session = self._find(session_id, headers.get("authorization"))
@@ -321,18 +241,18 @@ class LegacyFront:
             return refuse(refusal)
         last_event_id = headers.get(front.LAST_EVENT_ID_HEADER)
         return self._answer(
-            self.for_client(self.server_stream(session, last_event_id), None, gateway_url),
+            self._calls.for_client(
+                stream.server_stream(
+                    self._sessions, session, last_event_id, self._service.keepalive_s
+                ),
+                None,
+                gateway_url,
+            ),
             "GET",
             session,
             True,
             True,
         )
-
-    def server_stream(
-        self, session: LegacySession, last_event_id: str | None
-    ) -> AsyncGenerator[Outgoing, None]:
-        """The session's GET stream (`stream.server_stream`)."""
-        return stream.server_stream(self._sessions, session, last_event_id, self._keepalive_s)
 
     # -- DELETE /mcp ---------------------------------------------------------
 
@@ -342,7 +262,7 @@ class LegacyFront:
         if unfit is not None:
             return refuse(unfit)
         session_id = headers.get(front.SESSION_HEADER)
-        relayed = self.relayed("DELETE", "/mcp", session_id, headers)
+        relayed = self._service.relayed("DELETE", "/mcp", session_id, headers)
         if relayed is not None:
             return relayed
         session = self._find(session_id, headers.get("authorization"))
@@ -365,7 +285,7 @@ class LegacyFront:
             if claim.session_id is not None and not front.holds_initialize(items):
                 return refuse(session_not_found())
             # Served by no session: refused by the batch rules (an initialize inside).
-        members = self.batch_members(items, session)
+        members = self._service.batch_members(items, session)
         if isinstance(members, Rejection):
             return refuse(members)
         assert session is not None
@@ -377,7 +297,7 @@ class LegacyFront:
         requests = [m for m in members if isinstance(m, front.LegacyRequest)]
         for member in members:
             if isinstance(member, front.LegacyNotification | front.LegacyResponse):
-                failure = await self.deliver(session, member)
+                failure = await self._calls.deliver(session, member)
                 if failure is not None:
                     return refuse(failure)
         if not requests:
@@ -385,26 +305,9 @@ class LegacyFront:
             return Response(status_code=202)
         log.info("legacy_batch", size=len(items), requests=len(requests))
         if sse_ok:
-            merged = self.for_client(batches.merged(self._calls, session, requests), None)
+            merged = self._calls.for_client(batches.merged(self._calls, session, requests), None)
             return self._answer(merged, "batch", session, True, False)
         answers = await asyncio.gather(
             *(batches.collect(self._calls, session, r) for r in requests)
         )
         return json_list(answers)
-
-    def batch_members(
-        self, items: list[Any], session: LegacySession | None
-    ) -> list[front.LegacyMessage] | Rejection:
-        """The batch rules (`front.batch_members`) as every route applies them, by the
-        session's negotiated version."""
-        version = session.client_version if session is not None else None
-        return front.batch_members(items, version, self._max_batch)
-
-    def for_client(
-        self,
-        events: AsyncGenerator[Outgoing, None],
-        request_id: RequestId | None,
-        gateway_url: str | None = None,
-    ) -> AsyncGenerator[Outgoing, None]:
-        """`events` as a legacy client may receive them (`LegacyCalls.for_client`)."""
-        return self._calls.for_client(events, request_id, gateway_url)

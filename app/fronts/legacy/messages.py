@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 
+from app.call import Message
 from app.cluster.session import LegacySession
 from app.fronts.legacy import checks as front
 from app.rejections import METHOD_NOT_FOUND
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from translators import translate
 

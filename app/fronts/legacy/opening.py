@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import structlog
 
+from app.call import Message
 from app.cluster.session import LegacySession
 from app.fronts.legacy import checks as front
 from app.fronts.legacy.replies import AtLimit, upstream_failure
 from app.fronts.legacy.sessions import LegacySessions
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.base import Message
 from app.upstream.errors import PoolExhausted, UpstreamAuthChallenge, UpstreamError
 from translators import translate
 from translators.registry import Version

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from app.upstream.base import Message
+from app.call import Message
 
 
 async def reads(

@@ -14,11 +14,11 @@ import structlog
 from starlette.responses import Response
 
 from app import jsonio
+from app.call import Message
 from app.fronts.legacy import checks as front
 from app.fronts.shared import auth
 from app.fronts.shared.auth import AuthRelay
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, Rejection, RequestId
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError
 
 log = structlog.get_logger("mcp_shim.legacy")

@@ -40,7 +40,7 @@ import structlog
 from app.cluster.guests import GuestCopies
 from app.cluster.notes import Notes
 from app.cluster.replicas import OwnedIds
-from app.cluster.session import Lease, LegacySession, held_by
+from app.cluster.session import LegacySession, held_by
 from app.fronts.legacy import bound
 from app.upstream.errors import PoolExhausted, SessionShareExceeded
 from app.upstream.sessions.pool import SessionPool, credential_hash
@@ -155,28 +155,6 @@ class LegacySessions:
         if session_id is None or session_id in self._sessions:
             return None
         return self.ids.elsewhere(session_id, credential_hash(authorization), hopped)
-
-    # -- guest copies of other replicas' sessions (app/cluster/guests.py) ---
-
-    @property
-    def joins(self) -> bool:
-        """This process may serve other replicas' sessions on guest copies."""
-        return self.copies.joins
-
-    async def guest(
-        self, session_id: str | None, authorization: str | None, hopped: bool
-    ) -> LegacySession | None:
-        """A guest copy of another replica's session (`GuestCopies.guest`)."""
-        return await self.copies.guest(session_id, authorization, hopped)
-
-    async def answer_note(self, body: bytes) -> bytes | None:
-        """Another replica's note (`GuestCopies.answer_note`)."""
-        return await self.copies.answer_note(body)
-
-    def lease(self, session: LegacySession, *, stream: bool = False) -> Lease:
-        """Counted as in use while held (`stream`: a GET stream): the idle reaper
-        and the bound leave it alone."""
-        return Lease(session, stream)
 
     async def end(self, session: LegacySession, reason: str) -> None:
         """End both sides: forget the id, tell the replicas holding a guest copy

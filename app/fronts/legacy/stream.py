@@ -8,14 +8,14 @@ from collections.abc import AsyncGenerator
 
 import structlog
 
-from app.call import Outgoing
-from app.cluster.session import LegacySession
+from app.call import Message, Outgoing
+from app.cluster.session import Lease, LegacySession
 from app.fronts.legacy import messages
 from app.fronts.legacy.reads import reads
 from app.fronts.legacy.replies import session_not_found, upstream_failure
 from app.fronts.legacy.sessions import LegacySessions
 from app.rejections import INTERNAL_ERROR, Rejection
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange
 from app.upstream.errors import (
     SessionExpired,
     UpstreamAuthChallenge,
@@ -32,7 +32,7 @@ async def server_stream(
     last_event_id: str | None,
     keepalive_s: float,
 ) -> AsyncGenerator[Outgoing, None]:
-    async with sessions.lease(session, stream=True):
+    async with Lease(session, stream=True):
         try:
             exchange: Exchange = await session.upstream.session.listen(last_event_id)
         except UpstreamAuthChallenge:

@@ -7,11 +7,10 @@ a Rejection. No I/O, so every rule here is unit-tested without a server.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from app import jsonio
-from app.call import ModernCall
+from app.call import LOG_LEVELS, ModernCall, ModernNotification
 from app.fronts.shared.header_guard import check_header_values
 from app.headers.header_values import NAME_FIELDS, BadHeaderValue, decode_header_value
 from app.quoting import quoted
@@ -40,15 +39,6 @@ NAME_FIELD = NAME_FIELDS
 # answers -32601 where the extension is not offered. tasks/result and
 # tasks/list are gone from it (-32601 here).
 EXTENSION_REQUESTS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
-
-
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-
-
-@dataclass(frozen=True, slots=True)
-class ModernNotification:
-    method: str
-    message: dict[str, Any]
 
 
 Parsed = ModernCall | ModernNotification | Rejection

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import structlog
 
+from app.call import Message
 from app.cluster.sealing import Sealer
 from app.rejections import INTERNAL_ERROR, INVALID_PARAMS, Rejection
 from app.servers.aggregate import answers, capabilities, lists, names, routing, sealed, uris
@@ -33,7 +34,7 @@ from app.servers.aggregate.members import (
     member_headers,
     result_of,
 )
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange
 from app.upstream.errors import UpstreamError
 from translators.registry import LATEST_MODERN
 

@@ -20,11 +20,11 @@ from typing import Any, Final
 import structlog
 
 from app import jsonio
+from app.call import Message
 from app.rejections import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, Rejection
 from app.servers.aggregate.aggregator import Aggregator, Streamed, Whole
 from app.servers.aggregate.listen import listen
 from app.servers.aggregate.members import is_final
-from app.upstream.base import Message
 
 log = structlog.get_logger("mcp_shim.aggregate")
 

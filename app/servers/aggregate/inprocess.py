@@ -24,8 +24,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio, tracing
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import (
     UpstreamAuthChallenge,
     UpstreamHttpError,
@@ -38,7 +38,7 @@ _ACCEPT: Final = "application/json, text/event-stream"
 
 
 class InProcessAnswer:
-    """An `Answer` (app/upstream/http/interface.py) fed by an ASGI app's sends."""
+    """An `Answer` (app/upstream/httpclient/interface.py) fed by an ASGI app's sends."""
 
     def __init__(
         self,

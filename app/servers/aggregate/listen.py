@@ -21,10 +21,10 @@ from typing import Any, Final
 
 import structlog
 
+from app.call import Message
 from app.servers.aggregate import answers, routing
 from app.servers.aggregate.aggregator import Aggregator
 from app.servers.aggregate.members import Member, Refused, is_final, member_headers
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 
 log = structlog.get_logger("mcp_shim.aggregate")

@@ -7,7 +7,7 @@ The top-level graph is an ordinary gateway graph (app/wiring.py) whose
 upstream is the aggregate; its pass-through POST on loopback was about a
 quarter of the process's CPU per call through `/mcp` (bench/aggregate.py,
 py-spy). The graph reads this client's answers through the same `Answer`
-interface (app/upstream/http/interface.py) as an HTTP client's.
+interface (app/upstream/httpclient/interface.py) as an HTTP client's.
 """
 
 from __future__ import annotations

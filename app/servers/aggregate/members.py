@@ -17,8 +17,9 @@ from typing import Any, Protocol
 
 import structlog
 
+from app.call import Message
 from app.servers.aggregate import lists
-from app.upstream.base import Exchange, Message
+from app.upstream.base import Exchange
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
 from app.upstream.modern.upstream import PARAM_PREFIX, standard_headers
 

@@ -38,8 +38,8 @@ import httpx
 import structlog
 
 from app import jsonio, tracing
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import (
     SessionExpired,
     UpstreamError,

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from app import jsonio
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.sessions.pool import credential_hash
 from translators import v2024_11_05
 from translators.registry import Version

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from app import jsonio
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.modern.list_cache import ListCache
 from app.upstream.modern.upstream import ModernHttpUpstream

@@ -4,7 +4,7 @@ on the way, an error status that may say the upstream changed era.
 
 The upstream kind decides whether a call can be passed through
 (`choice.Upstream.passes_through`: a modern upstream whose era is modern for
-the caller); the client side (app/passthrough.py) only relays what `send`
+the caller); the client side (app/fronts/modern/passthrough.py) only relays what `send`
 returns, or lets the translating gateway serve the call when the era changed.
 An error body that says the upstream speaks the legacy era is the era
 decision's (`EraProbe.recheck`, app/upstream/sessions/era.py); a refusal that says

@@ -19,8 +19,8 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError, UpstreamProtocolError
 from app.upstream.modern.list_cache import CacheKey
 from app.upstream.modern.upstream import ModernHttpUpstream

@@ -29,9 +29,9 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
+from app.call import Message
 from app.headers.header_values import header_form
 from app.headers.param_headers import HeaderPaths, annotated_paths
-from app.upstream.base import Message
 from app.upstream.errors import SessionExpired
 from app.upstream.modern.list_cache import LISTS, CacheKey, ListCache
 from app.upstream.modern.listen import ListenHub, ListenStream

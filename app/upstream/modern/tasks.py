@@ -42,8 +42,8 @@ from typing import Any
 
 import structlog
 
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamError
 from app.upstream.modern.list_cache import CacheKey
 from app.upstream.modern.rounds import INPUT_METHODS, MAX_ROUNDS, CallRounds, RoundsSession

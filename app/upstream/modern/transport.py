@@ -13,8 +13,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping
 
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamProtocolError
 from app.upstream.modern.list_cache import ListCache
 from app.upstream.modern.listen import ListenHub

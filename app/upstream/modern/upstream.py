@@ -7,7 +7,7 @@ one JSON body or one SSE stream (basic/transports/streamable-http). So this
 side of the upstream seam has two uses:
 
 - `post`: a modern client's request, as it came, its answer handed back
-  unparsed (`ModernResponse`): the pass-through path (app/passthrough.py);
+  unparsed (`ModernResponse`): the pass-through path (app/fronts/modern/passthrough.py);
 - `request`: a message the gateway built (the era probe's `server/discover`,
   a legacy client's request made stateless by app/upstream/modern/session.py),
   its answer parsed into messages (`HttpExchange`, as for a legacy upstream).
@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 
 from app import jsonio, tracing
+from app.call import Message
 from app.headers.header_values import NAME_FIELDS, header_form
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamHttpError, too_large
 from app.upstream.httpclient.client import UpstreamClient, library_errors
 from app.upstream.httpclient.interface import Answer

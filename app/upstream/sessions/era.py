@@ -34,7 +34,7 @@ from typing import Any, Literal
 import structlog
 
 from app import jsonio
-from app.upstream.base import Message
+from app.call import Message
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError, UpstreamHttpError
 from app.upstream.modern.upstream import ModernHttpUpstream, standard_headers
 from translators.registry import LATEST_MODERN, Version, get_version, modern_versions
@@ -240,7 +240,6 @@ class EraProbe:
         self._setting = setting
         self._era: Era | None = None
         self._lock = asyncio.Lock()
-        self.probed_at: float | None = None
         # The last probe sent, whatever it showed: re-probes are spaced from it.
         self._tried_at: float | None = None
         # Whether a modern upstream also accepts `initialize` (a dual-era server):
@@ -335,6 +334,5 @@ class EraProbe:
                 era = await probe_era(self._upstream, era.version, authorization)
             except EraInconclusive:
                 pass  # the first answer already said modern
-        self.probed_at = time.monotonic()
         log.info("upstream_era_probed", **era.describe())
         return era

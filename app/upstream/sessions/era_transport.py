@@ -20,7 +20,8 @@ from typing import Any
 
 import structlog
 
-from app.upstream.base import Exchange, Message, Session, Shareable
+from app.call import Message
+from app.upstream.base import Exchange, Session, Shareable
 from app.upstream.errors import (
     SessionExpired,
     UpstreamAuthChallenge,

@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from app.upstream.base import Message, Session
+from app.call import Message
+from app.upstream.base import Session
 from app.upstream.errors import SessionExpired, UpstreamError
 
 log = structlog.get_logger("mcp_shim.listener")

@@ -21,9 +21,9 @@ from typing import Any
 import structlog
 
 from app import jsonio
+from app.call import Message
 from app.headers.param_headers import HeaderPaths, annotated_paths
 from app.upstream.base import (
-    Message,
     OwnerEnd,
     Reclaimable,
     Rejoining,

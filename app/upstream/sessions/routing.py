@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import (
     UpstreamError,
     UpstreamProtocolError,

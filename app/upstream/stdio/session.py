@@ -32,8 +32,9 @@ from typing import Any, Protocol
 import structlog
 
 from app import jsonio, logs, write_coalescer
+from app.call import Message
 from app.quoting import quoted
-from app.upstream.base import Message, OwnerEnd
+from app.upstream.base import OwnerEnd
 from app.upstream.errors import SessionExpired, UpstreamError
 from app.upstream.sessions.routing import Exchange, Router, id_key
 from app.upstream.stdio.containment import Cgroup

@@ -35,7 +35,8 @@ from typing import Literal
 
 import structlog
 
-from app.upstream.base import Message, SharedFlag
+from app.call import Message
+from app.upstream.base import SharedFlag
 from app.upstream.errors import (
     PoolExhausted,
     SessionShareExceeded,

@@ -16,10 +16,9 @@ import httpx
 import structlog
 
 from app import jsonio, splice, tracing
-from app.call import mark
+from app.call import Message, mark
 from app.deadline import StepDeadline
 from app.quoting import quoted
-from app.upstream.base import Message
 from app.upstream.errors import (
     AnswerRoomFull,
     SessionExpired,

@@ -72,7 +72,7 @@ class Loopback:
     sent: list[str] = field(default_factory=list)
 
     async def note(self, replica: str, body: bytes, *, timeout_s: float) -> bytes | None:
-        reply = await self.workers[replica].answer_note(body)
+        reply = await self.workers[replica].copies.answer_note(body)
         self.sent.append(replica)
         if self.after is not None:
             await self.after({"to": replica})
@@ -140,14 +140,14 @@ TOOL = result({"content": [{"type": "text", "text": "ok"}]})
 async def test_a_copy_speaks_on_the_owner_s_upstream_session_and_keeps_its_clock() -> None:
     async with two_workers(Script({"tools/call": [TOOL]})) as (a, b, transport):
         session = await opened(a)
-        copy = await b.sessions.guest(session.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(session.id, None, hopped=False)
         assert copy is not None and copy.owner == A
         assert session.guests == {B}
         outs = await call(b, copy, 7)
         assert outs[-1].message["result"]["content"][0]["text"] == "ok"
         assert [s.session for s in transport.record.sent_requests("tools/call")] == [1]
         # Another credential gets no copy (the same 404 as before, answered elsewhere).
-        assert await b.sessions.guest(session.id, "Bearer mallory", hopped=False) is None
+        assert await b.sessions.copies.guest(session.id, "Bearer mallory", hopped=False) is None
         # Used only at B: the owner's clock moves with B's touch.
         session.last_used -= 1000
         stale = session.last_used
@@ -159,7 +159,7 @@ async def test_a_server_request_met_on_a_copy_is_told_to_the_owner_first() -> No
     asked = server_request("sampling/createMessage", {"messages": []}, ident="srv-1")
     async with two_workers(Script({"tools/call": [asked, TOOL]})) as (a, b, _transport):
         session = await opened(a)
-        copy = await b.sessions.guest(session.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(session.id, None, hopped=False)
         assert copy is not None
         outs = await call(b, copy, 8)
         assert outs[0].message["method"] == "sampling/createMessage"
@@ -170,23 +170,23 @@ async def test_a_server_request_met_on_a_copy_is_told_to_the_owner_first() -> No
 async def test_an_upstream_404_on_a_copy_ends_the_session_at_its_owner() -> None:
     async with two_workers(Script({"tools/call": [TOOL]})) as (a, b, transport):
         session = await opened(a)
-        copy = await b.sessions.guest(session.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(session.id, None, hopped=False)
         assert copy is not None
         transport.expire_sessions()
         outs = await call(b, copy, 9)
         assert outs[-1].status == 404
         assert len(a.sessions) == 0 and session.ended
-        assert await b.sessions.guest(session.id, None, hopped=False) is None
+        assert await b.sessions.copies.guest(session.id, None, hopped=False) is None
 
 
 async def test_an_end_reaches_a_copy_and_a_join_on_its_way() -> None:
     async with two_workers(Script({"tools/call": [TOOL]})) as (a, b, _transport):
         first = await opened(a)
-        copy = await b.sessions.guest(first.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(first.id, None, hopped=False)
         assert copy is not None
         await a.sessions.end(first, "client_deleted")
         assert copy.ended
-        assert await b.sessions.guest(first.id, None, hopped=False) is None
+        assert await b.sessions.copies.guest(first.id, None, hopped=False) is None
         # The owner answers B's join, then ends the session (its DELETE) before
         # B reads that answer: B keeps no copy.
         second = await opened(a)
@@ -197,7 +197,7 @@ async def test_an_end_reaches_a_copy_and_a_join_on_its_way() -> None:
             await a.sessions.end(second, "client_deleted")
 
         relay.after = end_it
-        assert await b.sessions.guest(second.id, None, hopped=False) is None
+        assert await b.sessions.copies.guest(second.id, None, hopped=False) is None
         assert second.guests == {B}
 
 
@@ -216,7 +216,7 @@ class WatchedEvent(asyncio.Event):
 async def test_a_lost_release_is_not_waited_for_past_the_next_touch() -> None:
     async with two_workers(Script({"tools/call": [TOOL]})) as (a, b, _transport):
         session = await opened(a)
-        copy = await b.sessions.guest(session.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(session.id, None, hopped=False)
         assert copy is not None
         # The owner held "7" and released it, but the release never arrived.
         copy.held["7"] = held = WatchedEvent()
@@ -233,11 +233,11 @@ async def test_a_full_share_ends_its_idle_session_for_every_worker() -> None:
     forget it as after a DELETE: its client's next request is relayed, and 404."""
     async with two_workers(Script({}), share=1) as (a, b, _):
         session = await opened(a)
-        copy = await b.sessions.guest(session.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(session.id, None, hopped=False)
         assert copy is not None
         newer = await opened(a)
         assert session.ended and copy.ended and not newer.ended
-        assert await b.sessions.guest(session.id, None, hopped=False) is None
+        assert await b.sessions.copies.guest(session.id, None, hopped=False) is None
         assert a.sessions.find(session.id, None) is None
 
 
@@ -246,7 +246,7 @@ async def test_a_full_share_takes_no_session_a_copy_is_using() -> None:
     last touch keeps the session from being taken, and the refusal says so."""
     async with two_workers(Script({"tools/call": [TOOL]}), share=1) as (a, b, _):
         session = await opened(a)
-        copy = await b.sessions.guest(session.id, None, hopped=False)
+        copy = await b.sessions.copies.guest(session.id, None, hopped=False)
         assert copy is not None
         await call(b, copy, 7)
         await b.sessions.copies._touch_once()

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.call import ModernCall
+from app.call import ModernCall, ModernNotification
 from app.fronts.modern import checks as modern
 from app.rejections import Rejection
 
@@ -132,7 +132,7 @@ def test_notification_is_accepted() -> None:
     )
     # streamable-http "Protocol Version Header": every POST MUST carry it.
     hdrs = {"mcp-protocol-version": "2026-07-28", "mcp-method": "notifications/cancelled"}
-    assert isinstance(modern.parse(raw, hdrs), modern.ModernNotification)
+    assert isinstance(modern.parse(raw, hdrs), ModernNotification)
 
 
 def test_responses_and_bad_shapes_are_invalid_requests() -> None:

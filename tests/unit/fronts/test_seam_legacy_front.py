@@ -18,6 +18,7 @@ from app.cluster.sealing import Sealer
 from app.fronts.legacy import checks as legacy
 from app.fronts.legacy.bound import Limits
 from app.fronts.legacy.front import LegacyFront
+from app.fronts.legacy.service import LegacyService
 from app.fronts.legacy.sessions import LegacySessions
 from app.upstream.sessions.pool import SessionPool
 from tests.seam_fake import Script, ScriptedTransport, notification, result
@@ -42,7 +43,7 @@ async def front_on(transport: ScriptedTransport) -> AsyncIterator[LegacyFront]:
         ids=OwnedIds(Sealer([os.urandom(32)]), "local:seam-test"),
         limits=Limits(total=8, share=8, reclaim_idle_s=60.0),
     )
-    front = LegacyFront(sessions, offered=OFFERED, max_batch=8, write_timeout_s=5.0)
+    front = LegacyFront(LegacyService(sessions, offered=OFFERED, max_batch=8, write_timeout_s=5.0))
     try:
         yield front
     finally:

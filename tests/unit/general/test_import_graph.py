@@ -179,9 +179,10 @@ def test_what_every_layer_shares_stays_at_the_bottom() -> None:
     """No cycle is not enough: metrics importing the bridge would make none
     today, and would tie the registry to every live object again."""
     graph = import_graph(ROOT)
-    # A call's values and timing: below the route, gateway, bridge, fronts, transports.
+    # A call's values and timing: below the route, gateway, bridge, fronts, transports;
+    # they name a request id (app/rejections.py) and a version (translators/) only.
     below_call = {m for m in reached(graph, "app.call") if not m.startswith("translators")}
-    assert below_call <= {"app.upstream.base", "app.rejections"}
+    assert below_call <= {"app.rejections"}
     assert reached(graph, "app.upstream.httpclient.common") == set()
     # The gauges read the live objects through protocols (app/metrics.py).
     live = {
@@ -191,6 +192,32 @@ def test_what_every_layer_shares_stays_at_the_bottom() -> None:
         "app.subscriptions.hub",
     }
     assert not reached(graph, "app.metrics") & (live | {"app.fronts.modern.gateway"})
+
+
+# The modules above the fronts: the process and its commands, the many servers'
+# graphs, the routes and the wiring.
+ABOVE_FRONTS = (
+    "app.routes",
+    "app.serving",
+    "app.settings",
+    "app.probe",
+    "app.servers",
+    "app.wiring",
+)
+
+
+def test_nothing_below_the_fronts_imports_them() -> None:
+    """The bridges, subscriptions, upstreams and leaves take a call's values
+    from app/call.py, never from a front (imports point down)."""
+    graph = import_graph(ROOT)
+    upward = {
+        (name, target)
+        for name, targets in graph.items()
+        if not name.startswith(("app.fronts", *ABOVE_FRONTS))
+        for target in targets
+        if target.startswith("app.fronts")
+    }
+    assert upward == set(), sorted(upward)
 
 
 # The layers, top to bottom. A module's layer is its package's under app/ (the
@@ -208,7 +235,6 @@ _LAYER_OF = {
     # The object graph built from the settings: the routes take it, it builds the fronts.
     "wiring": WIRING,
     "fronts": FRONTS,
-    "passthrough": FRONTS,  # the modern pass-through, a front's (app/fronts/modern/)
     "mrtr": FEATURES,
     "tasks": FEATURES,
     "subscriptions": FEATURES,
@@ -275,24 +301,14 @@ def test_nothing_below_the_cluster_imports_it() -> None:
     assert not imports_from_below({"app.tasks.ids": {"app.cluster.sealing"}}, {"cluster"}, FEATURES)
 
 
-# Imports that still point up, each with the reason it stands; a prefix names
-# a package with its modules. app/config.py's are its own check's.
-KNOWN_UPWARD = {
-    # The message type of the upstream seam (`Message`, app/upstream/base.py,
-    # which imports nothing), named by a call's values.
-    ("app.call", "app.upstream.base"),
-}
-
-
 def upward_anywhere(graph: dict[str, set[str]]) -> list[str]:
-    """Every import of a module in a higher layer than the importer's."""
+    """Every import of a module in a higher layer than the importer's, none
+    excepted (app/config.py's are its own check's)."""
     return sorted(
         f"{importer} -> {imported}"
         for importer, targets in graph.items()
         for imported in targets
-        if layer(importer) < layer(imported)
-        and importer != "app.config"
-        and not any(importer == low and imported.startswith(high) for low, high in KNOWN_UPWARD)
+        if layer(importer) < layer(imported) and importer != "app.config"
     )
 
 

@@ -139,15 +139,6 @@ def test_url_elicitations_from_32042() -> None:
     assert capabilities.url_elicitations("nope") is None
 
 
-def test_merge() -> None:
-    assert capabilities.merge(
-        [{"elicitation": {}}, {"elicitation": {"url": {}}}, {"roots": {}}]
-    ) == {
-        "elicitation": {"url": {}},
-        "roots": {},
-    }
-
-
 # ---------------------------------------------------------------------------
 # answers
 # ---------------------------------------------------------------------------

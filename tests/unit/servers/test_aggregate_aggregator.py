@@ -11,12 +11,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+from app.call import Message
 from app.cluster.sealing import Sealer
 from app.servers.aggregate import sealed
 from app.servers.aggregate.aggregator import Aggregator, Streamed, Whole
 from app.servers.aggregate.listen import listen
 from app.servers.aggregate.members import Member
-from app.upstream.base import Message
 from app.upstream.errors import UpstreamUnavailable
 from tests.waiting import forever
 

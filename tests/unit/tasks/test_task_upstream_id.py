@@ -51,8 +51,13 @@ async def test_a_task_id_over_the_bound_is_cancelled_upstream_and_refused(
     )
     store = MemoryTaskStore(4)
     held = Held(None, store, Sealer([generate_key()]), settings)  # type: ignore[arg-type]
+    outbound = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "slow"}}
     creator = TaskCreator(
-        held, Advertiser((), None), lambda _t: lambda: None, lambda _t, _o: lambda: None
+        held,
+        Advertiser((), None),
+        lambda _t: lambda: None,
+        lambda _t, _o: lambda: None,
+        SimpleNamespace(outbound=lambda _call, _pooled: outbound),  # type: ignore[arg-type]
     )
     call = SimpleNamespace(
         id=7,
@@ -60,10 +65,9 @@ async def test_a_task_id_over_the_bound_is_cancelled_upstream_and_refused(
         params={"name": "slow"},
         client_capabilities={"extensions": {EXT: {}}},
     )
-    outbound = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "slow"}}
 
     with pytest.raises(UpstreamProtocolError, match="over 512 characters") as raised:
-        await creator.create(call, _Pooled(), outbound, "Bearer t", CallState(), "optional")  # type: ignore[arg-type]
+        await creator.create(call, _Pooled(), "Bearer t", CallState(), "optional")  # type: ignore[arg-type]
 
     assert raised.value.status == 502
     assert [method for method, _ in asked] == ["tools/call", "tasks/cancel"]

@@ -1,5 +1,5 @@
-"""Golden tables: task shapes between 2025-11-25 and the 2026-07-28 tasks
-extension (translators/legacy_tasks.py), both ways."""
+"""Golden tables: task shapes from the 2026-07-28 tasks extension to 2025-11-25
+(translators/legacy_tasks.py)."""
 
 from __future__ import annotations
 
@@ -35,18 +35,16 @@ TASKS: list[tuple[dict[str, Any], dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("modern", "legacy"), TASKS)
-def test_task_fields_both_ways(modern: dict[str, Any], legacy: dict[str, Any]) -> None:
+def test_task_fields_down(modern: dict[str, Any], legacy: dict[str, Any]) -> None:
     before = copy.deepcopy(modern)
     assert t.legacy_task(modern) == legacy
-    assert t.modern_task(legacy) == modern
     assert modern == before
 
 
 @pytest.mark.parametrize(("modern", "legacy"), TASKS)
-def test_create_task_result_both_ways(modern: dict[str, Any], legacy: dict[str, Any]) -> None:
+def test_create_task_result_down(modern: dict[str, Any], legacy: dict[str, Any]) -> None:
     flat = {"resultType": "task", **modern}
     assert t.create_task_result_down(flat) == {"task": legacy}
-    assert t.create_task_result_up({"task": legacy}) == flat
     assert t.is_create_task_result(flat)
     assert not t.is_create_task_result({"task": legacy})
     assert not t.is_create_task_result({"resultType": "complete", "content": []})
@@ -87,13 +85,11 @@ DETAILED: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("detailed", "legacy", "elsewhere"), DETAILED)
-def test_tasks_get_both_ways(
-    detailed: dict[str, Any], legacy: dict[str, Any], elsewhere: dict[str, Any]
+@pytest.mark.parametrize(("detailed", "legacy", "_elsewhere"), DETAILED)
+def test_tasks_get_down(
+    detailed: dict[str, Any], legacy: dict[str, Any], _elsewhere: dict[str, Any]
 ) -> None:
     assert t.get_task_result_down(detailed) == legacy
-    # The related-task _meta of tasks/result never reaches the inlined result.
-    assert t.get_task_result_up(legacy, **elsewhere) == detailed
 
 
 def test_task_payload_and_related_requests_carry_the_task() -> None:
@@ -134,13 +130,7 @@ def test_server_capabilities_down_the_chain(modern: dict[str, Any], legacy: dict
     assert "tasks" not in older["capabilities"]
 
 
-def test_server_capabilities_up() -> None:
-    legacy = {"tools": {}, "tasks": LEGACY_CAP}
-    assert t.server_capabilities_up(legacy)["extensions"] == {t.EXTENSION: {}}
-    assert t.server_capabilities_up({"tools": {}, "tasks": {"list": {}}}) == {
-        "tools": {},
-        "tasks": {"list": {}},
-    }
+def test_server_capabilities_down() -> None:
     assert t.server_capabilities_down({"extensions": {t.EXTENSION: {}}})["tasks"] == LEGACY_CAP
 
 

@@ -295,9 +295,9 @@ def test_the_sse_decoder_bounds_an_event_and_joins_a_long_line_once() -> None:
 async def _passed_through(
     upstream: MisbehavingUpstream, arguments: dict[str, Any], limit: int
 ) -> list[dict[str, Any]]:
-    """What a modern client's pass-through (app/passthrough.py) sends for a
+    """What a modern client's pass-through (app/fronts/modern/passthrough.py) sends for a
     tools/call of `result` with `arguments`, the gateway's limit at `limit`."""
-    from app.passthrough import PassThrough
+    from app.fronts.modern.passthrough import PassThrough
     from app.upstream.modern.passthrough import PassThroughUpstream
     from app.upstream.modern.upstream import ModernHttpUpstream
 
@@ -374,7 +374,7 @@ async def test_a_passed_through_stream_found_over_the_cap_ends_with_the_error(
 async def test_a_passed_through_json_found_over_the_cap_is_cut(
     upstream: MisbehavingUpstream,
 ) -> None:
-    from app.passthrough import AnswerCutShort
+    from app.fronts.modern.passthrough import AnswerCutShort
 
     arguments = {"bytes": 8 * 1024 * 1024, "gzip": True}
     with pytest.raises(AnswerCutShort, match="MCP_SHIM_MAX_UPSTREAM_ANSWER_BYTES"):

@@ -1,7 +1,8 @@
 """A modern client in front of a modern upstream: the cheapest path.
 
 The front has validated the request (app/fronts/modern/checks.py) exactly as for any
-upstream; then nothing is translated. The body goes upstream as it came, with
+upstream, and chosen this path from the era it read once for the call
+(app/fronts/modern/front.py); then nothing is translated. The body goes upstream as it came, with
 the client's headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
 `Mcp-Param-*`, `Authorization`, trace context), so its `_meta`,
 `requestState` and `inputResponses` are untouched; the upstream's status,
