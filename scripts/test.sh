@@ -12,8 +12,8 @@
 # The peers (scripts/setup_peers.sh) build in the background while .venv is
 # installed and ruff and mypy run. pytest runs on MCP_SHIM_TEST_WORKERS
 # processes (pytest-xdist; default two per CPU: most of an integration test's
-# time is spent waiting on the processes it drives). docs/performance.md has
-# the times of each tier and of a fresh clone's CI run.
+# time is spent waiting on the processes it drives). CONTRIBUTING.md (test
+# tiers) has the times of each tier and of a fresh clone's CI run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,5 +50,5 @@ else
         exit 1
     }
 fi
-# loadgroup: the tests of an xdist_group (tests/conftest.py) share one worker.
-exec .venv/bin/pytest -q -p no:cacheprovider -n "$WORKERS" --dist loadgroup "$@"
+# tests/conftest.py orders the tests and shares them out among the workers.
+exec .venv/bin/pytest -q -p no:cacheprovider -n "$WORKERS" "$@"
