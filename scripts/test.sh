@@ -34,7 +34,8 @@ fi
 if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
-if [[ $FAST -eq 0 || ! -x .venv/bin/pytest ]]; then
+# The fast tier installs only when .venv lacks the dev extra (pytest, pytest-xdist).
+if [[ $FAST -eq 0 ]] || ! .venv/bin/python -c 'import pytest, xdist' 2>/dev/null; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 fi
 
