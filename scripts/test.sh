@@ -1,16 +1,55 @@
 #!/usr/bin/env bash
 # Install everything and run every check: lint, types, unit and integration
 # tests against real MCP peers, the conformance suite, the Docker checks.
+#
+# Usage:
+#   scripts/test.sh [PYTEST-ARG...]         everything: what CI runs (.ci/run); arguments
+#                                          narrow the pytest run (paths, -k, -m)
+#   scripts/test.sh --fast [PYTEST-ARG...]  the development tier: ruff, mypy and the unit
+#                                          tests (default tests/unit), about a minute; it
+#                                          installs .venv when missing and builds no peers
+#
+# The peers (scripts/setup_peers.sh) build in the background while .venv is
+# installed and ruff and mypy run. pytest runs on MCP_SHIM_TEST_WORKERS
+# processes (pytest-xdist; default two per CPU: most of an integration test's
+# time is spent waiting on the processes it drives). CONTRIBUTING.md (test
+# tiers) has the times of each tier and of a fresh clone's CI run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+FAST=0
+if [[ "${1:-}" == "--fast" ]]; then
+    FAST=1
+    shift
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-bash scripts/setup_peers.sh
+WORKERS="${MCP_SHIM_TEST_WORKERS:-$(($(nproc) * 2))}"
+
+if [[ $FAST -eq 0 ]]; then
+    bash scripts/setup_peers.sh &
+    peers=$!
+    # Whatever fails first, the peers' build is never left running on its own.
+    trap 'wait "$peers" 2>/dev/null || true' EXIT
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+# The fast tier installs only when .venv lacks the dev extra (pytest, pytest-xdist).
+if [[ $FAST -eq 0 ]] || ! .venv/bin/python -c 'import pytest, xdist' 2>/dev/null; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+fi
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/pytest -q -p no:cacheprovider "$@"
+
+if [[ $FAST -eq 1 ]]; then
+    [[ $# -gt 0 ]] || set -- tests/unit
+else
+    wait "$peers" || {
+        echo "test.sh: building the peers failed (scripts/setup_peers.sh, its error above)" >&2
+        exit 1
+    }
+fi
+# tests/conftest.py orders the tests and shares them out among the workers.
+exec .venv/bin/pytest -q -p no:cacheprovider -n "$WORKERS" "$@"
