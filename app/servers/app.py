@@ -38,8 +38,8 @@ from app.routes.status import readiness
 from app.servers.aggregate.serve import Aggregate, wanted
 from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
-from app.serving.server import GatewayApp, RequestIdMiddleware, create_app
-from app.settings.servers import Servers, read_servers
+from app.serving.server import GatewayApp, RequestIdMiddleware
+from app.settings.servers import Servers
 
 _METADATA = WELL_KNOWN + PREFIX
 # A single server's routes, served unprefixed too.
@@ -98,14 +98,6 @@ async def _aggregating(aggregate: Aggregate | None) -> AsyncIterator[None]:
         return
     async with aggregate.running():
         yield
-
-
-def gateway_app(settings: Settings) -> GatewayApp:
-    """The app of these settings: one server's (app/serving/server.py), or many servers'."""
-    servers = read_servers(settings)
-    if servers is None:
-        return create_app(settings)
-    return create_servers_app(settings, servers)
 
 
 def create_servers_app(settings: Settings, servers: Servers) -> ServersApp:

@@ -24,14 +24,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import jsonio, logs, metrics, probe, wiring
 from app.config import Settings, SettingsError
 from app.rejections import INVALID_REQUEST, Rejection
-from app.servers.app import gateway_app
 from app.serving import state_key, workers
 from app.serving.accept_gate import AcceptGate
 from app.serving.balance import Balancer, Siblings
 from app.serving.handoff import Handoff
 from app.serving.http_protocol import ConnectionLimits, GuardedHttpToolsProtocol, protocol_class
 from app.serving.load_board import CANCELS_WITHHELD
-from app.serving.server import drain
+from app.serving.server import GatewayApp, create_app, drain
 from app.settings import command as settings_command
 from app.settings import servers
 from app.settings.load import Loaded, load, load_settings
@@ -411,6 +410,18 @@ class NotOnMainPort:
         await self.app(scope, receive, send)
 
 
+def _gateway_app(settings: Settings) -> GatewayApp:
+    """One server's app, or many servers' (app/servers/). The many-servers
+    package is imported only when a servers file asks for it: a single-server
+    gateway's idle memory stays within tests/integration/test_memory.py's bound."""
+    listed = servers.read_servers(settings)
+    if listed is None:
+        return create_app(settings)
+    from app.servers.app import create_servers_app
+
+    return create_servers_app(settings, listed)
+
+
 def serve(
     settings: Settings,
     sockets: list[socket.socket] | None = None,
@@ -421,7 +432,7 @@ def serve(
 ) -> None:
     """The gateway in this process: on MCP_SHIM_HOST:MCP_SHIM_PORT, or on the given
     listening sockets (a worker's: the shared port and its internal listener)."""
-    app = gateway_app(settings)
+    app = _gateway_app(settings)
     served: ASGIApp = NotOnMainPort(app, settings.port) if metrics_internal_only else app
     config = uvicorn.Config(
         served,

@@ -6,8 +6,8 @@ with no `OTEL_TRACES_EXPORTER` saying otherwise; `OTEL_SDK_DISABLED=true`
 turns it off. Only OTLP over HTTP with protobuf is exported (the SDK's
 exporter reads the endpoint, headers, timeout and compression from the
 same variables itself). Off, nothing of the SDK is imported. The variables
-are OpenTelemetry's, not the gateway's settings: `mcp-shim check` leaves
-them alone (app/settings/check.py judges `MCP_SHIM_*` names only).
+are OpenTelemetry's, not the gateway's settings: the start-up check of
+unknown variables (app/settings/check.py) judges `MCP_SHIM_*` names only.
 """
 
 from __future__ import annotations

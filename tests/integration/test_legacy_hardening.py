@@ -383,7 +383,7 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
     legacy_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from app.fronts.http_sse.front import HttpSseFront
-    from app.fronts.legacy.front import LegacyFront
+    from app.fronts.legacy import stream
 
     with (
         gateway_in_process(legacy_url) as (base, app),
@@ -419,12 +419,12 @@ def test_a_defect_in_the_legacy_path_answers_json_and_releases_the_session(
         with monkeypatch.context() as patch:
             # The GET stream fails after it started: its last event says so.
             async def broken_stream(*_args: Any, **_kwargs: Any) -> Any:
-                from app.fronts.modern.gateway import Outgoing
+                from app.call import Outgoing
 
                 yield Outgoing({}, keepalive=True)
                 raise Planted("planted")
 
-            patch.setattr(LegacyFront, "server_stream", broken_stream)
+            patch.setattr(stream, "server_stream", broken_stream)
             response = client.get(url, headers={**on_session, "accept": "text/event-stream"})
             (last,) = messages(response)
             internal_error(last, "server-error", version)

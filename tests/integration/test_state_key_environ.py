@@ -32,6 +32,7 @@ import httpx
 import pytest
 
 from app.cluster.sealing import Sealer, parse_keys
+from app.mrtr.state import open_state
 from tests import procs
 from tests.integration import mrtr_wire as mw
 from tests.integration import wire
@@ -133,8 +134,8 @@ def test_one_process_keeps_the_key_out_of_its_environ_and_seals_with_it(
             args = {"rounds": 3, "keyed": True, "marker": uuid.uuid4().hex[:8]}
             first = mw.tool_call(http, base, "ask_in_rounds", args)
             assert first.input_required, first.final
-            assert Sealer(parse_keys(key)).open(first.state) is not None
-            assert Sealer(parse_keys(fresh_key())).open(first.state) is None
+            assert open_state(Sealer(parse_keys(key)), first.state) is not None
+            assert open_state(Sealer(parse_keys(fresh_key())), first.state) is None
             answer = run_rounds(http, itertools.repeat(base), uuid.uuid4().hex[:8])
         assert list(answer.result["structuredContent"]) == ROUNDS
         assert_nowhere(key, {proc.pid, *descendants(proc.pid)}, log)
