@@ -50,7 +50,7 @@ async def _json(send: Send, status: int, message: Message) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _event(message: Message) -> bytes:
+def sse_event(message: Message) -> bytes:
     return b"event: message\ndata: " + jsonio.dumps(message) + b"\n\n"
 
 
@@ -65,9 +65,11 @@ async def _sse(send: Send, first: Message | None, rest: AsyncIterator[Message]) 
     )
     try:
         if first is not None:
-            await send({"type": "http.response.body", "body": _event(first), "more_body": True})
+            await send({"type": "http.response.body", "body": sse_event(first), "more_body": True})
         async for message in rest:
-            await send({"type": "http.response.body", "body": _event(message), "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": sse_event(message), "more_body": True}
+            )
             if is_final(message):
                 break
     finally:
@@ -112,6 +114,20 @@ async def _body(receive: Receive, limit: int) -> bytes | None:
             return bytes(body)
 
 
+def request_of(body: bytes | None, limit: int) -> Message | Rejection:
+    """The one JSON-RPC message of a POST's body (None: not received or over
+    `limit`), or the endpoint's refusal of it."""
+    if body is None or len(body) > limit:
+        return Rejection(INVALID_REQUEST, "request body too large or not received", status=413)
+    try:
+        message = jsonio.loads(body)
+    except jsonio.JSONDecodeError:
+        return Rejection(PARSE_ERROR, "the body is not JSON")
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return Rejection(INVALID_REQUEST, "the body is not one JSON-RPC request")
+    return message
+
+
 class Endpoint:
     """The ASGI app of `PATH`."""
 
@@ -128,22 +144,9 @@ class Endpoint:
             )
             await send({"type": "http.response.body", "body": b""})
             return
-        body = await _body(receive, self.max_body_bytes)
-        if body is None:
-            refused = Rejection(
-                INVALID_REQUEST, "request body too large or not received", status=413
-            )
-            await _json(send, refused.http_status, refused.to_message())
-            return
-        try:
-            message = jsonio.loads(body)
-        except jsonio.JSONDecodeError:
-            refused = Rejection(PARSE_ERROR, "the body is not JSON")
-            await _json(send, refused.http_status, refused.to_message())
-            return
-        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-            refused = Rejection(INVALID_REQUEST, "the body is not one JSON-RPC request")
-            await _json(send, refused.http_status, refused.to_message())
+        message = request_of(await _body(receive, self.max_body_bytes), self.max_body_bytes)
+        if isinstance(message, Rejection):
+            await _json(send, message.http_status, message.to_message())
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if "id" not in message:  # a notification: nothing of it reaches a member

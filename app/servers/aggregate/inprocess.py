@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio, tracing
 from app.call import Message
+from app.connection.link import LINK, ConnectionLink
 from app.quoting import quoted
 from app.upstream.errors import (
     UpstreamAuthChallenge,
@@ -37,6 +38,15 @@ from app.upstream.streamable_http.transport import SPLICED_METHODS, HttpExchange
 _ACCEPT: Final = "application/json, text/event-stream"
 
 
+class _Unpaused:
+    """The flow of an answer handed over in process: a send never waits."""
+
+    write_paused = False
+
+
+_UNPAUSED: Final = _Unpaused()
+
+
 class InProcessAnswer:
     """An `Answer` (app/upstream/httpclient/interface.py) fed by an ASGI app's sends."""
 
@@ -45,9 +55,11 @@ class InProcessAnswer:
         run: asyncio.Task[None],
         chunks: asyncio.Queue[bytes | BaseException | None],
         limit: int,
+        link: ConnectionLink,
     ) -> None:
         self._run = run
         self._chunks = chunks
+        self._link = link
         self._limit = limit
         self._read = 0
         self.status_code = 0
@@ -82,6 +94,7 @@ class InProcessAnswer:
     async def aclose(self) -> None:
         self.is_closed = True
         self.gone.set()
+        self._link.connection_lost()
         if not self._run.done():
             # The app got its disconnect; a call that does not end on it is cut.
             with contextlib.suppress(TimeoutError):
@@ -114,6 +127,12 @@ def post_scope(path: str, root_path: str, headers: list[tuple[bytes, bytes]]) ->
 async def call_app(app: ASGIApp, scope: dict[str, Any], body: bytes, limit: int) -> InProcessAnswer:
     """`app` handed one request in a task of its own: its answer once its
     status and headers are sent, the body following as the app sends it."""
+    # The app told of the caller's disconnect by a callback, not a task awaiting
+    # `receive()`; its body read and its sends untimed, as they cannot wait
+    # (app/connection/link.py; bench/aggregate.py measures the CPU per call).
+    link = ConnectionLink(_UNPAUSED)
+    link.body_complete = True
+    scope = {**scope, "extensions": {**(scope.get("extensions") or {}), LINK: link}}
     chunks: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
     started = asyncio.get_running_loop().create_future()
     delivered = False
@@ -157,7 +176,7 @@ async def call_app(app: ASGIApp, scope: dict[str, Any], body: bytes, limit: int)
         if not started.done():
             started.set_exception(UpstreamUnavailable("the route answered nothing"))
 
-    answer = InProcessAnswer(asyncio.create_task(run()), chunks, limit)
+    answer = InProcessAnswer(asyncio.create_task(run()), chunks, limit, link)
     try:
         await started
     except BaseException:

@@ -1,13 +1,14 @@
 """The top-level `/mcp` graph's client toward its upstream, the aggregate's
-endpoint: a POST to the endpoint's URL handed to the endpoint's app in the
-process (inprocess.py `call_app`), no socket and no HTTP either way; anything
-else (an OAuth metadata GET) on the client the graph would have had.
+endpoint: a POST to the endpoint's URL answered in the graph's own task
+(inplace.py: no socket, no HTTP, no ASGI call, no task), a
+`subscriptions/listen` stream by the endpoint's app called in process
+(inprocess.py `call_app`); anything else (an OAuth metadata GET) on the
+client the graph would have had.
 
 The top-level graph is an ordinary gateway graph (app/wiring.py) whose
-upstream is the aggregate; its pass-through POST on loopback was about a
-quarter of the process's CPU per call through `/mcp` (bench/aggregate.py,
-py-spy). The graph reads this client's answers through the same `Answer`
-interface (app/upstream/httpclient/interface.py) as an HTTP client's.
+upstream is the aggregate; it reads this client's answers through the same
+`Answer` interface (app/upstream/httpclient/interface.py) as an HTTP
+client's. bench/aggregate.py measures the CPU per call through `/mcp`.
 """
 
 from __future__ import annotations
@@ -16,20 +17,21 @@ from collections.abc import Mapping
 from typing import cast
 
 import httpx
-from starlette.types import ASGIApp
 
+from app.servers.aggregate.endpoint import Endpoint
+from app.servers.aggregate.inplace import answer_in_place
 from app.servers.aggregate.inprocess import call_app, post_scope
 from app.upstream.httpclient.client import UpstreamClient
 from app.upstream.httpclient.interface import Answer, Post
 
 
 class LoopbackClient:
-    """An `UpstreamClient` whose requests to `url` go to `app` in place."""
+    """An `UpstreamClient` whose POSTs to `url` the aggregate's endpoint answers in place."""
 
-    def __init__(self, url: str, app: ASGIApp, inner: UpstreamClient) -> None:
+    def __init__(self, url: str, endpoint: Endpoint, inner: UpstreamClient) -> None:
         self._url = httpx.URL(url)
         self._path = self._url.path
-        self._app = app
+        self._endpoint = endpoint
         self._inner = inner
         self.max_answer_bytes = inner.max_answer_bytes
 
@@ -46,10 +48,17 @@ class LoopbackClient:
         return method == "POST" and httpx.URL(url) == self._url
 
     async def _call(self, headers: Mapping[str, str], content: bytes | None) -> Answer:
+        body = content or b""
+        seen = {k.lower(): v for k, v in headers.items()}
+        seen["host"] = self._url.netloc.decode("latin-1")
+        # Answered in this task (inplace.py); a listen stream by the endpoint's app.
+        answer = await answer_in_place(self._endpoint, body, seen, self.max_answer_bytes)
+        if answer is not None:
+            return answer
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         raw.append((b"host", self._url.netloc))
         scope = post_scope(self._path, "", raw)
-        return await call_app(self._app, scope, content or b"", self.max_answer_bytes)
+        return await call_app(self._endpoint, scope, body, self.max_answer_bytes)
 
     async def open_stream(
         self,

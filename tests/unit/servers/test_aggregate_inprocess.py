@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from app.connection.held import ClientHeld
 from app.servers.aggregate.inprocess import InProcessLink
 from app.upstream.errors import UpstreamAuthChallenge, UpstreamError, UpstreamHttpError
+from tests.waiting import until
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -81,6 +83,31 @@ async def test_sse_answer_streams_and_close_is_a_disconnect() -> None:
     assert first["method"] == "notifications/progress"
     await exchange.aclose()
     assert ended.is_set()
+
+
+async def test_close_is_the_connection_lost_for_a_held_answer() -> None:
+    """The app holds its answer as on the gateway's own protocol: the
+    disconnect by the link's callback, no watcher task, the body complete."""
+    held: dict[str, Any] = {}
+    ended = asyncio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        start = {"type": "http.response.start", "status": 200, "headers": []}
+        await send({**start, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b": hi\n\n", "more_body": True})
+        try:
+            async with ClientHeld(receive, scope) as got:
+                held["link"] = got.link
+                await asyncio.Event().wait()
+        finally:
+            held["disconnected"] = got.disconnected.is_set()
+            ended.set()
+
+    exchange = await link(app).request(CALL, {})
+    await until(lambda: "link" in held, what="the app to hold its answer")
+    assert held["link"] is not None and held["link"].body_complete
+    await exchange.aclose()
+    assert ended.is_set() and held["disconnected"] and held["link"].lost
 
 
 @pytest.mark.parametrize(
