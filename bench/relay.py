@@ -18,10 +18,8 @@ p50 at c1 of the relayed row is the relay's latency.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import os
-import shutil
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,10 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.wrk import (
     BENCH,
-    ROOT,
     Route,
-    call_bodies,
     legacy_session,
+    matrix_parser,
+    matrix_setup,
     preflight,
     run_passes,
     run_wrk,
@@ -41,18 +39,9 @@ from tests import procs
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seconds", type=float, default=8.0, help="per pass and cell")
-    parser.add_argument("--passes", type=int, default=2)
-    parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds at c8 per row")
+    parser = matrix_parser(__doc__)
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is needed: apt-get install -y wrk")
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
-    logs = ROOT / "results" / "bench"
-    logs.mkdir(parents=True, exist_ok=True)
-    bodies = call_bodies(logs)
+    concurrencies, logs, bodies = matrix_setup(args)
     load0 = os.getloadavg()
     key = base64.b64encode(os.urandom(32)).decode()
     with ExitStack() as stack:

@@ -22,9 +22,7 @@ per sampled call are printed at the end: about 2.0 means none was dropped.
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -37,10 +35,10 @@ from bench.common import tree as _tree
 from bench.wrk import (
     BENCH,
     MODERN_HEADERS,
-    ROOT,
     Route,
-    call_bodies,
     legacy_session,
+    matrix_parser,
+    matrix_setup,
     preflight,
     run_passes,
     run_wrk,
@@ -80,18 +78,9 @@ class Receiver:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seconds", type=float, default=8.0, help="per pass and cell")
-    parser.add_argument("--passes", type=int, default=2)
-    parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds at c8 per row")
+    parser = matrix_parser(__doc__)
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is needed: apt-get install -y wrk")
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
-    logs = ROOT / "results" / "bench"
-    logs.mkdir(parents=True, exist_ok=True)
-    bodies = call_bodies(logs)
+    concurrencies, logs, bodies = matrix_setup(args)
     load0 = os.getloadavg()
     with ExitStack() as stack:
         tap = Receiver(stack)

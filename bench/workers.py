@@ -17,9 +17,7 @@ means one worker did everything.
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,10 +28,10 @@ from bench.common import tree as _tree
 from bench.wrk import (
     BENCH,
     MODERN_HEADERS,
-    ROOT,
     Route,
-    call_bodies,
     legacy_session,
+    matrix_parser,
+    matrix_setup,
     preflight,
     run_wrk,
     table,
@@ -42,20 +40,11 @@ from tests import procs
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seconds", type=float, default=8.0, help="per pass and cell")
-    parser.add_argument("--passes", type=int, default=2)
-    parser.add_argument("--concurrency", default="1,8,32")
+    parser = matrix_parser(__doc__)
     parser.add_argument("--workers", default="1,2,4")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds at c8 per row")
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is needed: apt-get install -y wrk")
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    concurrencies, logs, bodies = matrix_setup(args)
     counts = [int(n) for n in args.workers.split(",")]
-    logs = ROOT / "results" / "bench"
-    logs.mkdir(parents=True, exist_ok=True)
-    bodies = call_bodies(logs)
     load0 = os.getloadavg()
     busiest: dict[str, float] = {}
     cores: dict[str, float] = {}  # CPU the gateway got: calls/s x CPU per call

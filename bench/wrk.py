@@ -383,12 +383,33 @@ def table(paths: list[Route], concurrencies: list[int]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def matrix_parser(doc: str | None, warmup_per: str = "row") -> argparse.ArgumentParser:
+    """The options every wrk matrix script takes: seconds per pass and cell,
+    passes, the concurrency column list, the warm-up."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--seconds", type=float, default=8.0, help="per pass and cell")
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--concurrency", default="1,8,32")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds at c8 per path")
+    parser.add_argument("--warmup", type=float, default=2.0, help=f"seconds at c8 per {warmup_per}")
+    return parser
+
+
+def matrix_setup(
+    args: argparse.Namespace, needs: tuple[str, ...] = ("wrk",)
+) -> tuple[list[int], Path, dict[bool, Path]]:
+    """What a matrix script needs before its first row: the tools (exit naming
+    how to get them), the concurrency columns, the logs folder, the call bodies."""
+    missing = [tool for tool in needs if shutil.which(tool) is None]
+    if missing:
+        sys.exit(f"{' and '.join(missing)} needed: run bench/wrk.sh, which installs them")
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    logs = ROOT / "results" / "bench"
+    logs.mkdir(parents=True, exist_ok=True)
+    return concurrencies, logs, call_bodies(logs)
+
+
+def main() -> None:
+    parser = matrix_parser(__doc__, warmup_per="path")
     parser.add_argument(
         "--only", choices=["legacy", "fast"], default=None, help="one upstream's rows only"
     )
@@ -416,14 +437,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the runs here")
     args = parser.parse_args()
-    if shutil.which("wrk") is None or shutil.which("nginx") is None:
-        sys.exit("wrk and nginx are needed: run bench/wrk.sh, which installs them")
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    concurrencies, logs, bodies = matrix_setup(args, needs=("wrk", "nginx"))
     upstreams = [args.only] if args.only else ["legacy", "fast"]
     shim_env = dict(item.split("=", 1) for item in args.shim_env)
-    logs = ROOT / "results" / "bench"
-    logs.mkdir(parents=True, exist_ok=True)
-    bodies = call_bodies(logs)
     load0 = os.getloadavg()
     with ExitStack() as stack:
         variants = []
