@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import re
 import shlex
 import shutil
@@ -69,6 +70,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Final
 
 import orjson
 
@@ -99,20 +101,45 @@ uvicorn.run(app, host="127.0.0.1", port=int(os.environ["MCP_SHIM_PORT"]), loop="
 """
 
 
-def _upstream_env(kind: str, stack: ExitStack) -> dict[str, str]:
+def _upstream_env(kind: str, stack: ExitStack, route: str = "single") -> dict[str, str]:
     if kind in _STDIO:
-        return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(peers.servers()[_STDIO[kind]].argv)}
+        command = peers.servers()[_STDIO[kind]].argv
+        if route != "single":
+            servers = {n: {"command": command[0], "args": command[1:]} for n in ("a", "b")}
+            return {"MCP_SHIM_SERVERS": json.dumps({"mcpServers": servers})}
+        return {"MCP_SHIM_UPSTREAM_COMMAND": shlex.join(command)}
     url, _ = stack.enter_context(common.fast_upstream())
+    if route != "single":
+        # The upstream twice, as `a` and `b`: /mcp aggregates them.
+        return {
+            "MCP_SHIM_SERVERS": json.dumps({"mcpServers": {"a": {"url": url}, "b": {"url": url}}})
+        }
     return {"MCP_SHIM_UPSTREAM_URL": url}
+
+
+# --route: where the calls go, and the tool's name there.
+_ROUTES: Final = {
+    "single": ("/mcp", ""),
+    "named": ("/servers/a/mcp", ""),
+    "aggregate": ("/mcp", "a__"),
+}
 
 
 class Client:
     """One keep-alive connection sending calls one at a time, as wrk -c1 does."""
 
     def __init__(
-        self, port: int, modern: bool, everything: bool, join: Client | None = None
+        self,
+        port: int,
+        modern: bool,
+        everything: bool,
+        join: Client | None = None,
+        path: str = "/mcp",
+        tool: str = "echo",
     ) -> None:
         self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self._path = path
+        self._tool = tool
         self._modern = modern
         self._arguments = {"message": "hi"} if everything else {"text": "hi"}
         self._headers: dict[str, str] = {
@@ -136,16 +163,16 @@ class Client:
                 raise SystemExit(f"notifications/initialized answered {status}")
 
     def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        self._conn.request("POST", "/mcp", body=body, headers=headers)
+        self._conn.request("POST", self._path, body=body, headers=headers)
         response = self._conn.getresponse()
         data = response.read()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, data
 
     def call(self, i: int) -> None:
         if self._modern:
-            body, headers = common.modern_call(i, arguments=self._arguments)
+            body, headers = common.modern_call(i, self._tool, arguments=self._arguments)
         else:
-            body, headers = common.legacy_call(i, arguments=self._arguments), self._headers
+            body, headers = common.legacy_call(i, self._tool, self._arguments), self._headers
         status, _, data = self._post(body, headers)
         if status != 200 or b'"result"' not in data:
             raise SystemExit(f"call {i} answered {status}: {data[:200]!r}")
@@ -215,7 +242,7 @@ def measure(
         }
         env.update(item.split("=", 1) for item in args.env)
         if not args.bare:
-            env.update(_upstream_env(args.upstream, stack))
+            env.update(_upstream_env(args.upstream, stack, args.route))
         gateway = stack.enter_context(
             procs.running(
                 argv,
@@ -227,9 +254,12 @@ def measure(
             )
         )
         modern, everything = args.modern or args.bare, args.upstream == "everything"
-        clients = [Client(port, modern, everything)]
+        path, prefix = _ROUTES[args.route]
+        tool = prefix + "echo"
+        clients = [Client(port, modern, everything, path=path, tool=tool)]
         clients += [
-            Client(port, modern, everything, join=clients[0]) for _ in range(args.concurrency - 1)
+            Client(port, modern, everything, join=clients[0], path=path, tool=tool)
+            for _ in range(args.concurrency - 1)
         ]
         counted = {"gateway": gateway.pid}
         if args.workers > 1 and args.modern:
@@ -337,6 +367,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--concurrency", type=int, default=1, help="clients sending calls at once (see above)"
+    )
+    parser.add_argument(
+        "--route",
+        choices=sorted(_ROUTES),
+        default="single",
+        help="named, aggregate: a servers file naming the upstream twice (a, b); the calls "
+        "on /servers/a/mcp, or on the aggregated /mcp as a__echo",
     )
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)

@@ -32,7 +32,15 @@ class ConnectionLink:
     under `extensions[LINK]`; absent under another server, where the answer
     falls back to ASGI's ways."""
 
-    __slots__ = ("_cycle", "_flow", "_on_lost", "answer_headers", "body_complete", "lost")
+    __slots__ = (
+        "_cycle",
+        "_flow",
+        "_on_lost",
+        "answer_headers",
+        "body_complete",
+        "lost",
+        "rewrite",
+    )
 
     def __init__(self, flow: Any, cycle: RequestResponseCycle | None = None) -> None:
         self._flow = flow
@@ -49,6 +57,10 @@ class ConnectionLink:
         # the headers every answer of the request carries, which its `send`
         # wrapper would add. None: every answer goes through ASGI `send`.
         self.answer_headers: tuple[tuple[bytes, bytes], ...] | None = None
+        # Set by an app that hands the request to another inside its own
+        # answer and renames that one's answer (app/servers/aggregate/direct.py):
+        # a body written whole is this function's of it.
+        self.rewrite: Callable[[bytes], bytes] | None = None
 
     def write_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
         """The status line, the server's headers, `headers`, `answer_headers`,
@@ -74,6 +86,8 @@ class ConnectionLink:
             or cycle.scope["method"] == "HEAD"
         ):
             return False
+        if self.rewrite is not None:
+            body = self.rewrite(body)
         content = [STATUS_LINE[status]]
         for raw_name, value in (*cycle.default_headers, *headers, *extra):
             name = raw_name.lower()

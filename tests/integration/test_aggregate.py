@@ -325,3 +325,30 @@ def test_a_task_through_the_aggregate_is_polled_at_its_server(
             assert elsewhere["error"]["code"] == -32602
             forged = ask(base + "/mcp", "tasks/get", {"taskId": task_id[:-4] + "AAAA"})
             assert forged["error"]["code"] == -32602
+
+
+def _calls_counted(base: str) -> dict[str, float]:
+    """Modern tools/call answers counted on /metrics, by the graph that answered."""
+    text = httpx.get(base + "/metrics", timeout=10).text
+    counted: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("mcp_shim_calls_total{") and 'method="tools/call"' in line:
+            if 'client_era="modern"' in line:
+                server = line.split('server="')[1].split('"')[0]
+                counted[server] = counted.get(server, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counted
+
+
+def test_a_modern_call_on_the_aggregate_is_answered_by_its_servers_route(
+    gateway: tuple[str, Path],
+) -> None:
+    """A 2026-07-28 tools/call on /mcp goes straight to the member's route
+    (app/servers/aggregate/direct.py): counted there, not by the top-level
+    graph in front of the aggregate's endpoint."""
+    base, _ = gateway
+    before = _calls_counted(base)
+    answer = _call(base, "legacy__echo", 501)
+    assert answer["result"]["isError"] is False, answer
+    after = _calls_counted(base)
+    assert after.get("legacy", 0) == before.get("legacy", 0) + 1
+    assert after.get("/mcp", 0) == before.get("/mcp", 0)

@@ -261,6 +261,11 @@ class Aggregator:
         return Streamed(_renamed(exchange, scope, method, member.name, rid), exchange)
 
 
+def unreachable_message(member: str, method: str, rid: Any, exc: Exception) -> Message:
+    """The error a client gets for a member's answer that cannot reach it."""
+    return _unreachable(member, method, rid, exc).message
+
+
 def _unreachable(member: str, method: str, rid: Any, exc: Exception) -> Whole:
     log.warning("aggregate_member_failed", server=member, method=method, error=type(exc).__name__)
     refused = Rejection(

@@ -20,6 +20,7 @@ from app import wiring
 from app.config import Settings
 from app.metrics import Metrics
 from app.servers.aggregate.build import Built, build, top_settings
+from app.servers.aggregate.direct import Direct
 from app.servers.aggregate.endpoint import PATH
 from app.servers.aggregate.loopback import LoopbackClient
 from app.serving.server import GatewayApp, create_app
@@ -47,11 +48,22 @@ class Aggregate:
         self.built: Built = build(settings, specs, metrics, apps)
         self.settings = top_settings(settings)
         self.app: GatewayApp = create_app(self.settings)
+        # A modern call of one member's tool or prompt goes straight to its
+        # route (direct.py) when the members' apps are in this process.
+        aggregator = self.built.aggregator
+        members = {n: a for n, a in (apps or {}).items() if n in aggregator.table().members}
+        self.mcp: ASGIApp = self.app
+        if members:
+            self.mcp = Direct(
+                self.app, aggregator, members, settings.max_body_bytes, settings.read_timeout_s
+            )
 
     def route(self, path: str) -> ASGIApp | None:
         """What serves `path`, when the aggregate does."""
         if path == PATH:
             return self.built.endpoint
+        if path == "/mcp":
+            return self.mcp
         if path in TOP_PATHS:
             return self.app
         return None
