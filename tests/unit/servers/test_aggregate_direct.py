@@ -164,9 +164,7 @@ def test_left_to_the_graph(body: bytes, name: bytes) -> None:
 
 
 def _renamer(owners: Owners | None = None, method: str = "tools/call") -> Renamer:
-    return Renamer(
-        Sealer([os.urandom(32)]), "a", owners or Owners(order=("a", "b")), method
-    )
+    return Renamer(Sealer([os.urandom(32)]), "a", owners or Owners(order=("a", "b")), method)
 
 
 def test_an_answer_with_nothing_to_rename_is_the_same_bytes() -> None:
