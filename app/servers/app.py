@@ -69,7 +69,9 @@ class ServersApp(GatewayApp):
             server, path = self._route(scope["path"])
             if server is not None:
                 if path != scope["path"]:
-                    scope = dict(scope)
+                    # In place, not a copy: the connection's protocol knows its
+                    # request by this scope (a stdio session's request handed
+                    # to the sibling worker owning it, app/serving/handoff.py).
                     scope["root_path"] = scope.get("root_path", "") + server.route
                     scope["path"] = path
                     scope["raw_path"] = path.encode()
