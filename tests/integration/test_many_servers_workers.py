@@ -2,16 +2,17 @@
 
 The servers: the legacy fixture (mcp 1.x) over Streamable HTTP (`legacy`), the
 same fixture over stdio (`stdio`), npm's server-everything over stdio
-(`everything`) and the legacy tasks fixture over HTTP (`tasks`, not in the
-aggregate). State of each server lives in the worker that made it (a legacy
-session, a stdio process, a parked MRTR call, a task, an HTTP+SSE channel,
-a session's GET stream) and is reached from the other worker on the server's
-own route: relayed to `http://<owner>/servers/NAME/...`, a stdio session's
-connection handed to the owner with its request on that route, a legacy
-session of a Streamable HTTP server joined. Requests go to each worker's
-internal listener (the crossing is certain) and through the shared port on
-fresh connections (whichever worker the kernel picks; the gateway spreads
-them: MCP_SHIM_MOVE_CONNECTIONS=false).
+(`everything`) and the legacy tasks fixture over HTTP (`tasks`). State of
+each server lives in the worker that made it (a legacy session, a stdio
+process, a parked MRTR call, a task, an HTTP+SSE channel, a session's GET
+stream) and is reached from the other worker on the server's own route:
+relayed to `http://<owner>/servers/NAME/...`, a stdio session's connection
+handed to the owner with its request on that route, a legacy session of a
+Streamable HTTP server joined. The aggregated /mcp's calls into a member
+find the member's owner the same way. Requests go to each worker's internal
+listener (the crossing is certain) and through the shared port on fresh
+connections (whichever worker the kernel picks; the gateway spreads them:
+MCP_SHIM_MOVE_CONNECTIONS=false).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Many]:
                     "args": [str(procs.FIXTURE), "--stdio"],
                 },
                 "everything": {"command": node, "args": [str(procs.require_peer(EVERYTHING))]},
-                "tasks": {"url": tasks, "mcpShim": {"aggregate": False}},
+                "tasks": {"url": tasks},
             }
         }
         path = logs / "servers.json"
@@ -334,26 +335,28 @@ def test_an_mrtr_retry_on_the_other_worker_reaches_the_parked_call(two: Many, pr
     assert mw.marker_count(legacy_url, text) == 1
 
 
-def test_a_task_made_on_one_worker_is_answered_on_the_other(two: Many) -> None:
+@pytest.mark.parametrize("prefix", ["/servers/tasks", ""])
+def test_a_task_made_on_one_worker_is_answered_on_the_other(two: Many, prefix: str) -> None:
+    """A task made on worker 0 (on the named route, or through the aggregated
+    /mcp, whose task id names the member): tasks/get on worker 1 reaches the
+    tasks server's graph on worker 0, which runs it."""
     urls = two.internal()
     start = len(lines(two.log))
-    route = "/servers/tasks"
+    tool = "slow_compute" if prefix else "tasks__slow_compute"
+    label = "mw" + prefix.replace("/", "-")
     with httpx.Client(timeout=30.0) as client:
-        slow: dict[str, object] = {
-            "name": "slow_compute",
-            "arguments": {"seconds": 1, "label": "mw"},
-        }
-        status, created = modern(client, urls[0] + route, "tools/call", slow, auth="Bearer mw")
+        slow: dict[str, object] = {"name": tool, "arguments": {"seconds": 1, "label": label}}
+        status, created = modern(client, urls[0] + prefix, "tools/call", slow, auth="Bearer mw")
         assert status == 200, created
         task_id = created["result"]["taskId"]  # type: ignore[index]
         status, seen = modern(
-            client, urls[1] + route, "tasks/get", {"taskId": task_id}, auth="Bearer mw"
+            client, urls[1] + prefix, "tasks/get", {"taskId": task_id}, auth="Bearer mw"
         )
         assert status == 200, seen
         assert seen["result"]["taskId"] == task_id  # type: ignore[index]
-        done = settled(client, urls[1] + route, task_id, "Bearer mw")
+        done = settled(client, urls[1] + prefix, task_id, "Bearer mw")
         assert done["status"] == "completed", done
-        assert done["result"]["content"][0]["text"] == "computed mw after 1s"
+        assert done["result"]["content"][0]["text"] == f"computed {label} after 1s"
     forwarded = events(two, "task_request_forwarded", start)
     assert forwarded and {(line["worker"], line["server"]) for line in forwarded} == {(1, "tasks")}
 
