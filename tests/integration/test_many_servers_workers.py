@@ -427,3 +427,79 @@ def test_the_metrics_port_merges_every_worker_s_servers(two: Many) -> None:
     # The port that publishes the routes does not publish the metrics.
     for _ in range(4):
         assert httpx.get(two.base + "/metrics", timeout=5.0).status_code == 404
+
+
+# Through the aggregated /mcp: a tool of each server, and the legacy server's
+# elicitation (its requestState sealed with the member's name).
+AGGREGATE_CALLS = (
+    'legacy__echo:{"text": "hi legacy"}',
+    'stdio__echo:{"text": "hi stdio"}',
+    'everything__echo:{"message": "hi everything"}',
+    'legacy__test_elicitation:{"message": "Who are you?"}',
+)
+# tests/modern_client/mrtr_tools.py's scenarios: every kind of input request.
+MRTR_SCENARIOS = (
+    "elicit_keyed",
+    "elicit_unkeyed",
+    "profile",
+    "sampling",
+    "roots_call_stream",
+    "roots_get_stream",
+    "all_at_once",
+    "all_at_once_keyed",
+    "rounds",
+    "url_consent",
+    "url_required",
+)
+
+
+def _aggregate_calls(out: dict[str, Any]) -> None:
+    assert {name.split("__")[0] for name in out["tools"]} == set(NAMES)
+    texts = {name: call["result"]["content"][0]["text"] for name, call in out["calls"].items()}
+    assert texts["legacy__echo"] == "hi legacy"
+    assert texts["stdio__echo"] == "hi stdio"
+    assert texts["everything__echo"] == "Echo: hi everything"
+    assert '"username": "ada"' in texts["legacy__test_elicitation"]
+    assert out["asked"] == ["Who are you?"]
+
+
+def test_the_official_clients_whichever_worker_each_request_reaches(
+    two: Many, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The official clients (mcp 2.x and 1.x) through a load balancer sending
+    each request to the next worker (haproxy round robin over their internal
+    listeners): the aggregated /mcp, a modern client's multi round-trip calls
+    on a named route, a legacy session's concurrent calls on a stdio server."""
+    ports = [int(url.rsplit(":", 1)[1]) for url in two.internal().values()]
+    start = len(lines(two.log))
+    run_id = uuid.uuid4().hex[:10]
+    workdir = tmp_path_factory.mktemp("haproxy-many-workers")
+    with replicas.haproxy(ports, workdir, workdir / "haproxy.log") as base:
+        modern_out: Any = procs.run_modern_client("aggregate.py", base + "/mcp", *AGGREGATE_CALLS)
+        legacy_out: Any = procs.run_legacy_client(
+            "aggregate.py", base + "/mcp", "2025-11-25", *AGGREGATE_CALLS
+        )
+        mrtr: Any = procs.run_modern_client("mrtr_tools.py", base + "/servers/legacy/mcp", run_id)
+        calls: Any = procs.run_legacy_client(
+            "one_session_calls.py", base + "/servers/stdio/mcp", "2025-11-25", "6", "4"
+        )
+    assert modern_out["protocolVersion"] == "2026-07-28"
+    _aggregate_calls(modern_out)
+    _aggregate_calls(legacy_out)
+    for scenario in MRTR_SCENARIOS:
+        assert mrtr[scenario]["result"]["resultType"] == "complete", (scenario, mrtr[scenario])
+    # Each call ran once upstream; url_required twice, by design: refused with
+    # -32042 before doing anything, sent again after the URL visit (docs/mrtr.md).
+    markers = mw.stats(two.upstreams["legacy"])["markers"]
+    expected = {s: 2 if s == "url_required" else 1 for s in MRTR_SCENARIOS}
+    assert {s: markers.get(f"{run_id}-{s}") for s in MRTR_SCENARIOS} == expected
+    assert calls == {"session": calls["session"], "right": 24, "wrong": []}
+    new = lines(two.log)[start:]
+    forwarded = {(e["worker"], e.get("server")) for e in new if e["event"] == "mrtr_forwarded"}
+    assert forwarded and {server for _, server in forwarded} == {"legacy"}, forwarded
+    stdio = [
+        e
+        for e in new
+        if e["event"] in ("replica_handed_off", "replica_relayed") and e.get("server") == "stdio"
+    ]
+    assert stdio, "no request of the stdio session reached the other worker"
