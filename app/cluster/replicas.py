@@ -89,6 +89,26 @@ def reachable(replica: str) -> bool:
     return "://" in replica
 
 
+def same_route(owner: str, me: str) -> bool:
+    """Whether state `owner` holds is one of this graph's server: the same route
+    (/servers/NAME, or none) on whichever replica. A client's requestState or
+    task id of one server presented on another's route is never sent on to
+    the server that made it: that route answers as for an unknown one."""
+    return _route(owner) == _route(me)
+
+
+def split_replica(replica: str) -> tuple[str, str]:
+    """An owner's advertised URL as (its process's base URL, its server's route):
+    `http://h:p/servers/b` is ("http://h:p", "/servers/b"). The base names the
+    sibling worker to hand a connection to (app/serving/handoff.py), the route
+    goes before the request's own path, as a relay over HTTP puts it."""
+    if not reachable(replica):
+        return replica, ""
+    route = _route(replica)
+    base = replica.rstrip("/")
+    return base[: len(base) - len(route)], route
+
+
 class OwnedIds:
     """Ids (a legacy session's, an HTTP+SSE channel's) that name the replica
     owning them. 256 random bits, this replica's advertised URL and the caller's
@@ -112,7 +132,7 @@ class OwnedIds:
         if data.get("c") != caller_digest(credentials):
             return None
         owner: str = data["r"]
-        if _route(owner) != _route(self.me):
+        if not same_route(owner, self.me):
             return None  # another server's, of a gateway with many (app/servers)
         return owner
 
@@ -416,10 +436,13 @@ class Relayed(Response):
         """The connection given to its owner, a sibling worker, with this request:
         its next requests reach the owner directly (app/serving/handoff.py)."""
         t, handoff = self._target, self._relay.handoff
-        if handoff is None or not handoff.reaches(t.replica):
+        # One of many servers: the owner's URL names its route, which the handed
+        # request's path starts with, so the owner's app gives it to that server.
+        sibling, route = split_replica(t.replica)
+        if handoff is None or not handoff.reaches(sibling):
             return False
-        request = request_bytes(t.method, t.target, relayed_headers(t.headers), t.body)
-        if not handoff.send(t.replica, scope, request):
+        request = request_bytes(t.method, route + t.target, relayed_headers(t.headers), t.body)
+        if not handoff.send(sibling, scope, request):
             return False
         self._relay.ended(t.what, "handed_off", 0.0, stream=t.long_lived)
         log.info("replica_handed_off", replica=t.replica[:200], owned=t.what, http_method=t.method)

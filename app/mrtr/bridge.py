@@ -35,7 +35,7 @@ from typing import Any
 
 from app.call import CallState, ModernCall
 from app.cluster.forwarding import ReplicaForwarder
-from app.cluster.replicas import Replicas, reachable
+from app.cluster.replicas import Replicas, reachable, same_route
 from app.cluster.sealing import Sealer
 from app.config import Settings
 from app.mrtr import answers, capabilities, results
@@ -239,8 +239,10 @@ class Bridge:
 
     async def _forward(self, turn: Turn, claims: Claims) -> AsyncGenerator[Frame, None]:
         # Only a replica that advertised a URL can be reached; a request that
-        # already hopped once is never sent on (no loops, whatever the config).
-        if turn.hop or not reachable(claims.replica):
+        # already hopped once is never sent on (no loops, whatever the config);
+        # another server's state (app/servers) never reaches that server.
+        mine = same_route(claims.replica, self._settings.replica)
+        if turn.hop or not reachable(claims.replica) or not mine:
             yield _refusal(
                 turn,
                 "Invalid params: requestState is no longer valid here; send the request "

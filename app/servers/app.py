@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from app import metrics
+from app.cluster.replicas import NOTE_PATH
 from app.config import Settings
 from app.fronts.shared.auth import WELL_KNOWN
 from app.rejections import INVALID_REQUEST, Rejection
@@ -40,6 +41,7 @@ from app.servers.metrics import MergedMetrics
 from app.servers.registry import PREFIX, Registry, Server
 from app.serving.server import GatewayApp, RequestIdMiddleware
 from app.settings.servers import Servers
+from app.wiring import Wiring
 
 _METADATA = WELL_KNOWN + PREFIX
 # A single server's routes, served unprefixed too.
@@ -57,14 +59,19 @@ class ServersApp(GatewayApp):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             if self.aggregate is not None:
-                served = self.aggregate.route(scope["path"])
+                path = scope["path"]
+                # The aggregated /mcp's graph owns its legacy sessions under the
+                # worker's own URL (no route): other workers' notes reach it there.
+                served = self.aggregate.app if path == NOTE_PATH else self.aggregate.route(path)
                 if served is not None:
                     await served(scope, receive, send)
                     return
             server, path = self._route(scope["path"])
             if server is not None:
                 if path != scope["path"]:
-                    scope = dict(scope)
+                    # In place, not a copy: the connection's protocol knows its
+                    # request by this scope (a stdio session's request handed
+                    # to the sibling worker owning it, app/serving/handoff.py).
                     scope["root_path"] = scope.get("root_path", "") + server.route
                     scope["path"] = path
                     scope["raw_path"] = path.encode()
@@ -72,6 +79,14 @@ class ServersApp(GatewayApp):
                 await server.app(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+    def graphs(self) -> list[Wiring]:
+        """Every server's running graph in the file's order, then the aggregated
+        /mcp's: the same order in every worker (app/serving/cli.py)."""
+        found = [wired for server in self.registry if (wired := server.wiring) is not None]
+        if self.aggregate is not None:
+            found += self.aggregate.app.graphs()
+        return found
 
     def _route(self, path: str) -> tuple[Server | None, str]:
         if path.startswith(_METADATA):

@@ -17,7 +17,6 @@ from importlib import metadata
 
 import structlog
 import uvicorn
-from fastapi import FastAPI
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,6 +34,7 @@ from app.settings import command as settings_command
 from app.settings import servers
 from app.settings.load import Loaded, load, load_settings
 from app.upstream.base import server_pids, share_cancel_stop
+from app.wiring import Wiring
 
 
 class GracefulServer(uvicorn.Server):
@@ -49,7 +49,7 @@ class GracefulServer(uvicorn.Server):
     def __init__(
         self,
         config: uvicorn.Config,
-        app: FastAPI,
+        app: GatewayApp,
         handoff: Handoff | None = None,
         siblings: Siblings | None = None,
     ) -> None:
@@ -61,29 +61,48 @@ class GracefulServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        wired = getattr(self._app.state, "wiring", None)
-        if self._handoff is not None and wired is not None and not self.should_exit:
+        # One server's graph, or every server's of a servers file (app/servers):
+        # each worker runs them all, in the same order.
+        graphs = self._app.graphs()
+        if self._handoff is not None and graphs and not self.should_exit:
             # Connections siblings hand over are served as this server's own.
             self._handoff.start(self._create_protocol())
-            if wired.settings.upstream_command is not None:
-                # A stdio session's requests go to the worker running its server.
-                wired.replicas.relay.handoff = self._handoff
-            if self._siblings is not None and self._siblings.board is not None:
-                flag = self._siblings.board.flag(CANCELS_WITHHELD)
-                share_cancel_stop(wired.upstream.transport, flag)
-            moving = wired.settings.move_connections
-            if moving and self._siblings is not None and self._siblings.board is not None:
-                self._balancer = self._siblings.balancer(
-                    self._handoff,
-                    self.server_state.connections,
-                    port=wired.settings.port,
-                    sessions_anywhere=wired.legacy_sessions.copies.joins,
-                    moved=wired.metrics.connections_moved,
-                    gate=self._accept_gate(sockets),
-                    server_pids=server_pids(wired.upstream.transport),
-                )
-                self._balancer.start(asyncio.get_running_loop())
+            board = self._siblings.board if self._siblings is not None else None
+            for index, wired in enumerate(graphs):
+                if wired.settings.upstream_command is not None:
+                    # A stdio session's requests go to the worker running its server.
+                    wired.replicas.relay.handoff = self._handoff
+                if board is not None:
+                    # Each server's own: one server's dying process stops no other's cancels.
+                    flag = board.flag(CANCELS_WITHHELD + index)
+                    share_cancel_stop(wired.upstream.transport, flag)
+            if graphs[0].settings.move_connections:
+                self._balancer = self._start_balancer(graphs, sockets)
         release_free_heap()
+
+    def _start_balancer(
+        self, graphs: list[Wiring], sockets: list[socket.socket] | None
+    ) -> Balancer | None:
+        if self._handoff is None or self._siblings is None or self._siblings.board is None:
+            return None
+        pid_lists = [p for w in graphs if (p := server_pids(w.upstream.transport)) is not None]
+
+        def every_server_pid() -> list[int]:
+            return [pid for pids in pid_lists for pid in pids()]
+
+        balancer = self._siblings.balancer(
+            self._handoff,
+            self.server_state.connections,
+            port=graphs[0].settings.port,
+            # A connection naming a session moves only where every server's
+            # sessions are served by any worker.
+            sessions_anywhere=all(w.legacy_sessions.copies.joins for w in graphs),
+            moved=self._app.state.metrics.connections_moved,
+            gate=self._accept_gate(sockets),
+            server_pids=every_server_pid if pid_lists else None,
+        )
+        balancer.start(asyncio.get_running_loop())
+        return balancer
 
     def _create_protocol(self) -> Callable[[], GuardedHttpToolsProtocol]:
         """uvicorn's own create_protocol, as it builds it in startup(): the
@@ -507,7 +526,7 @@ def checked_settings(key: str | None, flags: Collection[str] = ()) -> Loaded:
     a probe or `config` beside a running gateway must not fail for its port."""
     try:
         loaded = load(state_key=key)
-        # A servers file: every server's settings checked, one process.
+        # A servers file: every server's settings checked now.
         loaded = dataclasses.replace(loaded, settings=servers.settled(loaded.settings))
         settings = loaded.settings
         workers.worker_addresses(settings, workers.worker_count(settings))

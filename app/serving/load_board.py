@@ -15,56 +15,59 @@ from typing import Final
 # A slot not written for this long belongs to a worker that is gone or starting.
 STALE_S: Final = 1.0
 _SLOT: Final = struct.Struct("=dd")  # busy fraction, CLOCK_MONOTONIC of the write
-_FLAGS: Final = struct.Struct("=Q")
+# One byte per flag: a worker raising one never writes over another's (bits of
+# one word would be read, or-ed and written back, and two at once lose one).
+FLAGS: Final = 128
 # A stdio server died of a cancellation: no worker sends them (app/upstream/stdio).
-CANCELS_WITHHELD: Final = 1
+# One flag per server of the gateway: CANCELS_WITHHELD + the index of its graph
+# (app/servers: at most MAX_SERVERS of them, and the aggregated /mcp's).
+CANCELS_WITHHELD: Final = 0
 
 
 class BoardFlag:
     """One flag of the table: raised by any worker, seen by all; never lowered.
     Reads as lowered once the table is closed (the worker is stopping)."""
 
-    __slots__ = ("_bit", "_board")
+    __slots__ = ("_board", "_index")
 
-    def __init__(self, board: LoadBoard, bit: int) -> None:
+    def __init__(self, board: LoadBoard, index: int) -> None:
+        if not 0 <= index < FLAGS:
+            raise IndexError(f"flag {index} is not one of the table's {FLAGS}")
         self._board = board
-        self._bit = bit
+        self._index = index
 
     def is_set(self) -> bool:
-        return bool(self._board.flags() & self._bit)
+        return self._board.flagged(self._index)
 
     def set(self) -> None:
-        self._board.raise_flags(self._bit)
+        self._board.raise_flag(self._index)
 
 
 class LoadBoard:
     """Each worker's busy fraction, in memory shared by the supervisor and workers."""
 
     def __init__(self, fd: int, slots: int) -> None:
-        self._map = mmap.mmap(fd, slots * _SLOT.size + _FLAGS.size)
+        self._map = mmap.mmap(fd, slots * _SLOT.size + FLAGS)
         self.slots = slots
 
     @staticmethod
     def create(slots: int) -> int:
         """A new table's descriptor, for the supervisor to pass to the workers."""
         fd = os.memfd_create("mcp-shim-load", 0)  # no MFD_CLOEXEC: workers inherit it
-        os.ftruncate(fd, slots * _SLOT.size + _FLAGS.size)
+        os.ftruncate(fd, slots * _SLOT.size + FLAGS)
         return fd
 
-    def flag(self, bit: int) -> BoardFlag:
-        return BoardFlag(self, bit)
+    def flag(self, index: int) -> BoardFlag:
+        return BoardFlag(self, index)
 
-    def flags(self) -> int:
+    def flagged(self, index: int) -> bool:
         if self._map.closed:
-            return 0
-        (flags,) = _FLAGS.unpack_from(self._map, self.slots * _SLOT.size)
-        return int(flags)
+            return False
+        return self._map[self.slots * _SLOT.size + index] != 0
 
-    def raise_flags(self, bits: int) -> None:
-        # Read, or, write: two workers raising different flags at the same
-        # instant could lose one; there is one flag so far.
+    def raise_flag(self, index: int) -> None:
         if not self._map.closed:
-            _FLAGS.pack_into(self._map, self.slots * _SLOT.size, self.flags() | bits)
+            self._map[self.slots * _SLOT.size + index] = 1
 
     def write(self, slot: int, busy: float, now: float) -> None:
         _SLOT.pack_into(self._map, slot * _SLOT.size, busy, now)

@@ -168,6 +168,12 @@ class GatewayApp(FastAPI):
         self._post = route
         self._cors = cors
 
+    def graphs(self) -> list[Wiring]:
+        """The running graphs this app serves, in an order every worker shares:
+        its one server's (app/servers serves many)."""
+        wired: Wiring | None = getattr(self.state, "wiring", None)
+        return [] if wired is None else [wired]
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self._post
         if (

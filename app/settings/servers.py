@@ -415,18 +415,12 @@ def names(specs: Sequence[ServerSpec]) -> list[str]:
 
 def settled(settings: Settings) -> Settings:
     """The settings a gateway with a servers file runs with, every server's
-    checked now (exit 2 at start, not at its first call): one process, as
-    the workers' hand-over of sessions and connections knows one graph per
-    process (MCP_SHIM_WORKERS unset means 1; above 1 is refused)."""
+    checked now (exit 2 at start, not at its first call). Its workers are a
+    single server's: each serves every server (app/serving/workers.py)."""
     servers = read_servers(settings)
     if servers is None:
         return settings
     where = where_of(settings)
     for spec in servers.specs:
         server_settings(settings, spec, where)
-    if settings.workers is not None and settings.workers > 1:
-        raise SettingsError(
-            f"invalid configuration:\n  MCP_SHIM_WORKERS={settings.workers}: a gateway with "
-            f"{where.partition('=')[0]} runs one process; unset it or set 1"
-        )
-    return settings.model_copy(update={"workers": 1})
+    return settings

@@ -17,7 +17,7 @@ import structlog
 from app import tracing
 from app.call import CallState, Message, ModernCall, Outgoing
 from app.cluster.forwarding import ReplicaForwarder
-from app.cluster.replicas import reachable
+from app.cluster.replicas import reachable, same_route
 from app.rejections import INTERNAL_ERROR, METHOD_NOT_FOUND, Rejection
 from app.tasks import ids, own
 from app.tasks.advertise import Advertiser
@@ -101,6 +101,8 @@ class TaskServer:
             return None
         if state.hop or not reachable(ref.replica):
             return None
+        if not same_route(ref.replica, self._held.settings.replica):
+            return None  # another server's task (app/servers): unknown here
         record = await self._held.store.get(owner, task_id)
         if record is not None and record.get("inline") is not None:
             return None

@@ -221,10 +221,11 @@ class HttpSseFront:
             return refuse(unfit)
         channel = self._channels.get(channel_id or "")
         if channel is None and channel_id is not None:
-            # Opened on another replica (its id says which): relayed there.
+            # Opened on another replica (its id says which): relayed there, to
+            # the path under the owner's URL, which names its server's route.
             relayed = self._legacy.relayed(
                 "POST",
-                f"{self._messages_path}?{urlencode({'session_id': channel_id})}",
+                f"{MESSAGES_PATH}?{urlencode({'session_id': channel_id})}",
                 channel_id,
                 headers,
                 body,

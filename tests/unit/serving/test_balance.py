@@ -25,7 +25,7 @@ from app.serving import balance
 from app.serving.accept_gate import AcceptGate
 from app.serving.balance import GATHER_BELOW, ROOM_BELOW, SPILL_AT, Move, Siblings, accepts, plan
 from app.serving.http_protocol import GuardedHttpToolsProtocol
-from app.serving.load_board import CANCELS_WITHHELD, STALE_S, LoadBoard
+from app.serving.load_board import CANCELS_WITHHELD, FLAGS, STALE_S, LoadBoard
 from tests.waiting import until
 
 CASES: list[tuple[str, int, list[float | None], int, Move | None]] = [
@@ -221,6 +221,24 @@ def test_a_flag_one_worker_raises_every_worker_sees_until_its_table_closes() -> 
         assert not seen.is_set()  # a stopping worker's: reads as lowered, never raises
         seen.set()
         worker0.close()
+    finally:
+        os.close(fd)
+
+
+def test_each_server_s_flag_is_its_own() -> None:
+    # Many servers (app/servers): one flag per server's graph, a byte each, so
+    # raising one never lowers or raises another, whoever raises them.
+    fd = LoadBoard.create(2)
+    try:
+        worker0, worker1 = LoadBoard(fd, 2), LoadBoard(os.dup(fd), 2)
+        worker0.flag(CANCELS_WITHHELD + 2).set()
+        worker1.flag(CANCELS_WITHHELD + 64).set()
+        raised = [i for i in range(FLAGS) if worker1.flag(i).is_set()]
+        assert raised == [CANCELS_WITHHELD + 2, CANCELS_WITHHELD + 64]
+        with pytest.raises(IndexError):
+            worker0.flag(FLAGS)
+        worker0.close()
+        worker1.close()
     finally:
         os.close(fd)
 

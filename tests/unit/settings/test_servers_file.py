@@ -18,6 +18,7 @@ from app.settings.servers import (
     parse_servers,
     read_servers,
     server_settings,
+    settled,
 )
 
 WHERE = "MCP_SHIM_SERVERS_FILE=/etc/mcp/servers.json"
@@ -226,6 +227,17 @@ def test_a_servers_public_and_advertised_urls_are_its_routes() -> None:
     mine = server_settings(base, ServerSpec("s-1", url="http://a/mcp"), WHERE)
     assert str(mine.public_url) == "https://mcp.example.com/servers/s-1/mcp"
     assert str(mine.advertise_url) == "http://10.0.0.7:8080/servers/s-1"
+
+
+def test_a_servers_file_runs_with_the_workers_a_single_server_would() -> None:
+    servers = SecretStr(doc({"a": {"url": "http://a/mcp"}, "b": {"command": "sh"}}))
+    for workers in (None, 1, 4):
+        base = Settings(servers=servers, workers=workers)
+        assert settled(base).workers == workers
+    # Every server's settings are still checked at start.
+    broken = SecretStr(doc({"a": {"url": "http://a/mcp", "mcpShim": {"upstream_era": "x"}}}))
+    with pytest.raises(SettingsError, match="server 'a'"):
+        settled(Settings(servers=broken, workers=2))
 
 
 def test_a_cwd_must_be_a_directory(tmp_path: Path) -> None:
