@@ -113,9 +113,11 @@ def legacy_session(url: str) -> dict[str, str]:
     return headers
 
 
-def preflight(path: Route) -> None:
-    """One call through the path, checked, before wrk counts anything."""
-    body = orjson.dumps(MODERN_CALL if path.modern else LEGACY_CALL)
+def preflight(path: Route, body: bytes | None = None) -> None:
+    """One call through the path (`body`, else the era's echo call), checked,
+    before wrk counts anything."""
+    if body is None:
+        body = orjson.dumps(MODERN_CALL if path.modern else LEGACY_CALL)
     headers = {"accept": ACCEPT, "content-type": "application/json", **path.headers}
     if path.credentials:
         headers["authorization"] = "Bearer bench-0"

@@ -32,7 +32,16 @@ log = structlog.get_logger("mcp_shim.http")
 
 
 class McpRoutes:
-    def __init__(self, settings: Settings, edge: Edge, app_metrics: metrics.Metrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        edge: Edge,
+        app_metrics: metrics.Metrics,
+        server: str | None = None,
+    ) -> None:
+        # A servers file's server: its name on the call's log lines, bound with
+        # the request id (one bind per call: bench/instructions.py --route).
+        self._context = {} if server is None else {"server": server}
         self._settings = settings
         self._edge = edge
         self._metrics = app_metrics
@@ -46,7 +55,7 @@ class McpRoutes:
         timing = call.start_call(self._timeline)
         scope = request.scope
         request_id: str = scope["state"]["request_id"]
-        _bind_context(request_id, headers)
+        _bind_context(request_id, headers, self._context)
         edge = self._edge
         # A session is a legacy client's (2026-07-28 has none): its refusals made
         # before the body is read must be legacy-shaped too.
@@ -179,11 +188,12 @@ def _describe_legacy(body: object) -> None:
         tracing.describe(body["method"], body.get("id"), None, body.get("params"))
 
 
-def _bind_context(request_id: str, headers: ScopeHeaders) -> None:
+def _bind_context(request_id: str, headers: ScopeHeaders, context: dict[str, str]) -> None:
     """Every log line below this request, in the gateway and the bridge too,
-    carries its id: each request runs in its own task and context copy.
-    W3C Trace Context: forwarded upstream only if valid (app/tracing/)."""
-    structlog.contextvars.bind_contextvars(request_id=request_id)
+    carries its id (and its server's name, `context`): each request runs in
+    its own task and context copy. W3C Trace Context: forwarded upstream only
+    if valid (app/tracing/)."""
+    structlog.contextvars.bind_contextvars(request_id=request_id, **context)
     trace = tracing.from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
     tracing.bind(trace)
     if trace is not None:

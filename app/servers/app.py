@@ -75,7 +75,9 @@ class ServersApp(GatewayApp):
                     scope["root_path"] = scope.get("root_path", "") + server.route
                     scope["path"] = path
                     scope["raw_path"] = path.encode()
-                structlog.contextvars.bind_contextvars(server=server.name)
+                if scope["method"] != "POST" or path != "/mcp":
+                    # A POST's call binds it with its request id (app/routes/mcp.py).
+                    structlog.contextvars.bind_contextvars(server=server.name)
                 await server.app(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)

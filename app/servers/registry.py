@@ -68,7 +68,7 @@ class Registry:
         self._servers: dict[str, Server] = {}
         for spec in servers.specs:
             own = server_settings(settings, spec, where)
-            app = create_app(own, PREFIX + spec.name + "/mcp")
+            app = create_app(own, PREFIX + spec.name + "/mcp", server=spec.name)
             self._servers[spec.name] = Server(spec, own, app)
 
     def __iter__(self) -> Iterator[Server]:

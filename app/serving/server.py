@@ -201,9 +201,10 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings, mcp_path: str = "/mcp") -> GatewayApp:
+def create_app(settings: Settings, mcp_path: str = "/mcp", server: str | None = None) -> GatewayApp:
     """`mcp_path`: where clients reach the MCP endpoint (app/servers mounts one
-    app per server under /servers/NAME/)."""
+    app per server under /servers/NAME/); `server`: that server's name, on
+    every log line of its calls."""
     app_metrics = metrics.Metrics()
     edge = Edge(settings, app_metrics, mcp_path)
     cors = Cors(settings.allowed_origins)
@@ -231,7 +232,7 @@ def create_app(settings: Settings, mcp_path: str = "/mcp") -> GatewayApp:
     app.add_middleware(RequestIdMiddleware, cors=cors)
     app.state.metrics = app_metrics
     app.add_exception_handler(404, _not_found)
-    _add_routes(app, settings, edge, cors, app_metrics)
+    _add_routes(app, settings, edge, cors, app_metrics, server)
     return app
 
 
@@ -242,9 +243,14 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 def _add_routes(
-    app: GatewayApp, settings: Settings, edge: Edge, cors: Cors, app_metrics: Metrics
+    app: GatewayApp,
+    settings: Settings,
+    edge: Edge,
+    cors: Cors,
+    app_metrics: Metrics,
+    server: str | None = None,
 ) -> None:
-    mcp = McpRoutes(settings, edge, app_metrics)
+    mcp = McpRoutes(settings, edge, app_metrics, server)
     # POST /mcp is not a route: GatewayApp serves it (see there why). The routes
     # a browser may reach take every method, dispatched by app/routes/methods.py:
     # OPTIONS answers CORS preflights, any method not served a 405 with its Allow.

@@ -327,13 +327,13 @@ def test_a_task_through_the_aggregate_is_polled_at_its_server(
             assert forged["error"]["code"] == -32602
 
 
-def _calls_counted(base: str) -> dict[str, float]:
-    """Modern tools/call answers counted on /metrics, by the graph that answered."""
+def _calls_counted(base: str, era: str = "modern") -> dict[str, float]:
+    """tools/call answers to clients of `era` counted on /metrics, by the graph that answered."""
     text = httpx.get(base + "/metrics", timeout=10).text
     counted: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("mcp_shim_calls_total{") and 'method="tools/call"' in line:
-            if 'client_era="modern"' in line:
+            if f'client_era="{era}"' in line:
                 server = line.split('server="')[1].split('"')[0]
                 counted[server] = counted.get(server, 0.0) + float(line.rsplit(" ", 1)[1])
     return counted
@@ -352,3 +352,46 @@ def test_a_modern_call_on_the_aggregate_is_answered_by_its_servers_route(
     after = _calls_counted(base)
     assert after.get("legacy", 0) == before.get("legacy", 0) + 1
     assert after.get("/mcp", 0) == before.get("/mcp", 0)
+
+
+def test_a_legacy_sessions_call_is_answered_at_its_servers_route_in_a_session_of_its_own(
+    gateway: tuple[str, Path],
+) -> None:
+    """A legacy client's tools/call on /mcp goes to the member's route in a
+    session the gateway opened there for this client session
+    (app/servers/aggregate/direct_legacy.py): counted at the member in the
+    client's era, not by the top-level graph; the client's DELETE ends it."""
+    base, log = gateway
+    plain = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    with httpx.Client(timeout=30) as client:
+        opened = client.post(base + "/mcp", json=wire.legacy_initialize(), headers=plain)
+        assert opened.status_code == 200, opened.text
+        session = {
+            **plain,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert client.post(base + "/mcp", json=done, headers=session).status_code == 202
+        before = _calls_counted(base, "legacy")
+        for rid in (1, 2):
+            call = {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "method": "tools/call",
+                "params": {"name": "legacy__echo", "arguments": {"text": f"direct {rid}"}},
+            }
+            answer = wire.answer_messages(client.post(base + "/mcp", json=call, headers=session))
+            assert answer[-1]["result"]["content"][0]["text"] == f"direct {rid}", answer
+        after = _calls_counted(base, "legacy")
+        assert after.get("legacy", 0) == before.get("legacy", 0) + 2
+        assert after.get("/mcp", 0) == before.get("/mcp", 0)
+        opened_there = logged(log, "aggregate_member_session_opened", server="legacy")
+        assert opened_there, "no session opened at the member's route"
+        ended = len(logged(log, "legacy_session_ended", server="legacy"))
+        assert client.delete(base + "/mcp", headers=session).status_code == 200
+    # The member's session ends with the client's.
+    deadline = time.monotonic() + 10
+    while len(logged(log, "legacy_session_ended", server="legacy")) <= ended:
+        assert time.monotonic() < deadline, "the member's session outlived the client's"
+        time.sleep(0.1)

@@ -84,6 +84,9 @@ class LegacySessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._sessions
+
     @property
     def held(self) -> int:
         """Sessions counted against MCP_SHIM_MAX_LEGACY_SESSIONS: open or being opened."""

@@ -23,18 +23,16 @@ bench/instructions.py --route aggregate counts its cost per call, against
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import MutableMapping
-from typing import Any, Final
+from typing import Final
 
-import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import jsonio
-from app.connection.link import ConnectionLink, connection_link
+from app.connection.link import connection_link
 from app.headers.header_values import BadHeaderValue, decode_header_value
 from app.servers.aggregate.aggregator import Aggregator
-from app.servers.aggregate.renaming import RENAMED, Renamer, RenamingSend
+from app.servers.aggregate.direct_legacy import LegacyDirect
+from app.servers.aggregate.member_call import MemberCall, Read, Seen, read_body, replaying
 from app.servers.aggregate.routing import Routed, route
 from app.upstream.modern.upstream import header_value
 from translators.registry import modern_versions
@@ -44,7 +42,6 @@ _METHOD_NAMES: Final = {m.encode(): m for m in _METHODS}
 _METHODS_B: Final = frozenset(_METHOD_NAMES)
 _VERSIONS: Final = frozenset(v.name.encode() for v in modern_versions())
 
-Read = list[MutableMapping[str, Any]]
 # (member, method, the body in the member's names, its Mcp-Name)
 Taken = tuple[str, str, bytes, bytes]
 
@@ -60,6 +57,7 @@ class Direct:
         apps: dict[str, ASGIApp],
         max_body_bytes: int,
         read_timeout_s: float,
+        legacy: LegacyDirect | None = None,
     ) -> None:
         self._top = top
         self._aggregator = aggregator
@@ -69,70 +67,58 @@ class Direct:
         self._roots = {name: "/servers/" + name for name in apps}
         self._limit = max_body_bytes
         self._read_timeout_s = read_timeout_s
+        self._legacy = legacy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         link = connection_link(scope)
-        named = None
-        if link is not None and scope["method"] == "POST":
-            named = call_name(scope["headers"])
-        if link is None or named is None:
+        seen = None if link is None else Seen(scope["headers"])
+        if link is None or seen is None or seen.repeated:
             await self._top(scope, receive, send)
             return
-        if link.body_complete:
-            # The whole body came with the head: nothing to time (app/routes/edge.py).
+        method = scope["method"]
+        legacy = self._legacy
+        if method != "POST" or not modern_call(seen):
+            if method == "POST" and legacy is not None:
+                await legacy.post(scope, receive, send, link, seen)
+            elif method == "DELETE" and legacy is not None:
+                await legacy.delete(scope, receive, send, seen)
+            else:
+                await self._top(scope, receive, send)
+            return
+        if link.body_complete:  # read_body's, inline: every modern call's
             first = await receive()
             read: Read = [first]
             body = first.get("body", b"")
-            if (
-                first["type"] != "http.request"
-                or first.get("more_body", False)
-                or len(body) > self._limit
-            ):
+            if first["type"] != "http.request" or first.get("more_body", False):
+                body = None
+            elif len(body) > self._limit:
                 body = None
         else:
-            read, body = await self._read(receive)
-        raw_name, raw_method, length = named
-        taken = None if body is None else self.taken(body, raw_name, raw_method)
+            read, body = await read_body(receive, False, self._limit, self._read_timeout_s)
+        raw_name, length = seen.name, seen.length
+        assert raw_name is not None and seen.method is not None
+        taken = None if body is None else self.taken(body, raw_name, seen.method)
         if taken is None:
-            await self._top(scope, _replaying(read, receive), send)
+            await self._top(scope, replaying(read, receive), send)
             return
-        member, method, renamed, bare = taken
-        call = _MemberCall(renamed, receive, send, link, (self._aggregator, member, method))
-        link.body_complete = True  # read whole, for the member's route too
+        member, call_method, renamed, bare = taken
+        # The scope is the member's from here: nothing else reads it.
+        headers = scope["headers"] = list(scope["headers"])
+        headers[headers.index((b"mcp-name", raw_name))] = (b"mcp-name", bare)
+        if length is not None:
+            headers.remove((b"content-length", length))
+        headers.append((b"content-length", b"%d" % len(renamed)))
+        scope["root_path"] = scope.get("root_path", "") + self._roots[member]
+        call = MemberCall(
+            renamed, receive, send, link, (self._aggregator, member, call_method, False)
+        )
+        # MemberCall.run, inline: every modern call's.
+        link.body_complete = True
         link.rewrite = call.rewrite
-        structlog.contextvars.bind_contextvars(server=member)
         try:
-            # The scope is the member's from here: nothing else reads it.
-            headers = scope["headers"] = list(scope["headers"])
-            headers[headers.index((b"mcp-name", raw_name))] = (b"mcp-name", bare)
-            if length is not None:
-                headers.remove((b"content-length", length))
-            headers.append((b"content-length", b"%d" % len(renamed)))
-            scope["root_path"] = scope.get("root_path", "") + self._roots[member]
             await self._apps[member](scope, call.receive, call.send)
         finally:
             link.rewrite = None
-
-    async def _read(self, receive: Receive) -> tuple[Read, bytes | None]:
-        """The messages read, and the whole body (None: not whole within the
-        bounds and the read timeout, or a disconnect: the graph reads on and
-        refuses as it does)."""
-        read: Read = []
-        size = 0
-        try:
-            async with asyncio.timeout(self._read_timeout_s):
-                while True:
-                    message = await receive()
-                    read.append(message)
-                    if message["type"] != "http.request":
-                        return read, None
-                    size += len(message.get("body", b""))
-                    if size > self._limit:
-                        return read, None
-                    if not message.get("more_body", False):
-                        return read, b"".join(m.get("body", b"") for m in read)
-        except TimeoutError:
-            return read, None
 
     def taken(self, body: bytes, name: bytes, method: bytes) -> Taken | None:
         """(member, method, the body in the member's names, its `Mcp-Name`);
@@ -181,31 +167,15 @@ class Direct:
         return routed.member, message["method"], renamed, bare
 
 
-def call_name(
-    headers: list[tuple[bytes, bytes]],
-) -> tuple[bytes, bytes, bytes | None] | None:
+def modern_call(seen: Seen) -> bool:
     """A 2026-07-28 client's `tools/call` or `prompts/get` outside any
-    session: its `Mcp-Name`, `Mcp-Method` and `Content-Length` as sent (None:
-    not such a request, or one of them repeated; the graph answers it)."""
-    version = name = method = length = None
-    for key, value in headers:
-        if key == b"mcp-name":
-            if name is not None:
-                return None
-            name = value
-        elif key == b"mcp-method":
-            method = value
-        elif key == b"mcp-protocol-version":
-            version = value
-        elif key == b"content-length":
-            if length is not None:
-                return None
-            length = value
-        elif key == b"mcp-session-id":
-            return None
-    if name is None or version not in _VERSIONS or method not in _METHODS_B:
-        return None
-    return name, method, length
+    session, its name in `Mcp-Name` (else the graph answers it)."""
+    return (
+        seen.raw_session is None
+        and seen.name is not None
+        and seen.version in _VERSIONS
+        and seen.method in _METHODS_B
+    )
 
 
 def agrees(raw: bytes, name: str) -> bool:
@@ -215,64 +185,3 @@ def agrees(raw: bytes, name: str) -> bool:
         return decode_header_value(raw.decode("latin-1").strip(" \t")) == name
     except BadHeaderValue:
         return False
-
-
-def _replaying(read: Read, receive: Receive) -> Receive:
-    """`receive` with the messages already read handed out first again."""
-    pending: Read = list(reversed(read))
-
-    async def replay() -> MutableMapping[str, Any]:
-        if pending:
-            return pending.pop()
-        message: MutableMapping[str, Any] = await receive()
-        return message
-
-    return replay
-
-
-class _MemberCall:
-    """The member route's ASGI receive and send for one call: the renamed
-    body, then the client's own receive (its disconnect); the answer renamed
-    on its way (renaming.py), written whole on the client's connection when
-    it can be (`rewrite`, ConnectionLink.write_whole)."""
-
-    __slots__ = ("_body", "_link", "_receive", "_renamer", "_renaming", "_send", "_sending")
-
-    def __init__(
-        self,
-        body: bytes,
-        receive: Receive,
-        send: Send,
-        link: ConnectionLink,
-        renaming: tuple[Aggregator, str, str],
-    ) -> None:
-        self._body: bytes | None = body
-        self._receive = receive
-        self._send = send
-        self._link = link
-        self._renaming = renaming
-        self._renamer: Renamer | None = None
-        self._sending: RenamingSend | None = None
-
-    def renamer(self) -> Renamer:
-        if self._renamer is None:
-            aggregator, member, method = self._renaming
-            self._renamer = Renamer(aggregator.sealer, member, aggregator.owners, method)
-        return self._renamer
-
-    def rewrite(self, body: bytes) -> bytes:
-        if RENAMED.search(body) is None:  # renaming.py `may_rename`, inline: every call's
-            return body
-        return self.renamer().body(body)
-
-    async def receive(self) -> MutableMapping[str, Any]:
-        body, self._body = self._body, None
-        if body is not None:
-            return {"type": "http.request", "body": body, "more_body": False}
-        message: MutableMapping[str, Any] = await self._receive()
-        return message
-
-    async def send(self, event: MutableMapping[str, Any]) -> None:
-        if self._sending is None:
-            self._sending = RenamingSend(self.renamer(), self._link, self._send)
-        await self._sending(event)

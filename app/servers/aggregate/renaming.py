@@ -40,17 +40,32 @@ def may_rename(body: bytes) -> bool:
 class Renamer:
     """One call's answer messages as the aggregate shows them."""
 
-    def __init__(self, sealer: Sealer, member: str, owners: Owners, method: str) -> None:
+    def __init__(
+        self,
+        sealer: Sealer,
+        member: str,
+        owners: Owners,
+        method: str,
+        *,
+        server_requests: bool = False,
+    ) -> None:
         self._scope = answers.Scope(sealer, member, owners)
         self._member = member
         self._method = method
+        # A legacy session's answer may carry the member's requests to the
+        # client: their ids made the aggregate's (`server_request_id`).
+        self._server_requests = server_requests
         self._events = bytearray()
 
     def message(self, message: Message) -> Message | None:
         """One message renamed; the same object when nothing changes; None
         when it is the aggregate's own business (answers.notification)."""
         try:
-            if "method" in message and "id" not in message:
+            if "method" in message and "id" in message:
+                if not self._server_requests:
+                    return message
+                return {**message, "id": server_request_id(self._member, message["id"])}
+            if "method" in message:
                 note = answers.notification(self._scope, message)
                 return None if note is None else (message if note is message else dict(note))
             result = message.get("result")
@@ -105,6 +120,27 @@ class Renamer:
             return b""
         kept = [line for line in lines if not line.startswith(b"data:")]
         return b"\n".join([*kept, b"data: " + jsonio.dumps(out)]) + b"\n\n"
+
+
+# A member's request to a legacy client, as the aggregate sends it: the
+# member's name and its own id, so the client's answer finds both.
+SERVER_REQUEST: Final = "mcp-shim:"
+
+
+def server_request_id(member: str, request_id: Any) -> str:
+    return f"{SERVER_REQUEST}{member}:{jsonio.dumps(request_id).decode()}"
+
+
+def opened_request_id(value: Any) -> tuple[str, Any] | None:
+    """(member, its own id) of an id `server_request_id` made; None: not one."""
+    if not isinstance(value, str) or not value.startswith(SERVER_REQUEST):
+        return None
+    member, colon, rest = value[len(SERVER_REQUEST) :].partition(":")
+    try:
+        own = jsonio.loads(rest) if colon and member else None
+    except jsonio.JSONDecodeError:
+        return None
+    return (member, own) if isinstance(own, str | int) and not isinstance(own, bool) else None
 
 
 class RenamingSend:

@@ -21,6 +21,7 @@ from app.config import Settings
 from app.metrics import Metrics
 from app.servers.aggregate.build import Built, build, top_settings
 from app.servers.aggregate.direct import Direct
+from app.servers.aggregate.direct_legacy import LegacyDirect
 from app.servers.aggregate.endpoint import PATH
 from app.servers.aggregate.loopback import LoopbackClient
 from app.serving.server import GatewayApp, create_app
@@ -54,9 +55,9 @@ class Aggregate:
         members = {n: a for n, a in (apps or {}).items() if n in aggregator.table().members}
         self.mcp: ASGIApp = self.app
         if members:
-            self.mcp = Direct(
-                self.app, aggregator, members, settings.max_body_bytes, settings.read_timeout_s
-            )
+            limits = (settings.max_body_bytes, settings.read_timeout_s)
+            legacy = LegacyDirect(self.app, aggregator, members, *limits)
+            self.mcp = Direct(self.app, aggregator, members, *limits, legacy)
 
     def route(self, path: str) -> ASGIApp | None:
         """What serves `path`, when the aggregate does."""

@@ -19,9 +19,15 @@ from app.cluster.sealing import Sealer
 from app.connection.link import LINK, ConnectionLink
 from app.servers.aggregate import sealed
 from app.servers.aggregate.aggregator import Aggregator
-from app.servers.aggregate.direct import Direct, agrees, call_name
+from app.servers.aggregate.direct import Direct, agrees, modern_call
+from app.servers.aggregate.member_call import Seen
 from app.servers.aggregate.members import Member
-from app.servers.aggregate.renaming import Renamer, may_rename
+from app.servers.aggregate.renaming import (
+    Renamer,
+    may_rename,
+    opened_request_id,
+    server_request_id,
+)
 from app.servers.aggregate.uris import Owners, made
 from tests.unit.servers.test_aggregate_aggregator import Link, tools
 
@@ -66,10 +72,16 @@ def _headers(**changed: bytes | None) -> list[tuple[bytes, bytes]]:
 # -- which requests the shortcut takes ---------------------------------------
 
 
-def test_call_name_of_a_modern_call() -> None:
-    assert call_name(_headers()) == (b"a__echo", b"tools/call", b"0")
-    prompt = _headers(mcp_method=b"prompts/get")
-    assert call_name(prompt) == (b"a__echo", b"prompts/get", b"0")
+def test_the_headers_of_a_modern_call() -> None:
+    seen = Seen(_headers())
+    assert modern_call(seen)
+    assert (seen.name, seen.method, seen.length, seen.repeated) == (
+        b"a__echo",
+        b"tools/call",
+        b"0",
+        False,
+    )
+    assert modern_call(Seen(_headers(mcp_method=b"prompts/get")))
 
 
 @pytest.mark.parametrize(
@@ -86,7 +98,8 @@ def test_call_name_of_a_modern_call() -> None:
     ],
 )
 def test_not_a_call_for_the_shortcut(headers: list[tuple[bytes, bytes]]) -> None:
-    assert call_name(headers) is None
+    seen = Seen(headers)
+    assert seen.repeated or not modern_call(seen)
 
 
 def test_mcp_name_agrees_plain_or_base64() -> None:
@@ -302,3 +315,36 @@ async def test_everything_else_reaches_the_graph_as_it_came(
     assert top.scope["root_path"] == "" and dict(top.scope["headers"]).get(b"mcp-name") == dict(
         headers
     ).get(b"mcp-name")
+
+
+# -- a legacy session's answer: the member's requests to the client ------------
+
+
+@pytest.mark.parametrize("own", [0, 17, "e-1", 'a:"b"'])
+def test_a_members_request_id_names_it_and_comes_back(own: Any) -> None:
+    made_id = server_request_id("a", own)
+    assert opened_request_id(made_id) == ("a", own)
+
+
+@pytest.mark.parametrize(
+    "value", [5, "5", "mcp-shim:", "mcp-shim:a", "mcp-shim:a:", "mcp-shim:a:[1]", "mcp-shim::1"]
+)
+def test_not_an_id_the_aggregate_made(value: Any) -> None:
+    assert opened_request_id(value) is None
+
+
+def test_a_members_request_in_a_legacy_answer_gets_the_aggregates_id() -> None:
+    renamer = Renamer(
+        Sealer([os.urandom(32)]), "a", Owners(order=("a",)), "tools/call", server_requests=True
+    )
+    ask = {"jsonrpc": "2.0", "id": 3, "method": "elicitation/create", "params": {}}
+    final = {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}
+    stream = b"".join(b"event: message\ndata: " + _compact(m) + b"\n\n" for m in (ask, final))
+    events = [
+        json.loads(e.split(b"data: ")[1]) for e in renamer.events(stream, True).split(b"\n\n") if e
+    ]
+    assert events[0] == {**ask, "id": server_request_id("a", 3)}
+    assert events[1] == final
+    # Not in a modern answer: a stateless answer carries no request of the member's.
+    modern = Renamer(Sealer([os.urandom(32)]), "a", Owners(order=("a",)), "tools/call")
+    assert modern.message(ask) is ask
