@@ -174,7 +174,10 @@ class LegacyDirect:
             opened = opened_request_id(message.get("id"))
             if opened is None or opened[0] not in self._apps:
                 return None
-            return opened[0], jsonio.dumps({**message, "id": opened[1]}), ""
+            try:
+                return opened[0], jsonio.dumps({**message, "id": opened[1]}), ""
+            except TypeError:
+                return None
         params = message.get("params")
         if method not in _CALLS or "id" not in message or type(params) is not dict:
             return None
@@ -185,7 +188,10 @@ class LegacyDirect:
         if not sep or not bare or member not in self._apps:
             return None
         params["name"] = bare  # `message` is this call's own, parsed from its body
-        return member, jsonio.dumps(message), method
+        try:
+            return member, jsonio.dumps(message), method
+        except TypeError:  # deeper than the serialiser goes: the graph refuses it
+            return None
 
     # -- the member sessions ---------------------------------------------------
 
@@ -204,8 +210,9 @@ class LegacyDirect:
             if own is None or (own and own in self._sessions_of(member, self._apps[member])):
                 return own
             own = await self._open(scope, client, member, seen.raw_authorization)
-            client.members[member] = own
-            return own
+            if own != "":  # "": refused for now (a bound): asked again at the next call
+                client.members[member] = own
+            return own or None
 
     def _in_member(self, member: str) -> ASGIApp:
         """`member`'s route app for a request of the gateway's own, its log
@@ -221,6 +228,8 @@ class LegacyDirect:
     async def _open(
         self, scope: Scope, client: _Client, member: str, auth: bytes | None
     ) -> str | None:
+        """A session at `member` for this client session; None: the member
+        agreed another version; "": refused now."""
         app = self._in_member(member)
         host = _header(scope["headers"], b"host") or b"localhost"
         raw = [(b"host", host), (b"accept", _ACCEPT), (b"content-type", b"application/json")]
@@ -244,7 +253,9 @@ class LegacyDirect:
                 status=answer.status_code,
                 version=agreed,
             )
-            return None
+            # Another version: this client session's calls of it go through the
+            # top-level graph from now on; anything else is asked again next time.
+            return None if answer.status_code == 200 and own is not None else ""
         raw += [
             (_SESSION, own.encode("latin-1")),
             (b"mcp-protocol-version", client.version.encode()),
