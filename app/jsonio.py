@@ -22,6 +22,12 @@ def dumps(obj: Any) -> bytes:
     return splice.dumps(obj)
 
 
+def dumps_parsed(obj: Any) -> bytes:
+    """A message parsed from a client's bytes by `loads` (no answer's strings
+    spliced in), serialised again: orjson alone."""
+    return orjson.dumps(obj)
+
+
 def dumps_sorted(obj: Any) -> bytes:
     """Canonical form for keys and digests: key order must not matter."""
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)

@@ -13,18 +13,18 @@ processes (MCP_SHIM_WORKERS). wrk (`-t1 -cC`, bench/call.lua) sends a
 
 - the single-server gateway's `/mcp`;
 - the named route `/servers/a/mcp`;
-- the aggregated `/mcp`, tool `a__echo`: a modern call goes straight to the
-  member's route (app/servers/aggregate/direct.py), a legacy client's through
-  the top-level graph, the aggregate's endpoint and the member's route, all
-  in the one gateway process (app/servers/aggregate/);
-- the named route with `--workers` processes (CPU of the whole process tree:
-  supervisor and workers).
+- the aggregated `/mcp`, tool `a__echo`, handed straight to the member's
+  route: a modern client's call as it is (app/servers/aggregate/direct.py), a
+  legacy client's in a session the gateway opened at the member's route for
+  the client's session (direct_legacy.py);
+- the same three with `--workers` processes (CPU of the whole process tree:
+  supervisor and workers), against the single-server gateway run so.
 
 Each cell runs `--passes` times, the rows' order reversed on every other
 pass. Printed per row: req/s (the best pass), p50/p99, the gateway's CPU per
 call from /proc (utime + stime over the calls wrk completed; the lowest and
 highest pass) and its median over the passes against the single-server
-gateway's of the same client era.
+gateway's of the same client era and process model.
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ def main() -> None:
         top, many = stack.enter_context(
             common.gateway(None, "bench-agg-many.log", MCP_SHIM_SERVERS=servers)
         )
+        single_n, one_n = stack.enter_context(
+            common.gateway(fast_url, "bench-agg-single-workers.log", MCP_SHIM_WORKERS=str(n))
+        )
         top_n, by_n = stack.enter_context(
             common.gateway(
                 None, "bench-agg-workers.log", MCP_SHIM_SERVERS=servers, MCP_SHIM_WORKERS=str(n)
@@ -88,7 +91,15 @@ def main() -> None:
                 (_route(f"{era} -> single gateway", single, modern, one.pid, "echo"), "echo"),
                 (_route(f"{era} -> named route", named, modern, many.pid, "echo"), "echo"),
                 (_route(f"{era} -> aggregate /mcp", top, modern, many.pid, "a__echo"), "a__echo"),
+                (
+                    _route(f"{era} -> single, {n} workers", single_n, modern, one_n.pid, "echo"),
+                    "echo",
+                ),
                 (_route(f"{era} -> named, {n} workers", named_n, modern, by_n.pid, "echo"), "echo"),
+                (
+                    _route(f"{era} -> aggregate, {n} workers", top_n, modern, by_n.pid, "a__echo"),
+                    "a__echo",
+                ),
             ]
         for route, _ in rows:
             route.upstream_pid = fast.pid
@@ -115,16 +126,18 @@ def _print(rows: list[tuple[wrk.Route, str]], concurrencies: list[int], args: ob
         f"{'path':<30} {'c':>3} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'CPU us/call':>13} {'median':>7} {'x single':>8}"
     )
-    singles: dict[tuple[bool, int], float] = {}
+    # Each row against the single-server gateway of its client era and process model.
+    singles: dict[tuple[bool, bool, int], float] = {}
     for route, _ in rows:
+        workers = "workers" in route.name
         for c in concurrencies:
             runs = route.runs[c]
             best = max(runs, key=lambda r: r["rps"])
             cpu = [r["cpu_us"] for r in runs]
             median = statistics.median(cpu)
-            if route.name.endswith("single gateway"):
-                singles[(route.modern, c)] = median
-            ratio = median / singles[(route.modern, c)]
+            if "single" in route.name:
+                singles[(route.modern, workers, c)] = median
+            ratio = median / singles[(route.modern, workers, c)]
             print(
                 f"{route.name:<30} {c:>3} {best['rps']:>7,.0f} {best['p50_ms']:>7.2f} "
                 f"{best['p99_ms']:>7.2f} {min(cpu):>6.0f}-{max(cpu):<6.0f} {median:>7.0f} "

@@ -111,7 +111,14 @@ class LegacyDirect:
                 body = None
         else:
             read, body = await read_body(receive, False, self._limit, self._read_timeout_s)
-        message = _message(body, self._limit)
+        message = None  # _message(body), inline: every call's
+        if body is not None and len(body) <= self._limit:
+            try:
+                message = jsonio.loads(body)
+            except jsonio.JSONDecodeError:
+                pass
+            if type(message) is not dict:
+                message = None
         routed = None if message is None or client is None else self._routed(message)
         if routed is None:
             replay = replaying(read, receive)
@@ -125,19 +132,26 @@ class LegacyDirect:
             return
         assert client is not None
         member, body, method = routed
-        sessions = self._top_sessions()
+        sessions = self._sessions.get("")
+        if sessions is None:
+            sessions = self._top_sessions()
         session = None if sessions is None else sessions.find(session_id, seen.authorization)
         own = client.members.get(member, "")
         if session is not None:
             session.last_used = time.monotonic()  # in use, though at a member
-            if own == "" or (own and own not in self._sessions_of(member, self._apps[member])):
+            store = self._sessions.get(member)
+            if store is None:
+                store = self._sessions_of(member, self._apps[member])
+            if own == "" or (own and own not in store):
                 own = await self._member_session(scope, client, member, seen)
         if session is None or not own:
             # Ended, another credential's, or a member not reached this way:
             # the graph answers it as it does.
             await self._top(scope, replaying(read, receive), send)
             return
-        headers = scope["headers"] = list(scope["headers"])
+        headers = scope["headers"]
+        if type(headers) is not list:
+            headers = scope["headers"] = list(headers)
         headers[headers.index((_SESSION, seen.raw_session))] = (_SESSION, own.encode("latin-1"))
         if seen.length is not None:
             headers.remove((b"content-length", seen.length))
@@ -175,7 +189,7 @@ class LegacyDirect:
             if opened is None or opened[0] not in self._apps:
                 return None
             try:
-                return opened[0], jsonio.dumps({**message, "id": opened[1]}), ""
+                return opened[0], jsonio.dumps_parsed({**message, "id": opened[1]}), ""
             except TypeError:
                 return None
         params = message.get("params")
@@ -189,7 +203,7 @@ class LegacyDirect:
             return None
         params["name"] = bare  # `message` is this call's own, parsed from its body
         try:
-            return member, jsonio.dumps(message), method
+            return member, jsonio.dumps_parsed(message), method
         except TypeError:  # deeper than the serialiser goes: the graph refuses it
             return None
 
@@ -386,16 +400,6 @@ def _header(headers: Any, name: bytes) -> bytes | None:
 
 def _notification(message: Message) -> bool:
     return "id" not in message and isinstance(message.get("method"), str)
-
-
-def _message(body: bytes | None, limit: int) -> Message | None:
-    if body is None or len(body) > limit:
-        return None
-    try:
-        message = jsonio.loads(body)
-    except jsonio.JSONDecodeError:
-        return None
-    return message if isinstance(message, dict) else None
 
 
 def _result(content_type: str, body: bytes) -> dict[str, Any] | None:

@@ -28,12 +28,14 @@ class Seen:
     `Mcp-Name`), a legacy session's, the credential and the length."""
 
     __slots__ = (
+        "authorization",
         "length",
         "method",
         "name",
         "raw_authorization",
         "raw_session",
         "repeated",
+        "session",
         "version",
     )
 
@@ -61,16 +63,8 @@ class Seen:
         self.raw_session: bytes | None = session
         self.raw_authorization: bytes | None = authorization
         self.repeated = repeated
-
-    @property
-    def session(self) -> str | None:
-        raw = self.raw_session
-        return None if raw is None else raw.decode("latin-1")
-
-    @property
-    def authorization(self) -> str | None:
-        raw = self.raw_authorization
-        return None if raw is None else raw.decode("latin-1")
+        self.session = None if session is None else session.decode("latin-1")
+        self.authorization = None if authorization is None else authorization.decode("latin-1")
 
 
 async def read_body(
