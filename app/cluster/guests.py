@@ -117,6 +117,11 @@ class GuestCopies:
                 await self._toucher
         self._guests.clear()
 
+    def refuse_joins(self) -> None:
+        """Serve no other replica's session here: each is relayed (or its
+        connection handed over) to its owner."""
+        self._notes = None
+
     @property
     def joins(self) -> bool:
         """This process may serve other replicas' sessions on guest copies."""

@@ -206,6 +206,10 @@ class ReplicaRelay:
         self.observer: Callable[[str, str, float, bool], None] | None = None
         # Sibling workers reached by handing them the connection (app/serving/handoff.py).
         self.handoff: Handoff | None = None
+        # The sessions relayed are served best where they were opened (a stdio
+        # server's process; the aggregated /mcp's calls at its members): the
+        # serving layer gives this relay the hand-over.
+        self.hand_over = False
 
     @property
     def request_timeout_s(self) -> float:

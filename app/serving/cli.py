@@ -69,7 +69,7 @@ class GracefulServer(uvicorn.Server):
             self._handoff.start(self._create_protocol())
             board = self._siblings.board if self._siblings is not None else None
             for index, wired in enumerate(graphs):
-                if wired.settings.upstream_command is not None:
+                if wired.settings.upstream_command is not None or wired.replicas.relay.hand_over:
                     # A stdio session's requests go to the worker running its server.
                     wired.replicas.relay.handoff = self._handoff
                 if board is not None:

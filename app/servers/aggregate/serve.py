@@ -78,6 +78,12 @@ class Aggregate:
         part = wiring.Part(route="", env={}, client=client.as_client())
         try:
             async with wiring.running(self.settings, self.app.state.metrics, part) as wired:
+                if self.mcp is not self.app:
+                    # A legacy client session's calls are served straight at the
+                    # members by the worker that opened it (direct_legacy.py):
+                    # another worker hands the connection to it, no guest copy.
+                    wired.legacy_sessions.copies.refuse_joins()
+                    wired.replicas.relay.hand_over = True
                 self.app.state.wiring = wired
                 try:
                     yield
