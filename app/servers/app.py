@@ -29,7 +29,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from app import metrics
-from app.cluster.replicas import NOTE_PATH
 from app.config import Settings
 from app.fronts.shared.auth import WELL_KNOWN
 from app.rejections import INVALID_REQUEST, Rejection
@@ -59,10 +58,8 @@ class ServersApp(GatewayApp):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             if self.aggregate is not None:
-                path = scope["path"]
-                # The aggregated /mcp's graph owns its legacy sessions under the
-                # worker's own URL (no route): other workers' notes reach it there.
-                served = self.aggregate.app if path == NOTE_PATH else self.aggregate.route(path)
+                # `/mcp`, its HTTP+SSE paths, its notes (app/servers/aggregate/serve.py).
+                served = self.aggregate.paths.get(scope["path"])
                 if served is not None:
                     await served(scope, receive, send)
                     return

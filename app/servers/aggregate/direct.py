@@ -140,15 +140,17 @@ class Direct:
         if (
             member is None
             or not bare
-            or b'"' in name
-            or b"\\" in body  # an escape: the name may be spelled otherwise
+            # An escape: the name may be spelled otherwise (a quote in it, too).
+            or b"\\" in body
             or b'"requestState"' in body  # a retry: opened by routing.py
         ):
             return self._parsed(body, name)
         quoted = b'"' + name + b'"'
-        if body.count(quoted) != 1 or b'"name":' + quoted not in body:
+        if body.count(quoted) != 1:
             return self._parsed(body, name)
-        renamed = body.replace(quoted, b'"' + bare + b'"')
+        renamed = body.replace(b'"name":' + quoted, b'"name":"' + bare + b'"')
+        if len(renamed) == len(body):  # not as the name's member: another spelling
+            return self._parsed(body, name)
         return member, _METHOD_NAMES[method], renamed, bare
 
     def _parsed(self, body: bytes, raw_name: bytes) -> Taken | None:

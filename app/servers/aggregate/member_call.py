@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.connection.link import ConnectionLink
 from app.servers.aggregate.aggregator import Aggregator
-from app.servers.aggregate.renaming import RENAMED, Renamer, RenamingSend
+from app.servers.aggregate.renaming import Renamer, RenamingSend
 from app.servers.aggregate.uris import SCHEME
 
 SCHEME_BYTES: Final = SCHEME.encode()
@@ -158,13 +158,17 @@ class MemberCall:
 
     def rewrite(self, body: bytes) -> bytes:
         aggregator, member, _, legacy = self._renaming
-        if legacy:
-            # A legacy session's answer holds no sealed value (no requestState;
-            # task-augmented calls are the graph's): only resource URIs the
-            # aggregate shows otherwise (uris.py `Owners.outward`) change.
-            if not aggregator.owners.renamed.get(member) and SCHEME_BYTES not in body:
-                return body
-        elif RENAMED.search(body) is None:  # renaming.py `may_rename`: every call's
+        # Most answers hold nothing to rename, told from their bytes (memchr
+        # speed, whatever their size): no resource URI the aggregate shows
+        # otherwise (uris.py `Owners.outward`: a member's URI in the gateway's
+        # scheme, or one two members share) and no sealed value (a modern
+        # retry's requestState, a task id; a legacy session's answer has none:
+        # its task-augmented calls are the graph's).
+        if (
+            not aggregator.owners.renamed.get(member)
+            and SCHEME_BYTES not in body
+            and (legacy or (b'"requestState"' not in body and b'"taskId"' not in body))
+        ):
             return body
         return self.renamer().body(body)
 

@@ -10,7 +10,6 @@ values answers.py renames pass as they are, unparsed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import MutableMapping
 from typing import Any, Final
 
@@ -27,14 +26,11 @@ from app.servers.aggregate.uris import Owners
 _FRAMING: Final = frozenset({b"content-length", b"transfer-encoding"})
 
 
-# What answers.py `result` renames: sealed values and resource URIs.
-RENAMED: Final = re.compile(rb'"(?:requestState|taskId|resource)')
-
-
 def may_rename(body: bytes) -> bool:
-    """Whether a result's bytes may hold what answers.py `result` renames (a
-    false positive only costs a parse)."""
-    return RENAMED.search(body) is not None
+    """Whether a result's bytes may hold what answers.py `result` renames:
+    sealed values and resource URIs (a false positive only costs a parse;
+    each test a memchr-speed scan, whatever the answer's size)."""
+    return b'"requestState"' in body or b'"taskId"' in body or b'"resource' in body
 
 
 class Renamer:

@@ -17,6 +17,7 @@ from typing import Final
 from starlette.types import ASGIApp
 
 from app import wiring
+from app.cluster.replicas import NOTE_PATH
 from app.config import Settings
 from app.metrics import Metrics
 from app.servers.aggregate.build import Built, build, top_settings
@@ -58,16 +59,17 @@ class Aggregate:
             limits = (settings.max_body_bytes, settings.read_timeout_s)
             legacy = LegacyDirect(self.app, aggregator, members, *limits)
             self.mcp = Direct(self.app, aggregator, members, *limits, legacy)
+        # What the aggregate serves, by path: one lookup per request.
+        self.paths: dict[str, ASGIApp] = {p: self.app for p in TOP_PATHS}
+        self.paths["/mcp"] = self.mcp
+        self.paths[PATH] = self.built.endpoint
+        # The aggregated /mcp's graph owns its legacy sessions under the
+        # worker's own URL (no route): other workers' notes reach it there.
+        self.paths[NOTE_PATH] = self.app
 
     def route(self, path: str) -> ASGIApp | None:
         """What serves `path`, when the aggregate does."""
-        if path == PATH:
-            return self.built.endpoint
-        if path == "/mcp":
-            return self.mcp
-        if path in TOP_PATHS:
-            return self.app
-        return None
+        return self.paths.get(path)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
