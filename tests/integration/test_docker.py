@@ -513,13 +513,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     assert len(wheels) == 1, wheels
 
     venv = work / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], timeout=120, env=_tool_env(), cwd=work)
+    # No pip of its own (ensurepip's install costs 4 CPU-seconds): the dev
+    # environment's pip installs into it (`pip --python`).
+    _run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        timeout=120,
+        env=_tool_env(),
+        cwd=work,
+    )
     # Dependencies come from PyPI through pip's cache, as in the image's builder stage.
     _run(
         [
-            str(venv / "bin" / "python"),
+            sys.executable,
             "-m",
             "pip",
+            "--python",
+            str(venv / "bin" / "python"),
             "install",
             "--disable-pip-version-check",
             "--no-warn-script-location",

@@ -4,8 +4,10 @@ The development machines have the spec and the peers next to the working
 tree; a user's clone has neither. This clones the committed HEAD into an
 empty temporary folder and, with the clone as the current directory and
 pytest's rootdir, collects the whole suite (no error, as many tests as the
-working tree) and runs the unit tests. The peers (.peers) are absent there:
-collection must not need them, only running the integration tests does.
+working tree) and runs the unit tests, in one pytest run: the integration
+tests are collected and deselected, so the run's summary counts them. The
+peers (.peers) are absent there: collection must not need them, only running
+the integration tests does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
 _COLLECTED = re.compile(r"^(\d+) tests? collected", re.MULTILINE)
+# Every outcome of a collected test that a passing run's last line can count.
+_COUNTED = re.compile(r"(\d+) (passed|skipped|xfailed|xpassed|deselected)\b")
 
 
 def _env() -> dict[str, str]:
@@ -84,17 +88,30 @@ def test_a_fresh_clone_collects_the_suite_and_passes_its_unit_tests(tmp_path: Pa
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(clone), where.stdout
 
-    in_clone = _collect(clone)
+    # The whole suite collected (an error there fails the run), the unit tests run.
+    unit = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(clone),
+            "--deselect",
+            "tests/integration/",
+        ],
+        clone,
+    )
+    output = unit.stdout + unit.stderr
+    assert unit.returncode == 0, f"the unit tests fail in a fresh clone:\n{output[-4000:]}"
+    summary = unit.stdout.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", summary), unit.stdout[-2000:]
+    assert re.search(r"\d+ deselected", summary), unit.stdout[-2000:]
+    in_clone = sum(int(n) for n, _ in _COUNTED.findall(summary))
     in_tree = _collect(ROOT)
     assert in_clone == in_tree, (
         f"a fresh clone collects {in_clone} tests, the working tree {in_tree}. "
         "A clone gets only what is committed; uncommitted here:\n" + (_uncommitted() or "(none)")
     )
-
-    unit = _run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"], clone
-    )
-    assert unit.returncode == 0, (
-        f"the unit tests fail in a fresh clone:\n{(unit.stdout + unit.stderr)[-4000:]}"
-    )
-    assert re.search(r"\d+ passed", unit.stdout), unit.stdout[-2000:]
