@@ -41,6 +41,7 @@ from tests.integration import wire
 from tests.integration.everything import EVERYTHING
 from tests.integration.test_tasks_modern import modern, settled
 from tests.integration.test_workers import Workers, _up, descendants, lines, started_at
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.peers
 
@@ -308,7 +309,11 @@ def test_an_http_sse_channel_s_posts_reach_its_owner_on_its_route(two: Many, nam
         assert answer.get("result", {}).get("protocolVersion") == "2024-11-05", (kind, data)
     # Relayed over HTTP; over stdio its connection handed to the owner instead.
     moved = "replica_handed_off" if name == "stdio" else "replica_relayed"
-    crossed = events(two, moved, start, worker=1, owned="sse_channel")
+    # The relay's line is written as its answer ends: after the client has it.
+    crossed = until_sync(
+        lambda: events(two, moved, start, worker=1, owned="sse_channel"),
+        what=f"worker 1's {moved} line for the channel",
+    )
     assert [line["server"] for line in crossed] == [name], crossed
 
 

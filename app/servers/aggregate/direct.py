@@ -32,7 +32,13 @@ from app.connection.link import connection_link
 from app.headers.header_values import BadHeaderValue, decode_header_value
 from app.servers.aggregate.aggregator import Aggregator
 from app.servers.aggregate.direct_legacy import LegacyDirect
-from app.servers.aggregate.member_call import MemberCall, Read, Seen, read_body, replaying
+from app.servers.aggregate.member_call import (
+    MemberCall,
+    Seen,
+    into_member,
+    read_body,
+    replaying,
+)
 from app.servers.aggregate.routing import Routed, route
 from app.upstream.modern.upstream import header_value
 from translators.registry import modern_versions
@@ -77,13 +83,7 @@ class Direct:
             return
         method = scope["method"]
         legacy = self._legacy
-        if (  # modern_call(seen), inline: every call's
-            method != "POST"
-            or seen.raw_session is not None
-            or seen.name is None
-            or seen.version not in _VERSIONS
-            or seen.method not in _METHODS_B
-        ):
+        if method != "POST" or not modern_call(seen):
             if method == "POST" and legacy is not None:
                 await legacy.post(scope, receive, send, link, seen)
             elif method == "DELETE" and legacy is not None:
@@ -91,42 +91,18 @@ class Direct:
             else:
                 await self._top(scope, receive, send)
             return
-        if link.body_complete:  # read_body's, inline: every modern call's
-            first = await receive()
-            read: Read = [first]
-            body = first.get("body", b"")
-            if first["type"] != "http.request" or first.get("more_body", False):
-                body = None
-            elif len(body) > self._limit:
-                body = None
-        else:
-            read, body = await read_body(receive, False, self._limit, self._read_timeout_s)
-        raw_name, length = seen.name, seen.length
+        read, body = await read_body(receive, link.body_complete, self._limit, self._read_timeout_s)
+        raw_name = seen.name
         assert raw_name is not None and seen.method is not None
         taken = None if body is None else self.taken(body, raw_name, seen.method)
         if taken is None:
             await self._top(scope, replaying(read, receive), send)
             return
         member, call_method, renamed, bare = taken
-        # The scope is the member's from here: nothing else reads it.
-        headers = scope["headers"]
-        if type(headers) is not list:
-            headers = scope["headers"] = list(headers)
-        headers[headers.index((b"mcp-name", raw_name))] = (b"mcp-name", bare)
-        if length is not None:
-            headers.remove((b"content-length", length))
-        headers.append((b"content-length", b"%d" % len(renamed)))
-        scope["root_path"] = scope.get("root_path", "") + self._roots[member]
-        call = MemberCall(
-            renamed, receive, send, link, (self._aggregator, member, call_method, False)
-        )
-        # MemberCall.run, inline: every modern call's.
-        link.body_complete = True
-        link.rewrite = call.rewrite
-        try:
-            await self._apps[member](scope, call.receive, call.send)
-        finally:
-            link.rewrite = None
+        swapped = (b"mcp-name", raw_name, bare)
+        into_member(scope, self._roots[member], swapped, seen.length, len(renamed))
+        renaming = (self._aggregator, member, call_method, False)
+        await MemberCall(renamed, receive, send, link, renaming).run(self._apps[member], scope)
 
     def taken(self, body: bytes, name: bytes, method: bytes) -> Taken | None:
         """(member, method, the body in the member's names, its `Mcp-Name`);

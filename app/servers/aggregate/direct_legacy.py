@@ -36,7 +36,13 @@ from app.call import Message
 from app.connection.link import LINK, ConnectionLink
 from app.servers.aggregate.aggregator import Aggregator
 from app.servers.aggregate.inprocess import call_app, post_scope
-from app.servers.aggregate.member_call import MemberCall, Read, Seen, read_body, replaying
+from app.servers.aggregate.member_call import (
+    MemberCall,
+    Seen,
+    into_member,
+    read_body,
+    replaying,
+)
 from app.servers.aggregate.renaming import opened_request_id
 
 log = structlog.get_logger("mcp_shim.aggregate")
@@ -95,6 +101,11 @@ class LegacyDirect:
                 self._sessions[name] = found
         return found
 
+    def _alive(self, member: str, own: str) -> bool:
+        """`own` is still a session of `member`'s route."""
+        store = self._sessions_of(member, self._apps[member])
+        return store is not None and own in store
+
     async def post(
         self, scope: Scope, receive: Receive, send: Send, link: ConnectionLink, seen: Seen
     ) -> None:
@@ -103,16 +114,9 @@ class LegacyDirect:
         if session_id is not None and client is None:
             await self._top(scope, receive, send)  # not a session this worker saw open
             return
-        if link.body_complete:  # read_body's, inline: every call's
-            first = await receive()
-            read: Read = [first]
-            body = first.get("body", b"")
-            if first["type"] != "http.request" or first.get("more_body", False):
-                body = None
-        else:
-            read, body = await read_body(receive, False, self._limit, self._read_timeout_s)
-        message = None  # _message(body), inline: every call's
-        if body is not None and len(body) <= self._limit:
+        read, body = await read_body(receive, link.body_complete, self._limit, self._read_timeout_s)
+        message = None
+        if body is not None:
             try:
                 message = jsonio.loads(body)
             except jsonio.JSONDecodeError:
@@ -132,39 +136,22 @@ class LegacyDirect:
             return
         assert client is not None
         member, body, method = routed
-        sessions = self._sessions.get("")
-        if sessions is None:
-            sessions = self._top_sessions()
+        sessions = self._top_sessions()
         session = None if sessions is None else sessions.find(session_id, seen.authorization)
         own = client.members.get(member, "")
         if session is not None:
             session.last_used = time.monotonic()  # in use, though at a member
-            store = self._sessions.get(member)
-            if store is None:
-                store = self._sessions_of(member, self._apps[member])
-            if own == "" or (own and own not in store):
+            if own == "" or (own and not self._alive(member, own)):
                 own = await self._member_session(scope, client, member, seen)
         if session is None or not own:
             # Ended, another credential's, or a member not reached this way:
             # the graph answers it as it does.
             await self._top(scope, replaying(read, receive), send)
             return
-        headers = scope["headers"]
-        if type(headers) is not list:
-            headers = scope["headers"] = list(headers)
-        headers[headers.index((_SESSION, seen.raw_session))] = (_SESSION, own.encode("latin-1"))
-        if seen.length is not None:
-            headers.remove((b"content-length", seen.length))
-        headers.append((b"content-length", b"%d" % len(body)))
-        scope["root_path"] = scope.get("root_path", "") + self._roots[member]
-        call = MemberCall(body, receive, send, link, (self._aggregator, member, method, True))
-        # MemberCall.run, inline: every call's.
-        link.body_complete = True
-        link.rewrite = call.rewrite
-        try:
-            await self._apps[member](scope, call.receive, call.send)
-        finally:
-            link.rewrite = None
+        swapped = (_SESSION, seen.raw_session or b"", own.encode("latin-1"))
+        into_member(scope, self._roots[member], swapped, seen.length, len(body))
+        renaming = (self._aggregator, member, method, True)
+        await MemberCall(body, receive, send, link, renaming).run(self._apps[member], scope)
 
     async def delete(self, scope: Scope, receive: Receive, send: Send, seen: Seen) -> None:
         """The client's DELETE ends its session at the top-level graph, then at every member."""
@@ -217,11 +204,11 @@ class LegacyDirect:
         The caller's credential is the client session's, found at the
         top-level graph; the member's route checks it again."""
         own = client.members.get(member, "")
-        if own is None or (own and own in self._sessions_of(member, self._apps[member])):
+        if own is None or (own and self._alive(member, own)):
             return own
         async with client.opening:
             own = client.members.get(member, "")
-            if own is None or (own and own in self._sessions_of(member, self._apps[member])):
+            if own is None or (own and self._alive(member, own)):
                 return own
             own = await self._open(scope, client, member, seen.raw_authorization)
             if own != "":  # "": refused for now (a bound): asked again at the next call

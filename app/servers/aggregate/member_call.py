@@ -115,13 +115,26 @@ def replaying(read: Read, receive: Receive) -> Receive:
     return replay
 
 
-def set_header(headers: list[tuple[bytes, bytes]], name: bytes, value: bytes) -> None:
-    """`name` (once in `headers`, or absent) set to `value`, in place."""
-    for i, (key, _) in enumerate(headers):
-        if key == name:
-            headers[i] = (name, value)
-            return
-    headers.append((name, value))
+def into_member(
+    scope: Scope,
+    root: str,
+    swapped: tuple[bytes, bytes, bytes],
+    length: bytes | None,
+    size: int,
+) -> None:
+    """The client's scope made the member route's request, in place (nothing
+    else reads it from here): the header `swapped` names (name, value sent,
+    the member's value) replaced, the length the renamed body's, the
+    member's route (`root`) in front of its path."""
+    headers = scope["headers"]
+    if type(headers) is not list:
+        headers = scope["headers"] = list(headers)
+    name, sent, own = swapped
+    headers[headers.index((name, sent))] = (name, own)
+    if length is not None:
+        headers.remove((b"content-length", length))
+    headers.append((b"content-length", b"%d" % size))
+    scope["root_path"] = scope.get("root_path", "") + root
 
 
 class MemberCall:
